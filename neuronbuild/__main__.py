@@ -1,0 +1,3 @@
+from neuronbuild.cli import main
+
+main()

@@ -1,0 +1,90 @@
+"""The engine protocol: the only backend-specific code (DESIGN.md, "Engines").
+
+An engine answers: how a recipe is checked and expands into compile units (here); how one unit is
+compiled in a subprocess and which scratch-cache entries are complete (its compile half, loaded
+lazily so the runtime never imports it); and which env + args make vLLM load only prebuilt
+artifacts (its serve half).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from neuronbuild.errors import MISSING, RecipeError
+from neuronbuild.graph import Graph
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
+
+SERVING_ONLY_ARGS = frozenset(
+    {
+        "served_model_name",
+        "disable_log_stats",
+        "aggregate_engine_logging",
+        "log_level",
+        "log_config_file",
+        "logging_config",
+        "otlp_traces_endpoint",
+        "collect_detailed_traces",
+        "show_hidden_metrics_for_version",
+        "kv_cache_metrics",
+        "kv_cache_metrics_sample",
+        "custom_histogram_buckets",
+        "cudagraph_metrics",
+        "enable_mfu_metrics",
+        "enable_logging_iteration_details",
+        "enable_mm_processor_stats",
+        "per_request_spec_decode_metrics",
+        "use_tqdm_on_load",
+    }
+)
+"""vLLM engine arguments that only change logging or naming, never a compiled graph; they stay
+out of unit keys."""
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """One compile unit as an engine sees it: its graphs and its engine-specific key factors."""
+
+    graphs: tuple[Graph, ...]
+    factors: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """One compile backend (``cpu`` or ``neuron``).
+
+    Subclasses set :attr:`name`, :attr:`key_env` (environment variables that change compiler
+    output, part of every unit key), :attr:`required_toolchain` (distributions a recipe must pin)
+    and :attr:`note` (a line the text plan prints).
+    """
+
+    name: ClassVar[str]
+    key_env: ClassVar[tuple[str, ...]] = ()
+    required_toolchain: ClassVar[tuple[str, ...]] = ()
+    note: ClassVar[str] = ""
+
+    def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
+        """Every error and warning of ``recipe`` for this engine (errors name field, value, fix)."""
+        missing = [d for d in self.required_toolchain if d not in recipe.toolchain]
+        if not missing:
+            return [], []
+        example = ", ".join(f"{d}: <version>" for d in self.required_toolchain)
+        return [
+            RecipeError(
+                "toolchain",
+                recipe.toolchain or MISSING,
+                f"must pin {', '.join(missing)} to exact versions, e.g. {{{example}}}",
+            )
+        ], []
+
+    @abstractmethod
+    def units(self, recipe: Recipe) -> list[UnitSpec]:
+        """The compile units of a valid ``recipe``, in compile order."""
+
+    def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
+        """The engine arguments that enter every unit key: all but serving-only ones and the
+        model and revision (keyed on their own)."""
+        skip = SERVING_ONLY_ARGS | {"model", "revision"}
+        return {k: v for k, v in recipe.engine_args.items() if k not in skip}

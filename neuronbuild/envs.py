@@ -1,0 +1,37 @@
+"""Every environment variable neuronbuild reads or sets, in one place, read lazily.
+
+Following vLLM-Neuron's ``envs.py``: other modules name a variable through this module, so a search
+here shows everything that can change neuronbuild's behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+# Read by neuronbuild.
+NEURONBUILD_CACHE = "NEURONBUILD_CACHE"
+"""Default store URL when ``--cache`` is not given."""
+
+# Set by neuronbuild for vLLM (names as vLLM and vLLM-Neuron spell them).
+VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
+VLLM_FORCE_AOT_LOAD = "VLLM_FORCE_AOT_LOAD"
+VLLM_NEURON_DISABLE_WARMUP_COMPILE = "VLLM_NEURON_DISABLE_WARMUP_COMPILE"
+NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND = "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND"
+VLLM_NEURON_CPU_COMPILE = "VLLM_NEURON_CPU_COMPILE"
+NEURON_PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
+HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
+
+
+def default_cache_url() -> str:
+    """``$NEURONBUILD_CACHE``, else ``$XDG_CACHE_HOME/neuronbuild/store`` (``~/.cache`` default)."""
+    if value := os.environ.get(NEURONBUILD_CACHE):
+        return value
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "neuronbuild" / "store")
+
+
+def key_env(names: Iterable[str]) -> dict[str, str]:
+    """The values of those allow-listed variables that are set, for a unit key."""
+    return {name: os.environ[name] for name in sorted(names) if name in os.environ}

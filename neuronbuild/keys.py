@@ -1,0 +1,56 @@
+"""Unit keys: sha256 over canonical JSON of named factors that determine a unit's output.
+
+Like sccache's cache key, a :class:`UnitKey` is an explicit structure whose fields are named (so
+``plan --explain`` and ``doctor`` can print them one by one) and versioned by :data:`SCHEMA`, bumped
+whenever what goes into a key changes. Keys never contain host paths, host names or timestamps:
+``plan`` and ``seal`` give the same keys on any machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = "neuronbuild.unit/1"
+"""Schema salt of every unit key; bump it when the factors change meaning."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, UTF-8. The input to every digest."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def sha256_digest(data: bytes) -> str:
+    """``sha256:<64 hex>`` of ``data``; digests always carry their algorithm."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class UnitKey:
+    """The named factors of one compile unit and their digest.
+
+    ``factors`` maps a factor name (``schema``, ``engine``, ``target``, ``model``, ``revision``,
+    ``engine_args``, ``toolchain``, ``env``, and the engine's own, e.g. ``cpu_isa`` or ``graph``)
+    to a JSON value. ``digest`` is ``sha256:<hex>`` of their canonical JSON.
+    """
+
+    factors: Mapping[str, Any]
+
+    @property
+    def digest(self) -> str:
+        return sha256_digest(canonical_json(dict(self.factors)))
+
+    @property
+    def hex(self) -> str:
+        """The digest without its algorithm prefix, as used in store paths."""
+        return self.digest.split(":", 1)[1]
+
+    def differences(self, other: Mapping[str, Any]) -> list[str]:
+        """Names of the factors whose values differ from ``other``'s (a missing one differs)."""
+        names = sorted(set(self.factors) | set(other))
+        return [n for n in names if self.factors.get(n) != other.get(n)]

