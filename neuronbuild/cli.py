@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from neuronbuild_runtime.cli import serve
 
-from neuronbuild import __version__
-from neuronbuild.errors import RecipeInvalid, StoreError, UserError
+from neuronbuild import __version__, envs
+from neuronbuild.console import format_table, run
+from neuronbuild.cpu_isa import host_isa
+from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 
@@ -44,6 +48,8 @@ def cli() -> None:
     Typical flow:
       neuronbuild validate recipe.yaml     check a recipe against vLLM-Neuron's rules
       neuronbuild plan recipe.yaml         list every graph that will be compiled
+      neuronbuild compile recipe.yaml      compile and publish them to the store
+      neuronbuild serve recipe.yaml        serve them with vLLM, compilation forbidden
     """
 
 
@@ -111,21 +117,23 @@ def _plan_table(plan: Plan, held: set[str] | None) -> list[str]:
             if held is not None:
                 row.append("yes" if unit.key.digest in held else "no")
             rows.append(row)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(head))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
+    return format_table(rows)
 
 
 @cli.command()
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
 @click.option("--explain", is_flag=True, help="Print every factor of every unit key.")
-def plan(recipe_path: str, as_json: bool, explain: bool) -> None:
+@click.option("--cache", help="Also say which units this store holds.")
+def plan(recipe_path: str, as_json: bool, explain: bool, cache: str | None) -> None:
     """List exactly the graphs vLLM will compile for RECIPE, and their compile units."""
     recipe = load_or_exit(recipe_path)
     the_plan = build_plan(recipe)
     held = None
+    if cache is not None:
+        from neuronbuild.store import Store
+
+        held = Store(cache).held_units(u.key.digest for u in the_plan.units)
     if as_json:
         echo_json(the_plan.to_json(held))
         return
@@ -142,26 +150,95 @@ def plan(recipe_path: str, as_json: bool, explain: bool) -> None:
                 click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
 
 
-def main() -> None:
-    """Console entry point: runs the CLI and turns neuronbuild's errors into exit codes.
+@cli.command(name="compile")
+@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@click.option(
+    "--cache",
+    default=envs.default_cache_url,
+    show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
+    help="The store to publish into (a folder).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Units compiled in parallel.",
+)
+@click.option(
+    "--timeout",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds allowed per unit.",
+)
+@click.option(
+    "--log-dir", type=click.Path(file_okay=False), help="Where per-unit logs go (kept on failure)."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Check everything and list what would compile; compile nothing."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def compile_(
+    recipe_path: str,
+    cache: str,
+    jobs: int,
+    timeout: float,
+    log_dir: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Compile every graph of RECIPE the store lacks, publish it, seal the manifest and move
+    <name>/latest.
 
-    A user's mistake prints one line per problem and exits 2, never a traceback.
+    Refuses (exit 2) when installed versions differ from the recipe's toolchain pins or the host
+    from its cpu_isa. Exits 1 when some units failed (the others are published, nothing is
+    sealed), 128+N on signal N (engine processes ended, nothing half-done published).
     """
+    from neuronbuild.build import compile_recipe
+    from neuronbuild.scheduler import Interrupted
+    from neuronbuild.store import Store
+
+    recipe = load_or_exit(recipe_path)
+    store = Store(cache)
+    logs = (
+        Path(log_dir) if log_dir else Path(envs.default_cache_url()).parent / "logs" / recipe.name
+    )
     try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2 if exc.exit_code == 2 else exc.exit_code)
-    except RecipeInvalid as exc:
-        for error in exc.errors:
-            click.echo(f"{exc.source}: {error}", err=True)
-        sys.exit(exc.exit_code)
-    except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except StoreError as exc:
-        click.echo(f"store error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        report = compile_recipe(
+            recipe, store, jobs=jobs, timeout=timeout, log_dir=logs, dry_run=dry_run
+        )
+    except Interrupted as exc:
+        click.echo(f"{exc}: engine processes ended, nothing sealed", err=True)
+        sys.exit(128 + exc.signum)
+    if as_json:
+        echo_json({"store": store.url, **report.to_json()})
+    else:
+        for unit in report.units:
+            if unit["status"] == "failed":
+                click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+        totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
+        click.echo(f"{recipe.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s")
+        if report.manifest:
+            click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
+        elif dry_run:
+            click.echo("dry run: nothing compiled")
+        else:
+            click.echo("not sealed: some units failed; fix them and run compile again", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@cli.command()
+def isa() -> None:
+    """Print this host's CPU instruction set, as a recipe's cpu_isa names it."""
+    click.echo(host_isa())
+
+
+cli.add_command(serve)
+
+
+def main() -> None:
+    """Console entry point (``neuronbuild``)."""
+    run(cli)

@@ -132,6 +132,14 @@ class Recipe:
         value = self.engine_args.get("additional_config") or {}
         return dict(value)
 
+    @property
+    def workdir(self) -> Path:
+        """The folder vLLM runs in: the recipe file's, so that a relative ``model`` path resolves
+        alike at compile and at serve while vLLM, whose keys include the string, sees it verbatim.
+        """
+        source = Path(self.source)
+        return source.parent.resolve() if source.is_file() else Path.cwd()
+
     def own_fields(self) -> dict[str, Any]:
         """neuronbuild's keys of this recipe, as they would be written back to YAML."""
         out: dict[str, Any] = {"name": self.name, "target": self.target, "engine": self.engine}

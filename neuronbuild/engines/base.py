@@ -12,10 +12,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronbuild.errors import MISSING, RecipeError
+from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
+    from neuronbuild.engines.compiler import UnitCompiler
     from neuronbuild.recipe import Recipe
 
 SERVING_ONLY_ARGS = frozenset(
@@ -82,6 +83,22 @@ class Engine(ABC):
     @abstractmethod
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         """The compile units of a valid ``recipe``, in compile order."""
+
+    def compiler(self) -> UnitCompiler:
+        """This engine's compile half (imported only when compiling).
+
+        Raises:
+            UserError: the engine's toolchain cannot be used on this machine.
+        """
+        raise UserError(f"engine {self.name} cannot compile on this machine")
+
+    @abstractmethod
+    def serve_env(self, cache_root: str) -> dict[str, str]:
+        """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
+        ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
+
+    def check_node(self, factors: dict[str, Any]) -> None:
+        """Raise UserError when this node cannot run artifacts built with these unit factors."""
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
         """The engine arguments that enter every unit key: all but serving-only ones and the

@@ -8,14 +8,15 @@ unloadable artifact into a fatal error instead of a compile.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import cpu_isa, envs
 from neuronbuild.engines.base import Engine, UnitSpec
-from neuronbuild.errors import MISSING, RecipeError
+from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
+    from neuronbuild.engines.compiler import UnitCompiler
     from neuronbuild.recipe import Recipe
 
 EXPLICIT_ARGS = {
@@ -73,8 +74,20 @@ class CpuEngine(Engine):
         assert recipe.cpu_isa is not None  # validate() requires it
         return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)})]
 
+    def check_node(self, factors: dict[str, Any]) -> None:
+        built_for, host = str(factors.get("cpu_isa")), cpu_isa.host_isa()
+        if not cpu_isa.provides(host, built_for):
+            raise UserError(
+                f"cpu_isa: the artifacts were built for {built_for} and this node is {host}; "
+                "serve them on a node with that instruction set, or compile on this one"
+            )
+
+    def compiler(self) -> UnitCompiler:
+        from neuronbuild.engines.cpu_compile import CpuCompiler
+
+        return CpuCompiler()
+
     def serve_env(self, cache_root: str) -> dict[str, str]:
-        """Variables that make vLLM load only the prebuilt artifacts under ``cache_root``."""
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
             envs.VLLM_FORCE_AOT_LOAD: "1",

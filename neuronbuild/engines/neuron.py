@@ -6,15 +6,18 @@ bucket never invalidates the others: the bucket lists leave the key, the unit's 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from neuronbuild import envs
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
-from neuronbuild.errors import RecipeError
+from neuronbuild.errors import RecipeError, UserError
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
+    from neuronbuild.engines.compiler import UnitCompiler
     from neuronbuild.recipe import Recipe
 
 NEURON_CONFIG_KEYS = (
@@ -180,6 +183,23 @@ class NeuronEngine(Engine):
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         return [UnitSpec((g,), {"graph": g.to_json()}) for g in self.graphs(recipe)]
+
+    def serve_env(self, cache_root: str) -> dict[str, str]:
+        # A local cache miss is fatal instead of an hour of compiling; no graph capture at start.
+        return {
+            envs.VLLM_CACHE_ROOT: cache_root,
+            envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
+            envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
+        }
+
+    def compiler(self) -> UnitCompiler:
+        if importlib.util.find_spec("vllm_neuron") is None:
+            raise UserError(
+                "the neuron engine compiles with vllm-neuron and neuronx-cc, which are not "
+                "importable here; "
+                "install the Neuron SDK on this compile host (CPU-only hosts are fine)"
+            )
+        raise UserError("compiling Neuron units is not available in this neuronbuild version yet")
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
         args = super().key_engine_args(recipe)

@@ -1,0 +1,221 @@
+"""``neuronbuild compile``: plan, skip what the store holds, compile the rest, ingest, seal, move
+``<name>/latest``.
+
+A unit is published (blobs, then its unit record) as soon as it compiles; the manifest is sealed
+and the ref moved only when every unit of the plan is in the store, so a reader never finds a
+manifest or ref that points at missing data, whatever happens to this process.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from neuronbuild.console import format_table
+from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.errors import UserError
+from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
+from neuronbuild.plan import CompileUnit, Plan, build_plan
+from neuronbuild.recipe import Recipe
+from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
+from neuronbuild.store import RefConflict, Store
+
+LATEST = "latest"
+
+
+class ToolchainMismatch(UserError):
+    """Installed versions differ from the recipe's ``toolchain`` pins; the message is a table."""
+
+
+def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
+    """The installed versions of the recipe's pinned distributions, equal to the pins.
+
+    Raises:
+        ToolchainMismatch: with a table of every distribution whose version differs.
+    """
+    installed = compiler.installed_versions(sorted(recipe.toolchain))
+    differ = [(d, recipe.toolchain[d], v) for d, v in installed.items() if v != recipe.toolchain[d]]
+    if differ:
+        rows = [["DISTRIBUTION", "PINNED", "INSTALLED"]] + [
+            [d, pin, v or "(not installed)"] for d, pin, v in differ
+        ]
+        table = "\n".join(format_table(rows, indent="  "))
+        raise ToolchainMismatch(
+            f"installed versions differ from the toolchain pins of {recipe.source}:\n{table}\n"
+            "install the pinned versions (make install) or update the recipe's toolchain"
+        )
+    return {d: str(v) for d, v in installed.items()}
+
+
+@dataclass
+class CompileReport:
+    """What ``compile`` did: per unit ``status`` (cached, compiled, failed), seconds, log path."""
+
+    name: str
+    units: list[dict[str, Any]] = field(default_factory=list)
+    manifest: str | None = None
+    ref: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(u["status"] == "failed" for u in self.units)
+
+    def count(self, status: str) -> int:
+        return sum(u["status"] == status for u in self.units)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "manifest": self.manifest,
+            "ref": self.ref,
+            "seconds": round(self.seconds, 3),
+            "totals": {s: self.count(s) for s in ("cached", "compiled", "failed", "missing")},
+            "units": self.units,
+        }
+
+
+def ingest(
+    store: Store, unit: CompileUnit, cache_root: Path, files: list[Path], toolchain: dict[str, str]
+) -> UnitRecord:
+    """Publish a compiled unit: each file as a blob, then its unit record (the first record for a
+    key wins; the stored one is returned)."""
+    entries = []
+    for rel in files:
+        path = cache_root / rel
+        digest, size = store.put_file(path)
+        entries.append(FileEntry(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111)))
+    record = UnitRecord(
+        key=unit.key.digest,
+        factors=dict(unit.key.factors),
+        graphs=[g.to_json() for g in unit.graphs],
+        files=tuple(entries),
+        toolchain=toolchain,
+    )
+    return store.put_unit(record)
+
+
+def compile_recipe(
+    recipe: Recipe,
+    store: Store,
+    *,
+    jobs: int = 1,
+    timeout: float | None = None,
+    log_dir: Path,
+    stream: TextIO | None = None,
+    dry_run: bool = False,
+) -> CompileReport:
+    """Compile every unit of ``recipe`` the store lacks, publish each, then seal and move the ref.
+
+    ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``, removed on
+    success and kept on failure. ``dry_run`` runs every check and reports which units would
+    compile (status ``missing``) without compiling.
+
+    Raises:
+        UserError: broken install, toolchain or host mismatch (before anything runs).
+        Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
+    """
+    start = time.monotonic()
+    plan: Plan = build_plan(recipe)
+    compiler = plan.engine.compiler()
+    compiler.check_install()
+    toolchain = check_toolchain(recipe, compiler)
+    compiler.check_host(recipe)
+
+    report = CompileReport(recipe.name)
+    records: dict[str, UnitRecord] = {}
+    todo = []
+    for unit in plan.units:
+        record = store.get_unit(unit.key.digest)
+        if record is None:
+            todo.append(unit)
+        else:
+            records[unit.key.digest] = record
+
+    if dry_run:
+        for unit in plan.units:
+            status = "cached" if unit.key.digest in records else "missing"
+            report.units.append(
+                {
+                    "key": unit.key.digest,
+                    "graphs": [g.to_json() for g in unit.graphs],
+                    "status": status,
+                }
+            )
+        report.seconds = time.monotonic() - start
+        return report
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def work(unit: CompileUnit, groups: ProcessGroups) -> UnitRecord:
+        log = log_dir / f"{unit.key.hex}.log"
+        log.unlink(missing_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
+        try:
+            command = compiler.command(recipe, unit, scratch / "vllm-cache")
+            code = groups.run(
+                command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout
+            )
+            if code != 0:
+                raise UnitFailed(f"engine exited with {code}; log: {log}")
+            files = compiler.harvest(scratch / "vllm-cache")
+            record = ingest(store, unit, scratch / "vllm-cache", files, toolchain)
+        except UnitFailed as exc:
+            store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
+            if "log:" not in str(exc):
+                raise UnitFailed(f"{exc}; log: {log}") from None
+            raise
+        except Exception as exc:
+            store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
+            raise UnitFailed(f"{exc}; log: {log}") from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        log.unlink(missing_ok=True)
+        return record
+
+    progress = Progress(len(todo), stream)
+    try:
+        results = run_units(todo, work, jobs, progress) if todo else []
+    finally:
+        progress.close()
+    by_key = {r.unit.key.digest: r for r in results}
+    for unit in plan.units:
+        entry: dict[str, Any] = {
+            "key": unit.key.digest,
+            "graphs": [g.to_json() for g in unit.graphs],
+        }
+        result = by_key.get(unit.key.digest)
+        if result is None:
+            entry["status"] = "cached"
+        elif result.ok:
+            entry.update(status="compiled", seconds=round(result.seconds, 1))
+            records[unit.key.digest] = result.value
+        else:
+            entry.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
+        report.units.append(entry)
+
+    if not report.failed:
+        manifest = Manifest(
+            recipe.name, recipe.canonical(), tuple(records[u.key.digest] for u in plan.units)
+        )
+        report.manifest = store.put_manifest(manifest)
+        report.ref = f"{recipe.name}/{LATEST}"
+        move_ref_latest(store, recipe.name, report.manifest)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def move_ref_latest(store: Store, name: str, digest: str, attempts: int = 5) -> None:
+    """Move ``<name>/latest`` to ``digest`` by compare-and-swap, retrying when another builder
+    moved it in between (the last sealed manifest wins)."""
+    for _ in range(attempts):
+        current = store.get_ref(name, LATEST)
+        try:
+            store.move_ref(name, LATEST, digest, current)
+            return
+        except RefConflict:
+            continue
+    store.move_ref(name, LATEST, digest, store.get_ref(name, LATEST))

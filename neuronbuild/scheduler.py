@@ -1,0 +1,244 @@
+"""Run compile units in parallel worker processes, with timeouts, progress and clean cancellation.
+
+Each unit's engine runs as a subprocess in its own process group (vLLM starts helper processes of
+its own), so a timeout or a SIGINT/SIGTERM of neuronbuild ends the whole group: first SIGTERM, then
+SIGKILL after a grace period. One failing unit never stops the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from tqdm import tqdm
+
+from neuronbuild.plan import CompileUnit
+
+KILL_GRACE_SECONDS = 10.0
+"""Seconds between SIGTERM and SIGKILL when ending an engine's process group."""
+
+
+class Interrupted(Exception):
+    """neuronbuild received SIGINT or SIGTERM; every engine process was ended."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+class UnitFailed(Exception):
+    """A unit's compile failed; the message says why and where its log is."""
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """The outcome of one unit: ``value`` (the worker's return) on success, else ``error``."""
+
+    unit: CompileUnit
+    seconds: float
+    value: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class ProcessGroups:
+    """The engine process groups currently running, so they can all be ended at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[int] = set()
+        self.cancelled = threading.Event()
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        timeout: float | None,
+    ) -> int:
+        """Run ``argv`` in a new process group with stdout and stderr appended to ``log``.
+
+        Returns its exit code. Raises UnitFailed on timeout (seconds) or cancellation, after the
+        whole group has been ended.
+        """
+        if self.cancelled.is_set():
+            raise UnitFailed("cancelled")
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            with self._lock:
+                self._groups.add(proc.pid)
+            try:
+                return proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                end_group(proc.pid)
+                proc.wait()
+                raise UnitFailed(f"timed out after {timeout:.0f} s") from None
+            finally:
+                with self._lock:
+                    self._groups.discard(proc.pid)
+                if self.cancelled.is_set():
+                    end_group(proc.pid)
+
+    def end_all(self) -> None:
+        """Cancel: no new process starts, and every running group is ended."""
+        self.cancelled.set()
+        with self._lock:
+            groups = list(self._groups)
+        threads = [threading.Thread(target=end_group, args=(pgid,)) for pgid in groups]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def end_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> None:
+    """SIGTERM process group ``pgid``, then SIGKILL whatever is left after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class Progress:
+    """Done/running/failed/total with elapsed time: a live bar on a terminal, plain lines else."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, label: str = "compile") -> None:
+        self.stream = stream or sys.stderr
+        self.total = total
+        self.label = label
+        self.start = time.monotonic()
+        self.running = self.done = self.failed = 0
+        self._lock = threading.Lock()
+        self.live = self.stream.isatty()
+        self.bar = tqdm(
+            total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
+        )
+
+    def _line(self, text: str) -> None:
+        elapsed = time.monotonic() - self.start
+        if self.live:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(f"[{elapsed:6.0f}s] {text}", file=self.stream, flush=True)
+
+    def _update(self) -> None:
+        self.bar.set_postfix(running=self.running, failed=self.failed, refresh=True)
+
+    def started(self, unit: CompileUnit) -> None:
+        with self._lock:
+            self.running += 1
+            self._line(f"started  {unit.key.digest[:19]} {unit.label()}")
+            self._update()
+
+    def finished(self, result: UnitResult) -> None:
+        with self._lock:
+            self.running -= 1
+            if result.ok:
+                self.done += 1
+                status = "done   "
+            else:
+                self.failed += 1
+                status = "FAILED "
+            detail = f" ({result.error})" if result.error else ""
+            self._line(
+                f"{status}  {result.unit.key.digest[:19]} in {result.seconds:.0f} s{detail}; "
+                f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
+                f"{self.failed} failed"
+            )
+            self.bar.update(1)
+            self._update()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@contextlib.contextmanager
+def signals_cancel(groups: ProcessGroups) -> Iterator[list[int]]:
+    """While active, SIGINT and SIGTERM end every running engine group; the received signal
+    numbers are collected in the yielded list (the caller raises :class:`Interrupted`)."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        threading.Thread(target=groups.end_all, daemon=True).start()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_units(
+    units: Sequence[CompileUnit],
+    work: Callable[[CompileUnit, ProcessGroups], Any],
+    jobs: int,
+    progress: Progress,
+) -> list[UnitResult]:
+    """Run ``work(unit, groups)`` for every unit on up to ``jobs`` threads.
+
+    ``work`` starts its engine processes through ``groups`` and raises UnitFailed (or any
+    exception) to fail its unit. Returns one result per unit, in the order of ``units``.
+
+    Raises:
+        Interrupted: SIGINT or SIGTERM arrived; every engine group was ended and the workers
+            have stopped.
+    """
+    groups = ProcessGroups()
+
+    def one(unit: CompileUnit) -> UnitResult:
+        start = time.monotonic()
+        progress.started(unit)
+        try:
+            result = UnitResult(unit, time.monotonic() - start, value=work(unit, groups))
+        except Exception as exc:  # a failing unit must not stop the others
+            result = UnitResult(
+                unit, time.monotonic() - start, error=str(exc) or type(exc).__name__
+            )
+        progress.finished(result)
+        return result
+
+    with signals_cancel(groups) as received, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one, unit) for unit in units]
+        while not all(f.done() for f in futures):
+            if received:
+                groups.end_all()
+                for f in futures:
+                    f.cancel()
+            time.sleep(0.1)
+        if received:
+            groups.end_all()
+            raise Interrupted(received[0])
+        return [f.result() for f in futures]

@@ -1,0 +1,5 @@
+from neuronbuild.console import run
+
+from .cli import serve
+
+run(serve)

@@ -1,0 +1,123 @@
+"""``neuronbuild serve``: the command inference nodes run (or ``python -m neuronbuild_runtime``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from neuronbuild import envs
+from neuronbuild.errors import UserError
+from neuronbuild.recipe import vllm_engine_args
+from neuronbuild.store import Store
+
+from .serve import ServeSource, exec_vllm, prepare
+
+SERVING_FLAGS = {"--host", "--port", "--api-key", "--served-model-name", "--log-level"}
+
+
+def refuse_engine_options(extra: list[str]) -> None:
+    """Only pure serving options pass through; an engine argument is part of the unit key."""
+    for arg in extra:
+        if not arg.startswith("--"):
+            continue
+        name = arg[2:].split("=", 1)[0].replace("-", "_").removeprefix("no_")
+        if name in vllm_engine_args():
+            raise UserError(
+                f"{arg}: {name} is part of the unit key and fixed by the recipe; change the "
+                "recipe and compile it, then serve"
+            )
+        raise UserError(f"{arg}: not a serving option; use one of {sorted(SERVING_FLAGS)}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("--ref", help="Serve the manifest a ref points at: <name>/<tag>.")
+@click.option("--manifest", "manifest_digest", help="Serve one manifest: sha256:<64 hex>.")
+@click.option(
+    "--cache",
+    default=envs.default_cache_url,
+    show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
+    help="The store (a folder or URL).",
+)
+@click.option(
+    "--local-cache", type=click.Path(file_okay=False), help="Local store to fetch blobs into first."
+)
+@click.option(
+    "--vllm-cache-root",
+    type=click.Path(file_okay=False),
+    help="Where to lay the artifacts out (default: $VLLM_CACHE_ROOT, else a folder per manifest).",
+)
+@click.option("--host", help="vLLM server host.")
+@click.option("--port", type=int, help="vLLM server port.")
+@click.option("--api-key", help="vLLM server API key.")
+@click.option("--served-model-name", help="Model name the server answers to.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="vLLM's log level.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Fetch, verify and lay out, print the vLLM command, do not start it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the result as JSON.")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    recipe: str | None,
+    ref: str | None,
+    manifest_digest: str | None,
+    cache: str,
+    local_cache: str | None,
+    vllm_cache_root: str | None,
+    host: str | None,
+    port: int | None,
+    api_key: str | None,
+    served_model_name: str | None,
+    log_level: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Serve RECIPE (its <name>/latest), --ref NAME/TAG or --manifest sha256:... from prebuilt
+    artifacts alone, with vLLM's compilation forbidden.
+
+    Exits 2 before vLLM starts when the manifest is missing or incomplete, when RECIPE no longer
+    matches it, or when an option would change what was compiled.
+    """
+    refuse_engine_options(list(ctx.args))
+    if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
+        raise UserError("give exactly one of RECIPE, --ref NAME/TAG or --manifest sha256:...")
+    serving: list[str] = []
+    for option, value in (("--host", host), ("--port", port), ("--api-key", api_key)):
+        if value is not None:
+            serving += [option, str(value)]
+    if served_model_name:
+        serving += ["--served-model-name", served_model_name]
+    env = {"VLLM_LOGGING_LEVEL": log_level.upper()} if log_level else {}
+    prepared = prepare(
+        ServeSource(recipe, ref, manifest_digest),
+        Store(cache),
+        local=Store(local_cache) if local_cache else None,
+        cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
+        serving_args=serving,
+        serving_env=env,
+    )
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps(prepared.to_json(), indent=2))
+        else:
+            click.echo(
+                f"manifest {prepared.manifest}: {prepared.files} files, {prepared.bytes} bytes"
+            )
+            click.echo(f"laid out under {prepared.cache_root}")
+            click.echo("would run: " + " ".join(prepared.argv))
+        return
+    click.echo(
+        f"neuronbuild: serving {prepared.manifest} ({prepared.files} files verified) from "
+        f"{prepared.cache_root}; compilation is disabled",
+        err=True,
+    )
+    exec_vllm(prepared)

