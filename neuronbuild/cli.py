@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from neuronbuild_runtime.cli import serve
 
 from neuronbuild import __version__, envs
 from neuronbuild.console import format_table, run
@@ -20,6 +19,7 @@ from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
+from neuronbuild_runtime.cli import serve
 
 F = TypeVar("F", bound=Callable[..., Any])
 

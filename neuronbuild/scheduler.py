@@ -222,7 +222,8 @@ def run_units(
         start = time.monotonic()
         progress.started(unit)
         try:
-            result = UnitResult(unit, time.monotonic() - start, value=work(unit, groups))
+            value = work(unit, groups)
+            result = UnitResult(unit, time.monotonic() - start, value=value)
         except Exception as exc:  # a failing unit must not stop the others
             result = UnitResult(
                 unit, time.monotonic() - start, error=str(exc) or type(exc).__name__

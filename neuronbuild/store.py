@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import fsspec
 from filelock import FileLock
@@ -113,33 +113,37 @@ class Store:
             )
 
     @contextlib.contextmanager
-    def _temp(self) -> Iterator[tuple[str, IO[bytes]]]:
-        """A temporary file inside the store (same file system, so a rename is atomic)."""
+    def _temp(self) -> Iterator[str]:
+        """A fresh temporary path inside the store (same file system, so a rename is atomic),
+        removed on exit unless it was renamed away."""
         self._require_writable()
         tmp_dir = self._path("tmp")
         os.makedirs(tmp_dir, exist_ok=True)
         path = os.path.join(tmp_dir, f"{uuid.uuid4().hex}.part")
         try:
-            with open(path, "xb") as f:
-                yield path, f
-                f.flush()
-                os.fsync(f.fileno())
+            yield path
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
+    @contextlib.contextmanager
+    def _temp_with(self, data: bytes) -> Iterator[str]:
+        """A temporary file holding ``data``, flushed to disk."""
+        with self._temp() as tmp:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            yield tmp
+
     def _write_atomic(self, path: str, data: bytes) -> None:
-        with self._temp() as (tmp, f):
-            f.write(data)
-            f.close()
+        with self._temp_with(data) as tmp:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(tmp, path)
 
     def _create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` unless it exists; True if this call created it."""
-        with self._temp() as (tmp, f):
-            f.write(data)
-            f.close()
+        with self._temp_with(data) as tmp:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             try:
                 os.link(tmp, path)
@@ -174,13 +178,14 @@ class Store:
         """
         h = hashlib.sha256()
         size = 0
-        with self._temp() as (tmp, f):
-            with open(local_path, "rb") as src:
+        with self._temp() as tmp:
+            with open(local_path, "rb") as src, open(tmp, "xb") as f:
                 while chunk := src.read(CHUNK):
                     h.update(chunk)
                     f.write(chunk)
                     size += len(chunk)
-            f.close()
+                f.flush()
+                os.fsync(f.fileno())
             digest = "sha256:" + h.hexdigest()
             final = self.blob_path(digest)
             if not os.path.exists(final):
@@ -311,8 +316,9 @@ class Store:
             current = self.get_ref(name, tag)
             if current != expected:
                 raise RefConflict(f"{name}/{tag} points at {current}, not {expected}")
-            if current != digest:
-                self._write_atomic(self.ref_path(name, tag), (digest + "\n").encode())
+            if current == digest:
+                return
+            self._write_atomic(self.ref_path(name, tag), (digest + "\n").encode())
             entry = {"time": time.time(), "manifest": digest, "previous": current}
             history = self._path("history", name, f"{tag}.jsonl")
             os.makedirs(os.path.dirname(history), exist_ok=True)

@@ -1,0 +1,164 @@
+"""The folder store: content addressing, publish order, atomicity, refs and untrusted data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
+from neuronbuild.store import RefConflict, Store, parse_ref
+from neuronbuild_runtime.serve import materialize
+
+
+def record_with(store: Store, tmp_path: Path, content: bytes = b"neff bytes") -> UnitRecord:
+    src = tmp_path / "graph.neff"
+    src.write_bytes(content)
+    digest, size = store.put_file(src)
+    factors = {"schema": "t", "content": content.decode()}
+    return UnitRecord(
+        key=sha256_digest(canonical_json(factors)),
+        factors=factors,
+        graphs=[{"kind": "dynamic"}],
+        files=(FileEntry("neuron/compile_cache/abc/graph.neff", digest, size),),
+        toolchain={"torch": "2.13.0"},
+    )
+
+
+def test_blobs_are_stored_under_their_sha256(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    src = tmp_path / "f"
+    src.write_bytes(b"hello")
+    digest, size = store.put_file(src)
+    assert digest == sha256_digest(b"hello") and size == 5
+    assert Path(store.blob_path(digest)).read_bytes() == b"hello"
+    assert store.blob_path(digest).endswith(f"blobs/sha256/{digest[7:9]}/{digest[7:]}")
+    assert not list((tmp_path / "store" / "tmp").iterdir())
+
+
+def test_the_first_unit_record_for_a_key_wins(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    first = record_with(store, tmp_path)
+    assert store.put_unit(first) == first
+    other_blob = tmp_path / "other"
+    other_blob.write_bytes(b"different bytes")
+    digest, size = store.put_file(other_blob)
+    second = UnitRecord(first.key, first.factors, first.graphs, (FileEntry("x", digest, size),), {})
+    assert store.put_unit(second) == first
+    assert store.get_unit(first.key) == first
+
+
+def test_a_unit_record_is_refused_while_its_blobs_are_missing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = record_with(store, tmp_path)
+    os.unlink(store.blob_path(record.files[0].digest))
+    with pytest.raises(StoreError, match="lacks blobs"):
+        store.put_unit(record)
+    assert store.get_unit(record.key) is None
+
+
+def test_manifest_is_named_by_its_hash_and_refs_move_by_compare_and_swap(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = store.put_unit(record_with(store, tmp_path))
+    manifest = Manifest("demo", {"name": "demo"}, (record,))
+    digest = store.put_manifest(manifest)
+    assert digest == sha256_digest(Path(store.manifest_path(digest)).read_bytes())
+    assert store.get_manifest(digest) == manifest
+    store.move_ref("demo", "latest", digest, None)
+    assert store.get_ref("demo", "latest") == digest
+    with pytest.raises(RefConflict):
+        store.move_ref("demo", "latest", digest, None)
+    assert [h["manifest"] for h in store.ref_history("demo", "latest")] == [digest]
+    assert store.resolve("demo/latest") == digest
+
+
+def test_a_manifest_cannot_be_sealed_before_its_units(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = record_with(store, tmp_path)
+    with pytest.raises(StoreError, match="not published"):
+        store.put_manifest(Manifest("demo", {}, (record,)))
+    assert not (tmp_path / "store" / "manifests").exists()
+
+
+def test_a_ref_cannot_point_at_an_unknown_manifest(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    with pytest.raises(StoreError, match="unknown manifest"):
+        store.move_ref("demo", "latest", "sha256:" + "0" * 64, None)
+
+
+@pytest.mark.parametrize("ref", ["demo", "a/b/c", "../x", "demo/", "/latest", "demo/la test"])
+def test_bad_refs_are_user_errors(ref: str) -> None:
+    with pytest.raises(UserError):
+        parse_ref(ref)
+
+
+def test_a_corrupt_blob_is_never_materialised(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = store.put_unit(record_with(store, tmp_path))
+    manifest = Manifest("demo", {}, (record,))
+    blob = Path(store.blob_path(record.files[0].digest))
+    blob.write_bytes(b"neff bytez")  # same size, one byte flipped
+    root = tmp_path / "vllm-cache"
+    with pytest.raises(StoreDataInvalid, match="corrupt"):
+        materialize(manifest, manifest.digest, store, root)
+    assert not [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_materialise_reports_missing_blobs_by_path_before_writing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = store.put_unit(record_with(store, tmp_path))
+    manifest = Manifest("demo", {}, (record,))
+    os.unlink(store.blob_path(record.files[0].digest))
+    with pytest.raises(StoreDataInvalid, match=r"neuron/compile_cache/abc/graph\.neff"):
+        materialize(manifest, manifest.digest, store, tmp_path / "root")
+
+
+HOSTILE_PATHS = ["../escape", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\b", ""]
+
+
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
+def test_hostile_paths_in_a_manifest_are_rejected(tmp_path: Path, path: str) -> None:
+    raw = {
+        "schema": "neuronbuild.manifest/1",
+        "name": "x",
+        "recipe": {},
+        "units": [
+            {
+                "schema": "neuronbuild.unit-record/1",
+                "key": sha256_digest(canonical_json({})),
+                "factors": {},
+                "graphs": [],
+                "toolchain": {},
+                "files": [{"path": path, "digest": sha256_digest(b""), "size": 0}],
+            }
+        ],
+    }
+    with pytest.raises(StoreDataInvalid, match="unsafe path"):
+        Manifest.from_bytes(json.dumps(raw).encode(), "test")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"{not json", "malformed JSON"),
+        (b'{"schema": "neuronbuild.manifest/99"}', "unknown manifest schema"),
+        (b"[]", "unknown manifest schema"),
+    ],
+)
+def test_malformed_manifests_are_rejected(data: bytes, message: str) -> None:
+    with pytest.raises(StoreDataInvalid, match=message):
+        Manifest.from_bytes(data, "test")
+
+
+def test_a_manifest_whose_bytes_do_not_match_its_name_is_rejected(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    record = store.put_unit(record_with(store, tmp_path))
+    digest = store.put_manifest(Manifest("demo", {}, (record,)))
+    path = Path(store.manifest_path(digest))
+    path.write_bytes(path.read_bytes().replace(b'"demo"', b'"evil"'))
+    with pytest.raises(StoreDataInvalid, match="do not hash"):
+        store.get_manifest(digest)
