@@ -19,9 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e '.[dev,s3]'
 	touch $@
 
+# Build the demo model, compile it ahead of time, serve it from the store, ask it one question.
 run: install
-	$(VENV)/bin/neuronbuild validate recipes/*.yaml
-	$(VENV)/bin/neuronbuild plan recipes/llama-3.3-70b-trn2.yaml
+	$(PY) -m neuronbuild.demo
 
 lint: install
 	$(VENV)/bin/ruff check neuronbuild runtime tests bench

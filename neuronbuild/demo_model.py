@@ -4,11 +4,8 @@ The model is a 2-layer Llama (hidden 256, MLP 512, 4 heads, vocabulary 1000, 204
 about 1.8 M float32 parameters, about 7 MB on disk) with seeded random weights, plus a byte-level
 BPE tokenizer trained on the spot on a short built-in English text. vLLM's CPU build loads it
 offline (``HF_HUB_OFFLINE=1``); its output is noise, but deterministic noise.
-
 Usage: ``python -m neuronbuild.demo_model OUT_DIR [--seed N]``.
 """
-
-from __future__ import annotations
 
 import argparse
 import importlib

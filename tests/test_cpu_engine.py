@@ -1,0 +1,180 @@
+"""The main job end to end with the real vLLM CPU build: compile, store, serve with compilation
+forbidden. One compiled demo artifact is shared by the whole module (a compile takes minutes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from neuronbuild.demo import Server, free_port
+from neuronbuild.demo_model import build_demo_model
+from neuronbuild.store import Store
+from tests.conftest import RECIPES
+
+pytestmark = pytest.mark.vllm
+
+PROMPT = "Hello, my name is"
+AOT_LOADED = "Directly load AOT compilation"
+COMPILE_CACHE = "torch_compile_cache"
+
+
+@dataclass(frozen=True)
+class Demo:
+    root: Path
+    recipe: Path
+    store: Path
+
+
+def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def lay_out_demo(root: Path) -> Path:
+    """The demo recipe beside a demo model, laid out as in the repository."""
+    build_demo_model(root / "build" / "tiny-llama")
+    recipe = root / "recipes" / "cpu-tiny-llama.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(RECIPES / "cpu-tiny-llama.yaml", recipe)
+    return recipe
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    root = tmp_path_factory.mktemp("demo")
+    recipe = lay_out_demo(root)
+    store = root / "store"
+    result = neuronbuild(
+        "compile", str(recipe), "--cache", str(store), "--log-dir", str(root / "logs"), "--json"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["totals"]["compiled"] == 1
+    return Demo(root, recipe, store)
+
+
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def serve_and_ask(
+    argv: list[str], log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """Start a server, ask PROMPT greedily, stop it; returns (answer, log text)."""
+    port = free_port()
+    argv = [*argv, "--port", str(port), "--host", "127.0.0.1"]
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with Server(argv, port, log, env=env) as server:
+            server.wait_ready()
+            answer = server.complete(PROMPT)
+    finally:
+        os.chdir(here)
+    return answer, log.read_text(errors="replace")
+
+
+def test_a_second_compile_compiles_nothing_and_seals_the_same_manifest(demo: Demo) -> None:
+    store = Store(str(demo.store))
+    before = store.get_ref("cpu-tiny-llama", "latest")
+    result = neuronbuild("compile", str(demo.recipe), "--cache", str(demo.store), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["totals"] == {"cached": 1, "compiled": 0, "failed": 0, "missing": 0}
+    assert report["manifest"] == before
+
+
+def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_plain_vllm(
+    demo: Demo, tmp_path: Path
+) -> None:
+    root = tmp_path / "vllm-cache"
+    serve = [sys.executable, "-m", "neuronbuild", "serve", str(demo.recipe)]
+    serve += ["--cache", str(demo.store), "--vllm-cache-root", str(root)]
+    laid_out = neuronbuild(*serve[3:], "--dry-run")
+    assert laid_out.returncode == 0, laid_out.stderr
+    compiled_files = files_under(root / COMPILE_CACHE)
+    assert compiled_files
+
+    answer, log = serve_and_ask(serve, tmp_path / "serve.log")
+    assert AOT_LOADED in log
+    assert "Compiling model again" not in log
+    assert files_under(root / COMPILE_CACHE) == compiled_files
+
+    plain = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    plain += ["../build/tiny-llama", "--max-model-len", "256", "--max-num-seqs", "4"]
+    plain += ["--max-num-batched-tokens", "256", "--dtype", "bfloat16", "--seed", "0"]
+    plain += ["--kv-cache-memory-bytes", "1073741824"]
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "plain-cache")}
+    env["NEURONBUILD_VLLM_COMPAT"] = "0"
+    plain_answer, plain_log = serve_and_ask(
+        plain, tmp_path / "plain.log", cwd=demo.recipe.parent, env=env
+    )
+    assert AOT_LOADED not in plain_log
+    assert answer == plain_answer
+
+
+def test_serving_a_copied_store_elsewhere_still_loads_without_compiling(
+    demo: Demo, tmp_path: Path
+) -> None:
+    store_copy = tmp_path / "copied-store"
+    shutil.copytree(demo.store, store_copy)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "other-vllm-cache")}
+    serve = [sys.executable, "-m", "neuronbuild", "serve", str(demo.recipe)]
+    serve += ["--cache", str(store_copy)]
+    answer, log = serve_and_ask(serve, tmp_path / "serve.log", cwd=elsewhere, env=env)
+    assert AOT_LOADED in log
+    assert answer
+    assert (tmp_path / "other-vllm-cache" / COMPILE_CACHE).is_dir()
+
+
+def test_serve_against_an_empty_store_fails_before_vllm_starts(demo: Demo, tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = neuronbuild("serve", str(demo.recipe), "--cache", str(tmp_path / "empty"))
+    assert result.returncode == 2
+    assert time.monotonic() - start < 30
+    assert "no cpu-tiny-llama/latest" in result.stderr
+    assert "vllm" not in result.stdout.lower()
+
+
+def test_sigterm_during_compile_ends_every_engine_process_and_publishes_nothing(
+    tmp_path: Path,
+) -> None:
+    recipe = lay_out_demo(tmp_path)
+    store = tmp_path / "store"
+    command = [sys.executable, "-m", "neuronbuild", "compile", str(recipe), "--cache", str(store)]
+    command += ["--log-dir", str(tmp_path / "logs")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent = psutil.Process(proc.pid)
+    engines: list[psutil.Process] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(engines) < 2:
+        time.sleep(1)
+        engines = parent.children(recursive=True)
+    assert len(engines) >= 2, "vLLM's engine processes never started"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    _gone, alive = psutil.wait_procs(engines, timeout=15)
+    assert not alive, [p.cmdline()[:3] for p in alive]
+    assert not (store / "refs").exists()
+    assert not (store / "manifests").exists()
+
+    rerun = neuronbuild("compile", str(recipe), "--cache", str(store), "--json")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    digest = json.loads(rerun.stdout)["manifest"]
+    s = Store(str(store))
+    assert s.get_ref("cpu-tiny-llama", "latest") == digest
+    assert all(s.has_blob(f) for f in s.get_manifest(digest).files())
