@@ -7,7 +7,6 @@ here shows everything that can change neuronbuild's behaviour.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from pathlib import Path
 
 # Read by neuronbuild.
@@ -30,8 +29,3 @@ def default_cache_url() -> str:
         return value
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(base) / "neuronbuild" / "store")
-
-
-def key_env(names: Iterable[str]) -> dict[str, str]:
-    """The values of those allow-listed variables that are set, for a unit key."""
-    return {name: os.environ[name] for name in sorted(names) if name in os.environ}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from neuronbuild import envs
 from neuronbuild.engines import Engine, engine_for
 from neuronbuild.graph import Graph
 from neuronbuild.keys import SCHEMA, UnitKey
@@ -76,7 +76,7 @@ def build_plan(recipe: Recipe) -> Plan:
         "revision": recipe.engine_args.get("revision"),
         "engine_args": engine.key_engine_args(recipe),
         "toolchain": dict(recipe.toolchain),
-        "env": envs.key_env(engine.key_env),
+        "env": engine.key_env_values(os.environ),
     }
     units = tuple(
         CompileUnit(spec.graphs, UnitKey({**base, **spec.factors})) for spec in engine.units(recipe)

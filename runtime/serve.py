@@ -228,7 +228,10 @@ def prepare(
     files, size = materialize(manifest, digest, local, root)
     engine_args = {k: v for k, v in recipe.engine_args.items() if k not in OWN_KEYS}
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine_args), *(serving_args or [])]
-    env = {**os.environ, **(serving_env or {}), **engine.serve_env(str(root))}
+    # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
+    keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
+    env = engine.engine_env(os.environ, keyed)
+    env.update({**(serving_env or {}), **engine.serve_env(str(root))})
     return Prepared(digest, root, argv, env, recipe.workdir, files, size)
 
 

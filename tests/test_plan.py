@@ -270,3 +270,33 @@ def _can_unshare_uts() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.returncode == 0 and out.stdout.strip() == "elsewhere" != socket.gethostname()
+
+
+def test_cpu_engine_environment_is_controlled_and_keyed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuronbuild.engines.cpu import CpuEngine
+
+    engine = CpuEngine()
+    inherited = {
+        "PATH": "/bin",
+        "VLLM_PLUGINS": "",  # would change vLLM's key unnoticed: dropped
+        "VLLM_LOGGING_LEVEL": "DEBUG",  # on vLLM's ignore list: passes
+        "VLLM_CPU_OMP_THREADS_BIND": "0-1",  # keyed: replaced by the unit's value
+        "TORCHINDUCTOR_FREEZING": "1",  # keyed by prefix
+    }
+    keyed = {"VLLM_CPU_OMP_THREADS_BIND": "all", "LD_PRELOAD": "/evil.so"}
+    env = engine.engine_env(inherited, keyed)
+    assert env == {
+        "PATH": "/bin",
+        "VLLM_LOGGING_LEVEL": "DEBUG",
+        "VLLM_CPU_OMP_THREADS_BIND": "all",
+    }
+    assert engine.key_env_values(inherited) == {
+        "TORCHINDUCTOR_FREEZING": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    }
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    before = build_plan(parse_recipe(cpu_recipe())).units[0].key
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    after = build_plan(parse_recipe(cpu_recipe())).units[0].key
+    assert after.differences(before.factors) == ["env"]

@@ -9,6 +9,7 @@ artifacts (its serve half).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,13 +57,15 @@ class UnitSpec:
 class Engine(ABC):
     """One compile backend (``cpu`` or ``neuron``).
 
-    Subclasses set :attr:`name`, :attr:`key_env` (environment variables that change compiler
-    output, part of every unit key), :attr:`required_toolchain` (distributions a recipe must pin)
-    and :attr:`note` (a line the text plan prints).
+    Subclasses set :attr:`name`, :attr:`key_env` and :attr:`key_env_prefixes` (environment
+    variables that change compiler output or vLLM's own keys: part of every unit key, and set
+    identically for the engine at compile and at serve), :attr:`required_toolchain`
+    (distributions a recipe must pin) and :attr:`note` (a line the text plan prints).
     """
 
     name: ClassVar[str]
     key_env: ClassVar[tuple[str, ...]] = ()
+    key_env_prefixes: ClassVar[tuple[str, ...]] = ()
     required_toolchain: ClassVar[tuple[str, ...]] = ()
     note: ClassVar[str] = ""
 
@@ -91,6 +94,26 @@ class Engine(ABC):
             UserError: the engine's toolchain cannot be used on this machine.
         """
         raise UserError(f"engine {self.name} cannot compile on this machine")
+
+    def is_key_env(self, name: str) -> bool:
+        """Whether environment variable ``name`` belongs in unit keys."""
+        return name in self.key_env or name.startswith(self.key_env_prefixes)
+
+    def drops_env(self, name: str) -> bool:
+        """Whether an inherited variable must not reach the engine (it would change vLLM's keys
+        without being in ours)."""
+        return False
+
+    def key_env_values(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The keyed variables set in ``environ``, for a unit key's ``env`` factor."""
+        return {k: environ[k] for k in sorted(environ) if self.is_key_env(k)}
+
+    def engine_env(self, environ: Mapping[str, str], keyed: Mapping[str, str]) -> dict[str, str]:
+        """The environment of an engine process, at compile and at serve alike: ``environ``
+        without keyed or dropped variables, plus exactly the unit's ``keyed`` values."""
+        env = {k: v for k, v in environ.items() if not self.is_key_env(k) and not self.drops_env(k)}
+        env.update({k: str(v) for k, v in keyed.items() if self.is_key_env(k)})
+        return env
 
     @abstractmethod
     def serve_env(self, cache_root: str) -> dict[str, str]:

@@ -28,11 +28,58 @@ EXPLICIT_ARGS = {
 recipe sets them, compile and serve would compute different AOT keys (cpu-engine-facts.md)."""
 
 
+KEY_ENV = (
+    # Change what vLLM compiles (and are in vLLM's own key).
+    "VLLM_USE_AOT_COMPILE",
+    "VLLM_USE_MEGA_AOT_ARTIFACT",
+    "VLLM_USE_STANDALONE_COMPILE",
+    "VLLM_USE_BYTECODE_HOOK",
+    "VLLM_COMPILE_CACHE_SAVE_FORMAT",
+    "VLLM_ENABLE_PREGRAD_PASSES",
+    "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
+    "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING",
+    "VLLM_FLOAT32_MATMUL_PRECISION",
+    "VLLM_CPU_ATTN_SPLIT_KV",
+    "VLLM_CPU_INT4_W4A8",
+    "VLLM_SSM_CONV_STATE_LAYOUT",
+    # No effect on the code, but in vLLM's key (measured): a difference is a miss at serve.
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU",
+    # Change Inductor's generated code without entering vLLM's key.
+    "ATEN_CPU_CAPABILITY",
+    "CXX",
+)
+"""Variables in every cpu unit key (measured on vllm-cpu 0.32.0: vLLM hashes every ``VLLM_*``
+variable outside its ignore list into its AOT key; ``TORCHINDUCTOR_*`` are keyed by prefix)."""
+
+PASS_ENV = frozenset(
+    {
+        "VLLM_CPU_KVCACHE_SPACE",
+        "VLLM_CPU_MOE_PREPACK",
+        "VLLM_WORKER_MULTIPROC_METHOD",
+        "VLLM_ENABLE_V1_MULTIPROCESSING",
+        "VLLM_LOGGING_LEVEL",
+        "VLLM_LOGGING_PREFIX",
+        "VLLM_LOGGING_CONFIG_PATH",
+        "VLLM_CONFIGURE_LOGGING",
+        "VLLM_PORT",
+        "VLLM_HOST_IP",
+        "VLLM_API_KEY",
+        "VLLM_NO_USAGE_STATS",
+        "VLLM_DO_NOT_TRACK",
+    }
+)
+"""``VLLM_*`` variables on vLLM's own ignore list: they pass through without entering any key.
+Every other unlisted ``VLLM_*`` variable (``VLLM_PLUGINS``, for one) is dropped, since it would
+change vLLM's key unnoticed."""
+
+
 class CpuEngine(Engine):
     """vLLM's CPU build, the embedded default that runs on any x86-64 or arm64 host."""
 
     name: ClassVar[str] = "cpu"
-    key_env: ClassVar[tuple[str, ...]] = ("VLLM_USE_AOT_COMPILE", "VLLM_CPU_SGL_KERNEL")
+    key_env: ClassVar[tuple[str, ...]] = KEY_ENV
+    key_env_prefixes: ClassVar[tuple[str, ...]] = ("TORCHINDUCTOR_",)
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-cpu", "torch")
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
@@ -85,7 +132,10 @@ class CpuEngine(Engine):
     def compiler(self) -> UnitCompiler:
         from neuronbuild.engines.cpu_compile import CpuCompiler
 
-        return CpuCompiler()
+        return CpuCompiler(self)
+
+    def drops_env(self, name: str) -> bool:
+        return name.startswith("VLLM_") and name not in PASS_ENV
 
     def serve_env(self, cache_root: str) -> dict[str, str]:
         return {

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from neuronbuild import cpu_isa, envs
+from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
 from neuronbuild.errors import UserError
 from neuronbuild.plan import CompileUnit
@@ -29,6 +30,9 @@ KV_CACHE_GIB = "1"
 
 class CpuCompiler(UnitCompiler):
     """Builds ``vllm.LLM`` once per unit against a scratch ``VLLM_CACHE_ROOT``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     def check_install(self) -> None:
         if importlib.util.find_spec("vllm") is None:
@@ -53,7 +57,7 @@ class CpuCompiler(UnitCompiler):
             )
 
     def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
-        env = dict(os.environ)
+        env = self.engine.engine_env(os.environ, unit.key.factors["env"])
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
