@@ -219,6 +219,8 @@ def prepare(
     engine = engine_for(recipe)
     for unit in manifest.units:
         engine.check_node(unit.factors)
+    if local is None and not store.is_folder:
+        local = Store(envs.default_cache_url())
     if local is not None and local.url != store.url:
         stage(manifest, store, local)
     else:

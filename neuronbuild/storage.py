@@ -1,0 +1,274 @@
+"""Atomic write primitives on one fsspec file system, the only place that knows which one it is.
+
+The store needs four: replace an object atomically, create one only if absent (the first unit
+record or manifest wins), upload a local file atomically, and compare-and-swap (moving a ref).
+Folders (local disks, NFS) get them from a temporary file in ``<root>/tmp/`` renamed or hard-linked
+into place and a file lock; S3 from conditional requests (``If-None-Match: *``, ``If-Match:
+<ETag>``) through s3fs. Other fsspec URLs are read-only unless the user opts into
+last-writer-wins, where create and swap are check-then-write and may race.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+from fsspec import AbstractFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from neuronbuild.errors import StoreError, UserError
+
+
+class SwapConflict(StoreError):
+    """A compare-and-swap found another version than expected."""
+
+
+def _is_precondition_failure(exc: BaseException) -> bool:
+    """Whether an s3fs error is S3's 412 Precondition Failed (a lost conditional write)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return "pre-conditions you specified did not hold" in str(exc)
+
+
+class Storage(ABC):
+    """Reads and atomic writes under one root of one fsspec file system.
+
+    Raises:
+        StoreError: the file system failed (exit code 3); missing objects are reported as None.
+    """
+
+    def __init__(self, fs: AbstractFileSystem, root: str, url: str) -> None:
+        self.fs, self.root, self.url = fs, root.rstrip("/"), url
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError, StoreError, UserError):
+            raise
+        except OSError as exc:
+            raise StoreError(f"{self.url}: {what}: {exc}") from None
+
+    def read(self, path: str) -> bytes | None:
+        """The object's bytes, or None when it does not exist."""
+        return self.read_versioned(path)[0]
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, Any]:
+        """The object's bytes and a version token for :meth:`swap` (both None when absent)."""
+        with self._errors(f"cannot read {path}"):
+            try:
+                data: bytes = self.fs.cat_file(path)
+            except FileNotFoundError:
+                return None, None
+            return data, data
+
+    def size(self, path: str) -> int | None:
+        """The object's size in bytes, or None when it does not exist."""
+        with self._errors(f"cannot stat {path}"):
+            try:
+                return int(self.fs.size(path))
+            except FileNotFoundError:
+                return None
+
+    def exists(self, path: str) -> bool:
+        with self._errors(f"cannot stat {path}"):
+            return bool(self.fs.exists(path))
+
+    def list(self, prefix: str) -> list[str]:
+        """Every object path under ``prefix`` (recursively), sorted; [] when there is none."""
+        with self._errors(f"cannot list {prefix}"):
+            try:
+                return sorted(str(p) for p in self.fs.find(prefix))
+            except FileNotFoundError:
+                return []
+
+    def open_read(self, path: str) -> Any:
+        """A binary file object for reading (FileNotFoundError when absent)."""
+        return self.fs.open(path, "rb")
+
+    def delete(self, path: str) -> None:
+        with self._errors(f"cannot delete {path}"), contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(path)
+
+    @abstractmethod
+    def put(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` atomically."""
+
+    @abstractmethod
+    def create(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` unless it exists; True if this call created it."""
+
+    @abstractmethod
+    def put_file(self, local: str | Path, path: str) -> None:
+        """Upload a local file to ``path`` atomically (readers see all of it or nothing)."""
+
+    @abstractmethod
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        """Write ``data`` if ``path`` is still at version ``token`` (None: absent).
+
+        Raises:
+            SwapConflict: it changed in between.
+        """
+
+
+class FolderStorage(Storage):
+    """A local or NFS folder: temporary file + rename (replace) or hard link (create)."""
+
+    @contextlib.contextmanager
+    def _temp(self, data: bytes | None = None) -> Iterator[str]:
+        tmp_dir = os.path.join(self.root, "tmp")
+        os.makedirs(tmp_dir, exist_ok=True)
+        tmp = os.path.join(tmp_dir, f"{uuid.uuid4().hex}.part")
+        try:
+            if data is not None:
+                with open(tmp, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            yield tmp
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def put(self, path: str, data: bytes) -> None:
+        with self._errors(f"cannot write {path}"), self._temp(data) as tmp:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(tmp, path)
+
+    def create(self, path: str, data: bytes) -> bool:
+        with self._errors(f"cannot write {path}"), self._temp(data) as tmp:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+
+    def put_file(self, local: str | Path, path: str) -> None:
+        with self._errors(f"cannot write {path}"), self._temp() as tmp:
+            with open(local, "rb") as src, open(tmp, "xb") as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(tmp, path)
+
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        lock = os.path.join(self.root, "locks", os.path.relpath(path, self.root) + ".lock")
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
+        with FileLock(lock, timeout=60):
+            current, _ = self.read_versioned(path)
+            if current != token:
+                raise SwapConflict(f"{path} changed while moving it")
+            self.put(path, data)
+
+
+class ObjectStorage(Storage):
+    """S3 through s3fs: every PUT is atomic; create and swap are conditional requests."""
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, Any]:
+        with self._errors(f"cannot read {path}"):
+            try:
+                info = self.fs.info(path, refresh=True)
+                data: bytes = self.fs.cat_file(path)
+            except FileNotFoundError:
+                return None, None
+            return data, info.get("ETag")
+
+    def put(self, path: str, data: bytes) -> None:
+        with self._errors(f"cannot write {path}"):
+            self.fs.pipe_file(path, data)
+
+    def create(self, path: str, data: bytes) -> bool:
+        with self._errors(f"cannot write {path}"):
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if _is_precondition_failure(exc):
+                    return False
+                raise
+            return True
+
+    def put_file(self, local: str | Path, path: str) -> None:
+        # s3fs uploads large files in parallel multipart parts and aborts the upload on error.
+        with self._errors(f"cannot upload {path}"):
+            self.fs.put_file(str(local), path)
+
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        with self._errors(f"cannot write {path}"):
+            try:
+                if token is None:
+                    self.fs.pipe_file(path, data, mode="create")
+                else:
+                    self.fs.pipe_file(path, data, IfMatch=token)
+            except FileExistsError:
+                raise SwapConflict(f"{path} appeared while moving it") from None
+            except OSError as exc:
+                if _is_precondition_failure(exc):
+                    raise SwapConflict(f"{path} changed while moving it") from None
+                raise
+
+
+class LastWriterWinsStorage(Storage):
+    """Any other writable fsspec file system, by explicit opt-in: check-then-write, may race."""
+
+    def put(self, path: str, data: bytes) -> None:
+        with self._errors(f"cannot write {path}"):
+            self.fs.pipe_file(path, data)
+
+    def create(self, path: str, data: bytes) -> bool:
+        if self.exists(path):
+            return False
+        self.put(path, data)
+        return True
+
+    def put_file(self, local: str | Path, path: str) -> None:
+        with self._errors(f"cannot upload {path}"):
+            self.fs.put_file(str(local), path)
+
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        if self.read_versioned(path)[1] != token:
+            raise SwapConflict(f"{path} changed while moving it")
+        self.put(path, data)
+
+
+class ReadOnlyStorage(LastWriterWinsStorage):
+    """Any other fsspec URL without the opt-in: reads only."""
+
+    def _refuse(self) -> None:
+        raise UserError(
+            f"{self.url}: publishing here needs atomic writes, which only folders and s3:// "
+            "provide; pass --last-writer-wins to publish anyway"
+        )
+
+    def put(self, path: str, data: bytes) -> None:
+        self._refuse()
+
+    def put_file(self, local: str | Path, path: str) -> None:
+        self._refuse()
+
+
+def storage_for(fs: AbstractFileSystem, root: str, url: str, last_writer_wins: bool) -> Storage:
+    """The primitives for ``fs``: folder, S3, last-writer-wins (opt-in) or read-only."""
+    if isinstance(fs, LocalFileSystem):
+        return FolderStorage(fs, root, url)
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    if {"s3", "s3a"} & set(protocols):
+        return ObjectStorage(fs, root, url)
+    return (LastWriterWinsStorage if last_writer_wins else ReadOnlyStorage)(fs, root, url)
