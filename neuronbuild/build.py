@@ -22,7 +22,7 @@ from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
-from neuronbuild.store import RefConflict, Store
+from neuronbuild.store import Store
 
 LATEST = "latest"
 
@@ -203,19 +203,6 @@ def compile_recipe(
         )
         report.manifest = store.put_manifest(manifest)
         report.ref = f"{recipe.name}/{LATEST}"
-        move_ref_latest(store, recipe.name, report.manifest)
+        store.set_ref(recipe.name, LATEST, report.manifest)
     report.seconds = time.monotonic() - start
     return report
-
-
-def move_ref_latest(store: Store, name: str, digest: str, attempts: int = 5) -> None:
-    """Move ``<name>/latest`` to ``digest`` by compare-and-swap, retrying when another builder
-    moved it in between (the last sealed manifest wins)."""
-    for _ in range(attempts):
-        current = store.get_ref(name, LATEST)
-        try:
-            store.move_ref(name, LATEST, digest, current)
-            return
-        except RefConflict:
-            continue
-    store.move_ref(name, LATEST, digest, store.get_ref(name, LATEST))

@@ -19,7 +19,7 @@ from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
-from neuronbuild_runtime.cli import serve
+from neuronbuild_runtime.cli import pull, serve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -230,6 +230,121 @@ def compile_(
         sys.exit(1)
 
 
+CACHE_OPTION = click.option(
+    "--cache",
+    default=envs.default_cache_url,
+    show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
+    help="The store: a folder, file://, s3://bucket/prefix or another fsspec URL.",
+)
+LWW_OPTION = click.option(
+    "--last-writer-wins",
+    is_flag=True,
+    help="Allow publishing to an fsspec URL without atomic writes (not folders or s3://).",
+)
+
+
+@cli.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@CACHE_OPTION
+@click.option("--deep", is_flag=True, help="Re-hash every blob, not only check presence and size.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
+    """Check that everything REF|MANIFEST references is in the store (exit 2 if not)."""
+    from neuronbuild.store import Store
+    from neuronbuild.verify import verify_manifest
+
+    store = Store(cache)
+    report = verify_manifest(store, store.resolve(target), deep=deep)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        for problem in report.problems:
+            click.echo(problem, err=True)
+        state = "ok" if not report.problems else f"{len(report.problems)} problem(s)"
+        how = "re-hashed" if deep else "present with their sizes"
+        click.echo(f"{report.manifest}: {report.files} blobs, {report.bytes} bytes {how}: {state}")
+    if report.problems:
+        sys.exit(2)
+
+
+@cli.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@click.option("--from", "source", required=True, help="The store to copy from (e.g. a CI folder).")
+@CACHE_OPTION
+@LWW_OPTION
+@click.option(
+    "-j", "--jobs", default=8, show_default=True, type=click.IntRange(1), help="Parallel transfers."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def push(
+    target: str, source: str, cache: str, last_writer_wins: bool, jobs: int, as_json: bool
+) -> None:
+    """Publish REF|MANIFEST from the --from store to --cache: blobs it lacks, unit records,
+    the manifest, then (for a REF) the same ref, moved by compare-and-swap."""
+    from neuronbuild.store import Store, parse_ref
+    from neuronbuild.transfer import copy_manifest
+
+    src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins)
+    report = copy_manifest(src, dst, src.resolve(target), jobs=jobs)
+    if not target.startswith("sha256:"):
+        dst.set_ref(*parse_ref(target), report.manifest)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        click.echo(
+            f"pushed {report.manifest} to {dst.url}: {report.copied} blobs copied "
+            f"({report.bytes} bytes), {report.skipped} already there"
+        )
+
+
+@cli.command()
+@click.argument("source", metavar="SRC")
+@click.argument("destination", metavar="DST")
+@CACHE_OPTION
+@LWW_OPTION
+def tag(source: str, destination: str, cache: str, last_writer_wins: bool) -> None:
+    """Point ref DST (<name>/<tag>) at what SRC (a ref or sha256:...) points at, by
+    compare-and-swap. Promote with `tag app/latest app/prod`; roll back with an older manifest
+    from `ls --history`."""
+    from neuronbuild.store import Store, parse_ref
+
+    store = Store(cache, last_writer_wins=last_writer_wins)
+    digest = store.resolve(source)
+    store.get_manifest(digest)
+    name, ref_tag = parse_ref(destination)
+    before = store.get_ref(name, ref_tag)
+    store.move_ref(name, ref_tag, digest, before)
+    click.echo(f"{destination}: {before or '(new)'} -> {digest}")
+
+
+@cli.command(name="ls")
+@CACHE_OPTION
+@click.option("--history", is_flag=True, help="Also list every move of every ref.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def ls_(cache: str, history: bool, as_json: bool) -> None:
+    """List the store's refs and count its manifests, unit records, blobs and bytes."""
+    from neuronbuild.store import Store, parse_ref
+
+    store = Store(cache)
+    refs = store.refs()
+    data: dict[str, Any] = {"store": store.url, "refs": refs, **store.summary()}
+    if history:
+        data["history"] = {ref: store.ref_history(*parse_ref(ref)) for ref in refs}
+    if as_json:
+        echo_json(data)
+        return
+    rows = [["REF", "MANIFEST"]] + [[r, d] for r, d in sorted(refs.items())]
+    for line in format_table(rows):
+        click.echo(line)
+    for ref, moves in data.get("history", {}).items():
+        for move in moves:
+            click.echo(f"  {ref} {move['time']:.0f} {move['previous']} -> {move['manifest']}")
+    click.echo(
+        f"{data['manifests']} manifests, {data['units']} unit records, "
+        f"{data['blobs']} blobs, {data['bytes']} bytes in {store.url}"
+    )
+
+
 @cli.command()
 def isa() -> None:
     """Print this host's CPU instruction set, as a recipe's cpu_isa names it."""
@@ -237,6 +352,7 @@ def isa() -> None:
 
 
 cli.add_command(serve)
+cli.add_command(pull)
 
 
 def main() -> None:

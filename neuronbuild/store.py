@@ -278,6 +278,44 @@ class Store:
         move = f"{int(now * 1e9):020d}-{digest.split(':', 1)[1][:16]}.json"
         self.storage.create(self._path("history", name, tag, move), json.dumps(entry).encode())
 
+    def set_ref(self, name: str, tag: str, digest: str, attempts: int = 5) -> None:
+        """Move ``<name>/<tag>`` to ``digest`` by compare-and-swap, re-reading and retrying when
+        another writer moved it in between (the last writer wins, no move is lost from history).
+
+        Raises:
+            RefConflict: still contended after ``attempts`` tries.
+        """
+        for attempt in range(attempts):
+            try:
+                self.move_ref(name, tag, digest, self.get_ref(name, tag))
+                return
+            except RefConflict:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def refs(self) -> dict[str, str]:
+        """Every ref ``<name>/<tag>`` and the manifest it points at."""
+        out = {}
+        prefix = self._path("refs") + "/"
+        for path in self.storage.list(self._path("refs")):
+            name, _, tag = path.removeprefix(prefix).partition("/")
+            if REF_PART.match(name) and REF_PART.match(tag):
+                digest = self.get_ref(name, tag)
+                if digest is not None:
+                    out[f"{name}/{tag}"] = digest
+        return out
+
+    def summary(self) -> dict[str, int]:
+        """Counts of manifests, unit records and blobs, and the blobs' bytes."""
+        blobs = self.storage.list(self._path("blobs"))
+        return {
+            "manifests": len(self.storage.list(self._path("manifests"))),
+            "units": len(self.storage.list(self._path("units"))),
+            "blobs": len(blobs),
+            "bytes": sum(self.storage.size(b) or 0 for b in blobs),
+        }
+
     def ref_history(self, name: str, tag: str) -> list[dict[str, Any]]:
         """Every recorded move of ``<name>/<tag>``, oldest first."""
         moves = []

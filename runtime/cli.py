@@ -10,7 +10,8 @@ import click
 from neuronbuild import envs
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import vllm_engine_args
-from neuronbuild.store import Store
+from neuronbuild.store import Store, parse_ref
+from neuronbuild.transfer import copy_manifest
 
 from .serve import ServeSource, exec_vllm, prepare
 
@@ -29,6 +30,34 @@ def refuse_engine_options(extra: list[str]) -> None:
                 "recipe and compile it, then serve"
             )
         raise UserError(f"{arg}: not a serving option; use one of {sorted(SERVING_FLAGS)}")
+
+
+@click.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@click.option("--cache", default=envs.default_cache_url, help="The remote store to pull from.")
+@click.option(
+    "--local-cache", required=True, type=click.Path(file_okay=False), help="Local store to fill."
+)
+@click.option(
+    "-j", "--jobs", default=8, show_default=True, type=click.IntRange(1), help="Parallel transfers."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) -> None:
+    """Pre-stage a node or a container image: copy REF|MANIFEST and its blobs (verified) into
+    --local-cache, after which `serve --local-cache` runs without network access. Checks free
+    disk space first; an interrupted pull resumes."""
+    remote, local = Store(cache), Store(local_cache)
+    digest = remote.resolve(target)
+    report = copy_manifest(remote, local, digest, jobs=jobs)
+    if not target.startswith("sha256:"):
+        local.set_ref(*parse_ref(target), digest)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        click.echo(
+            f"pulled {digest} into {local.url}: {report.copied} blobs fetched "
+            f"({report.bytes} bytes), {report.skipped} already there"
+        )
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -17,11 +17,11 @@ from typing import Any
 
 from neuronbuild import envs
 from neuronbuild.engines import engine_for
-from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.manifest import FileEntry, Manifest
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.manifest import FileEntry, Manifest, check_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
-from neuronbuild.store import Store, hash_file
+from neuronbuild.store import Store, hash_file, parse_ref
 
 from .vllm_args import vllm_cli_args
 
@@ -115,27 +115,57 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
-def resolve(source: ServeSource, store: Store) -> tuple[Recipe, Manifest, str]:
-    """The recipe, manifest and manifest digest to serve.
+def _get_ref(store: Store, local: Store | None, name: str, tag: str) -> str | None:
+    """The remote ref; the local tier's copy only when the remote cannot be reached."""
+    try:
+        return store.get_ref(name, tag)
+    except StoreError:
+        if local is None or (digest := local.get_ref(name, tag)) is None:
+            raise
+        print(
+            f"neuronbuild: {store.url} unreachable; using the pulled {name}/{tag}", file=sys.stderr
+        )
+        return digest
+
+
+def _get_manifest(store: Store, local: Store | None, digest: str) -> Manifest:
+    """Manifests are immutable: the local tier's copy is as good as the remote's."""
+    if local is not None and local.storage.exists(local.manifest_path(digest)):
+        return local.get_manifest(digest)
+    return store.get_manifest(digest)
+
+
+def resolve(
+    source: ServeSource, store: Store, local: Store | None = None
+) -> tuple[Recipe, Manifest, str]:
+    """The recipe, manifest and manifest digest to serve (``local``: a pulled tier, used for
+    manifests, and for refs when ``store`` is unreachable).
 
     Raises:
         UserError: no such ref or manifest, or a recipe that does not match its manifest.
         StoreDataInvalid: a malformed or hostile manifest.
     """
+    if source.manifest is not None:
+        digest = check_digest(source.manifest, "--manifest")
+    else:
+        recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
+        name, tag = (recipe_file.name, LATEST) if recipe_file else parse_ref(source.ref or "")
+        found = _get_ref(store, local, name, tag)
+        if found is None:
+            hint = (
+                f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
+                f"{source.recipe} --cache {store.url}`"
+                if source.recipe
+                else "check the name with `neuronbuild ls`"
+            )
+            raise UserError(f"{store.url} has no {name}/{tag}: {hint}")
+        digest = found
+    manifest = _get_manifest(store, local, digest)
     if source.recipe is not None:
         recipe = load_recipe(source.recipe)
-        digest = store.get_ref(recipe.name, LATEST)
-        if digest is None:
-            raise UserError(
-                f"{store.url} has no {recipe.name}/{LATEST}: nothing was compiled for "
-                f"{source.recipe}; run `neuronbuild compile {source.recipe} --cache {store.url}`"
-            )
-        manifest = store.get_manifest(digest)
         check_recipe_matches(recipe, manifest, digest)
-        return recipe, manifest, digest
-    digest = store.resolve(source.ref or source.manifest or "")
-    manifest = store.get_manifest(digest)
-    recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
+    else:
+        recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
     return recipe, manifest, digest
 
 
@@ -215,12 +245,12 @@ def prepare(
     serving_env: dict[str, str] | None = None,
 ) -> Prepared:
     """Resolve, check, fetch, verify and materialise; return the vLLM command to exec."""
-    recipe, manifest, digest = resolve(source, store)
+    if local is None and not store.is_folder:
+        local = Store(envs.default_cache_url())
+    recipe, manifest, digest = resolve(source, store, local)
     engine = engine_for(recipe)
     for unit in manifest.units:
         engine.check_node(unit.factors)
-    if local is None and not store.is_folder:
-        local = Store(envs.default_cache_url())
     if local is not None and local.url != store.url:
         stage(manifest, store, local)
     else:
