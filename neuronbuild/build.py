@@ -17,14 +17,12 @@ from typing import Any, TextIO
 
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import UserError
+from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
-from neuronbuild.store import Store
-
-LATEST = "latest"
+from neuronbuild.store import LATEST, Store
 
 
 class ToolchainMismatch(UserError):
@@ -60,6 +58,7 @@ class CompileReport:
     manifest: str | None = None
     ref: str | None = None
     seconds: float = 0.0
+    blocked: str | None = None
 
     @property
     def failed(self) -> int:
@@ -74,9 +73,33 @@ class CompileReport:
             "manifest": self.manifest,
             "ref": self.ref,
             "seconds": round(self.seconds, 3),
+            "blocked": self.blocked,
             "totals": {s: self.count(s) for s in ("cached", "compiled", "failed", "missing")},
             "units": self.units,
         }
+
+
+def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
+    """The unit records the store holds for the plan's units, by key.
+
+    Raises:
+        StoreDataInvalid: a held record's blobs are missing, which no compile can repair (the
+            first record for a key wins); the message says what to remove.
+    """
+    records: dict[str, UnitRecord] = {}
+    for unit in plan.units:
+        record = store.get_unit(unit.key.digest)
+        if record is None:
+            continue
+        missing = store.missing_blobs(record.files)
+        if missing:
+            raise StoreDataInvalid(
+                f"{store.url}: unit record {unit.key.digest} is held but the blob of "
+                f"{missing[0].path} is missing; remove {store.unit_path(unit.key.digest)} "
+                "(its blobs are gone) and compile again"
+            )
+        records[unit.key.digest] = record
+    return records
 
 
 def ingest(
@@ -121,21 +144,19 @@ def compile_recipe(
     """
     start = time.monotonic()
     plan: Plan = build_plan(recipe)
-    compiler = plan.engine.compiler()
-    compiler.check_install()
-    toolchain = check_toolchain(recipe, compiler)
-    compiler.check_host(recipe)
-
     report = CompileReport(recipe.name)
-    records: dict[str, UnitRecord] = {}
-    todo = []
-    for unit in plan.units:
-        record = store.get_unit(unit.key.digest)
-        if record is None:
-            todo.append(unit)
-        else:
-            records[unit.key.digest] = record
+    try:
+        compiler = plan.engine.compiler()
+        compiler.check_install()
+        toolchain = check_toolchain(recipe, compiler)
+        compiler.check_host(recipe)
+    except UserError as exc:
+        if not dry_run:
+            raise
+        report.blocked = str(exc)
 
+    records = held_records(store, plan)
+    todo = [u for u in plan.units if u.key.digest not in records]
     if dry_run:
         for unit in plan.units:
             status = "cached" if unit.key.digest in records else "missing"
@@ -148,6 +169,8 @@ def compile_recipe(
             )
         report.seconds = time.monotonic() - start
         return report
+    if todo:
+        store.check_writable()
     log_dir.mkdir(parents=True, exist_ok=True)
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> UnitRecord:

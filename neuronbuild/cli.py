@@ -202,9 +202,7 @@ def compile_(
 
     recipe = load_or_exit(recipe_path)
     store = Store(cache)
-    logs = (
-        Path(log_dir) if log_dir else Path(envs.default_cache_url()).parent / "logs" / recipe.name
-    )
+    logs = Path(log_dir) if log_dir else envs.default_log_dir(recipe.name)
     try:
         report = compile_recipe(
             recipe, store, jobs=jobs, timeout=timeout, log_dir=logs, dry_run=dry_run
@@ -223,6 +221,8 @@ def compile_(
         if report.manifest:
             click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
         elif dry_run:
+            if report.blocked:
+                click.echo(f"compiling here would fail: {report.blocked}", err=True)
             click.echo("dry run: nothing compiled")
         else:
             click.echo("not sealed: some units failed; fix them and run compile again", err=True)

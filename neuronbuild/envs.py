@@ -23,9 +23,17 @@ NEURON_PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 
 
+def _user_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuronbuild"
+
+
+def default_log_dir(name: str) -> Path:
+    """Where ``compile`` keeps per-unit logs of recipe ``name`` by default."""
+    return _user_cache() / "logs" / name
+
+
 def default_cache_url() -> str:
     """``$NEURONBUILD_CACHE``, else ``$XDG_CACHE_HOME/neuronbuild/store`` (``~/.cache`` default)."""
     if value := os.environ.get(NEURONBUILD_CACHE):
         return value
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "neuronbuild" / "store")
+    return str(_user_cache() / "store")

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 SCHEMA = "neuronbuild.unit/1"
@@ -41,7 +42,7 @@ class UnitKey:
 
     factors: Mapping[str, Any]
 
-    @property
+    @cached_property
     def digest(self) -> str:
         return sha256_digest(canonical_json(dict(self.factors)))
 

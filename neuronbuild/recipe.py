@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid
+from neuronbuild.keys import canonical_json
 
 TARGET_ENGINES: dict[str, str] = {
     "trn1": "neuron",
@@ -80,6 +81,13 @@ _PYDANTIC_HINTS = {
     "missing": "is required; add it to the recipe",
     "literal_error": "must be one of {expected}",
     "string_pattern_mismatch": "must be one path segment of letters, digits, '.', '_' or '-'",
+    "int_type": "must be an integer, written without quotes",
+    "string_type": "must be a string; put it in quotes",
+    "bool_type": "must be true or false",
+    "dict_type": "must be a mapping",
+    "greater_than": "must be greater than {gt}",
+    "too_short": "cannot be empty",
+    "string_too_short": "cannot be empty",
 }
 
 
@@ -91,8 +99,8 @@ def _pydantic_errors(exc: ValidationError, data: Mapping[str, Any]) -> list[Reci
         for part in err["loc"]:
             value = value.get(part, MISSING) if isinstance(value, Mapping) else MISSING
         hint = _PYDANTIC_HINTS.get(err["type"], err["msg"].lower().replace("input ", "must "))
-        if err["type"] == "literal_error":
-            hint = hint.format(expected=err.get("ctx", {}).get("expected", ""))
+        if err["type"] in ("literal_error", "greater_than"):
+            hint = hint.format(**err.get("ctx", {}))
         errors.append(RecipeError(".".join(loc), value, hint))
     return errors
 
@@ -213,6 +221,18 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     errors = _check_keys(data)
     args = {k: v for k, v in data.items() if k not in OWN_KEYS}
     shape_errors = _parse_additional_config(args)
+    for key, value in args.items():
+        try:
+            canonical_json(value)
+        except (TypeError, ValueError):
+            shape_errors.append(
+                RecipeError(
+                    str(key),
+                    str(value)[:60],
+                    "must be plain JSON data (no NaN or infinity, dates, or mixed key types); "
+                    "quote it as a string if vLLM expects one",
+                )
+            )
     try:
         fields = _Fields.model_validate(data)
     except ValidationError as exc:
@@ -264,10 +284,19 @@ def load_recipe(path: str | Path) -> Recipe:
     """
     source = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeInvalid(
             source, [RecipeError("<file>", MISSING, f"cannot read: {exc.strerror}")]
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise RecipeInvalid(
+            source,
+            [
+                RecipeError(
+                    "<file>", MISSING, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
+                )
+            ],
         ) from None
     try:
         data = yaml.safe_load(text)

@@ -59,8 +59,8 @@ class Storage(ABC):
             yield
         except (FileNotFoundError, FileExistsError, StoreError, UserError):
             raise
-        except OSError as exc:
-            raise StoreError(f"{self.url}: {what}: {exc}") from None
+        except Exception as exc:  # s3fs/botocore raise their own types (no credentials, ...)
+            raise StoreError(f"{self.url}: {what}: {type(exc).__name__}: {exc}") from None
 
     def read(self, path: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
@@ -124,6 +124,15 @@ class Storage(ABC):
         """
 
 
+def _fsync_dir(path: str) -> None:
+    """Persist a rename or link in ``path``'s folder, so a ref never outlives what it names."""
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class FolderStorage(Storage):
     """A local or NFS folder: temporary file + rename (replace) or hard link (create)."""
 
@@ -147,6 +156,7 @@ class FolderStorage(Storage):
         with self._errors(f"cannot write {path}"), self._temp(data) as tmp:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(tmp, path)
+            _fsync_dir(path)
 
     def create(self, path: str, data: bytes) -> bool:
         with self._errors(f"cannot write {path}"), self._temp(data) as tmp:
@@ -155,6 +165,7 @@ class FolderStorage(Storage):
                 os.link(tmp, path)
             except FileExistsError:
                 return False
+            _fsync_dir(path)
             return True
 
     def put_file(self, local: str | Path, path: str) -> None:
@@ -166,6 +177,7 @@ class FolderStorage(Storage):
                 os.fsync(out.fileno())
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(tmp, path)
+            _fsync_dir(path)
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         lock = os.path.join(self.root, "locks", os.path.relpath(path, self.root) + ".lock")

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Iterable
@@ -34,6 +33,9 @@ import fsspec
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.manifest import FileEntry, Manifest, UnitRecord, check_digest
 from neuronbuild.storage import FolderStorage, SwapConflict, storage_for
+
+LATEST = "latest"
+"""The tag ``compile`` moves: ``<recipe name>/latest``."""
 
 CHUNK = 1 << 20
 """Bytes per read while hashing or copying (1 MiB)."""
@@ -92,6 +94,16 @@ class Store:
     def is_folder(self) -> bool:
         """Whether the store is a local (or NFS) folder, usable as a node's local tier."""
         return isinstance(self.storage, FolderStorage)
+
+    def check_writable(self) -> None:
+        """Write and delete a probe object, so a read-only store fails before hours of work.
+
+        Raises:
+            UserError: publishing is not possible at this URL. StoreError: the write failed.
+        """
+        probe = self._path("tmp", f"probe-{uuid.uuid4().hex}")
+        self.storage.put(probe, b"")
+        self.storage.delete(probe)
 
     # Paths.
 
@@ -222,10 +234,16 @@ class Store:
         its own digest (exclusive create). Returns ``sha256:<hex>``."""
         for unit in manifest.units:
             if not self.storage.exists(self.unit_path(unit.key)):
-                raise StoreError(f"{self.url}: cannot seal, unit {unit.key} is not published")
+                raise StoreError(
+                    f"{self.url}: cannot seal, unit {unit.key} is not published; "
+                    "compile (or push) the recipe again"
+                )
         missing = self.missing_blobs(manifest.files())
         if missing:
-            raise StoreError(f"{self.url}: cannot seal, blob of {missing[0].path} is missing")
+            raise StoreError(
+                f"{self.url}: cannot seal, the blob of {missing[0].path} is missing; "
+                "compile (or push) the recipe again"
+            )
         digest = manifest.digest
         self.storage.create(self.manifest_path(digest), manifest.to_bytes())
         return digest
@@ -340,16 +358,3 @@ class Store:
         if digest is None:
             raise UserError(f"{self.url}: no ref {name}/{tag}; compile its recipe first")
         return digest
-
-
-def copy_file(src: str | Path, dest: str | Path) -> None:
-    """Copy a local file atomically (temporary name, then rename)."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.part")
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
+from neuronbuild.engines.base import SERVING_ONLY_ARGS
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import vllm_engine_args
 from neuronbuild.store import Store, parse_ref
@@ -19,12 +20,13 @@ SERVING_FLAGS = {"--host", "--port", "--api-key", "--served-model-name", "--log-
 
 
 def refuse_engine_options(extra: list[str]) -> None:
-    """Only pure serving options pass through; an engine argument is part of the unit key."""
+    """Only pure serving options pass through; an engine argument is fixed by the recipe (and,
+    unless it is serving-only, part of the unit key)."""
     for arg in extra:
-        if not arg.startswith("--"):
-            continue
-        name = arg[2:].split("=", 1)[0].replace("-", "_").removeprefix("no_")
-        if name in vllm_engine_args():
+        name = arg.lstrip("-").split("=", 1)[0].replace("-", "_").removeprefix("no_")
+        if arg.startswith("--") and name in SERVING_ONLY_ARGS:
+            raise UserError(f"{arg}: {name} is set in the recipe, not on the serve command line")
+        if arg.startswith("--") and name in vllm_engine_args():
             raise UserError(
                 f"{arg}: {name} is part of the unit key and fixed by the recipe; change the "
                 "recipe and compile it, then serve"
@@ -88,6 +90,12 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     help="vLLM's log level.",
 )
 @click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True),
+    help="Folder vLLM runs in, where a relative model path resolves (default: the recipe's "
+    "folder for RECIPE, else the current folder).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Fetch, verify and lay out, print the vLLM command, do not start it.",
@@ -107,6 +115,7 @@ def serve(
     api_key: str | None,
     served_model_name: str | None,
     log_level: str | None,
+    workdir: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -133,6 +142,7 @@ def serve(
         cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
         serving_args=serving,
         serving_env=env,
+        workdir=Path(workdir).resolve() if workdir else None,
     )
     if dry_run:
         if as_json:

