@@ -346,6 +346,39 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
 
 
 @cli.command()
+@CACHE_OPTION
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@click.option(
+    "--keep-last", type=click.IntRange(0), help="Keep only each ref's last N moves alive."
+)
+@click.option(
+    "--older-than",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Grace period in days: younger objects are never deleted.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def gc(cache: str, dry_run: bool, keep_last: int | None, older_than: float, as_json: bool) -> None:
+    """Delete what no ref or ref history reaches (mark and sweep), never a blob a live manifest
+    uses nor anything younger than the grace period."""
+    from neuronbuild.gc import collect_garbage
+    from neuronbuild.store import Store
+
+    report = collect_garbage(
+        Store(cache), keep_last=keep_last, older_than_days=older_than, dry_run=dry_run
+    )
+    if as_json:
+        echo_json(report.to_json())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    counts = ", ".join(f"{len(p)} {kind}" for kind, p in report.deleted.items()) or "nothing"
+    click.echo(
+        f"{report.live_manifests} live manifests; {verb} {counts} ({report.bytes} blob bytes)"
+    )
+
+
+@cli.command()
 def isa() -> None:
     """Print this host's CPU instruction set, as a recipe's cpu_isa names it."""
     click.echo(host_isa())

@@ -83,6 +83,18 @@ class Storage(ABC):
             except FileNotFoundError:
                 return None
 
+    def modified(self, path: str) -> float | None:
+        """The object's modification time (seconds since the epoch), or None when absent."""
+        with self._errors(f"cannot stat {path}"):
+            try:
+                info = self.fs.info(path)
+            except FileNotFoundError:
+                return None
+        value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        return float(value) if value is not None else None
+
     def exists(self, path: str) -> bool:
         with self._errors(f"cannot stat {path}"):
             return bool(self.fs.exists(path))

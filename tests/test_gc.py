@@ -1,0 +1,50 @@
+"""Mark and sweep: what refs and their history reach stays, young objects stay, the rest goes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from neuronbuild.gc import collect_garbage
+from neuronbuild.store import Store
+from neuronbuild.verify import verify_manifest
+from tests.conftest import cpu_recipe, publish_build
+
+LATER = time.time() + 10 * 86400
+
+
+def blob_count(store: Store) -> int:
+    return len(store.storage.list(store._path("blobs")))
+
+
+def test_unreachable_objects_are_swept_and_live_ones_kept(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    live = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    orphan = publish_build(store, cpu_recipe(cpu_isa="host", name="orphan", seed=1), tmp_path, "b")
+    store.storage.delete(store.ref_path("orphan", "latest"))
+    before = blob_count(store)
+
+    dry = collect_garbage(store, dry_run=True, now=LATER)
+    assert set(dry.deleted) == {"manifests", "units", "blobs"}
+    assert blob_count(store) == before
+
+    young = collect_garbage(store, now=time.time())
+    assert not young.deleted
+
+    swept = collect_garbage(store, now=LATER)
+    assert swept.deleted["manifests"] == [store.manifest_path(orphan)]
+    assert blob_count(store) == before - 2
+    assert not verify_manifest(store, live, deep=True).problems
+
+
+def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    old = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
+    new = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    assert store.get_ref("tiny", "latest") == new
+
+    kept = collect_garbage(store, now=LATER)
+    assert not kept.deleted
+    collect_garbage(store, keep_last=1, now=LATER)
+    assert not store.storage.exists(store.manifest_path(old))
+    assert not verify_manifest(store, new, deep=True).problems
