@@ -379,6 +379,35 @@ def gc(cache: str, dry_run: bool, keep_last: int | None, older_than: float, as_j
 
 
 @cli.command()
+@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@CACHE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
+def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
+    """Print every factor of every unit key of RECIPE, whether the store holds it, and for a
+    miss which factor differs from the recipe's last sealed build."""
+    from dataclasses import asdict
+
+    from neuronbuild.doctor import diagnose
+    from neuronbuild.store import Store
+
+    units = diagnose(load_or_exit(recipe_path), Store(cache))
+    if as_json:
+        echo_json([asdict(u) for u in units])
+        return
+    for unit in units:
+        labels = ", ".join(" ".join(f"{k}={v}" for k, v in g.items()) for g in unit.graphs)
+        click.echo(f"{'HIT ' if unit.held else 'MISS'} {unit.key} ({labels})")
+        for name, value in unit.factors.items():
+            click.echo(f"     {name}: {json.dumps(value, sort_keys=True)}")
+        if unit.differences:
+            click.echo(f"     differs from {unit.compared_with}:")
+            for line in unit.differences:
+                click.echo(f"       {line}")
+        elif not unit.held:
+            click.echo("     no sealed build of this graph to compare with; compile it")
+
+
+@cli.command()
 def isa() -> None:
     """Print this host's CPU instruction set, as a recipe's cpu_isa names it."""
     click.echo(host_isa())

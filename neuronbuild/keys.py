@@ -55,3 +55,28 @@ class UnitKey:
         """Names of the factors whose values differ from ``other``'s (a missing one differs)."""
         names = sorted(set(self.factors) | set(other))
         return [n for n in names if self.factors.get(n) != other.get(n)]
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """``factor[.sub]: recipe X, manifest Y`` for every factor (one level deep) that differs
+    between ``mine`` (a recipe's unit key) and ``theirs`` (a stored unit's)."""
+    out = []
+    for name in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(name), theirs.get(name)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            for sub in sorted(set(a) | set(b)):
+                if a.get(sub) != b.get(sub):
+                    out.append(
+                        f"{name}.{sub}: recipe {_describe(a.get(sub))}, "
+                        f"manifest {_describe(b.get(sub))}"
+                    )
+        else:
+            out.append(f"{name}: recipe {_describe(a)}, manifest {_describe(b)}")
+    return out

@@ -18,6 +18,7 @@ from typing import Any
 from neuronbuild import envs
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.keys import factor_differences
 from neuronbuild.manifest import FileEntry, Manifest, check_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
@@ -60,30 +61,6 @@ class Prepared:
             "argv": self.argv,
             "cwd": str(self.cwd),
         }
-
-
-def _describe(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    """``factor[.sub]: recipe X, manifest Y`` for every factor (one level deep) that differs."""
-    out = []
-    for name in sorted(set(mine) | set(theirs)):
-        a, b = mine.get(name), theirs.get(name)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):
-            for sub in sorted(set(a) | set(b)):
-                if a.get(sub) != b.get(sub):
-                    out.append(
-                        f"{name}.{sub}: recipe {_describe(a.get(sub))}, "
-                        f"manifest {_describe(b.get(sub))}"
-                    )
-        else:
-            out.append(f"{name}: recipe {_describe(a)}, manifest {_describe(b)}")
-    return out
 
 
 def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:

@@ -48,3 +48,16 @@ def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None
     collect_garbage(store, keep_last=1, now=LATER)
     assert not store.storage.exists(store.manifest_path(old))
     assert not verify_manifest(store, new, deep=True).problems
+
+
+def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
+    from neuronbuild.doctor import diagnose
+    from neuronbuild.recipe import parse_recipe
+
+    store = Store(str(tmp_path / "store"))
+    publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    [hit] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host")), store)
+    assert hit.held and not hit.differences
+    [miss] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host", max_model_len=512)), store)
+    assert not miss.held
+    assert miss.differences == ["engine_args.max_model_len: recipe 512, manifest 256"]

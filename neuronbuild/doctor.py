@@ -1,0 +1,52 @@
+"""``neuronbuild doctor``: why does a unit that "should" hit the store miss?
+
+For every unit of a recipe's plan: whether the store holds its key, and for a miss, which factors
+differ from the same graph's unit in the recipe's last sealed manifest (``<name>/latest``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuronbuild.keys import factor_differences
+from neuronbuild.manifest import UnitRecord
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import Recipe
+from neuronbuild.store import LATEST, Store
+
+
+@dataclass
+class UnitDiagnosis:
+    """One unit: its key, graphs, factors, whether it is held, and the differing factors."""
+
+    key: str
+    graphs: list[dict[str, Any]]
+    factors: dict[str, Any]
+    held: bool
+    differences: list[str] = field(default_factory=list)
+    compared_with: str | None = None
+
+
+def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
+    """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
+    plan = build_plan(recipe)
+    held = store.held_units(u.key.digest for u in plan.units)
+    latest = store.get_ref(recipe.name, LATEST)
+    sealed: dict[str, UnitRecord] = {}
+    if latest is not None:
+        for record in store.get_manifest(latest).units:
+            sealed[json.dumps(record.graphs, sort_keys=True)] = record
+    out = []
+    for unit in plan.units:
+        graphs = [g.to_json() for g in unit.graphs]
+        diagnosis = UnitDiagnosis(
+            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
+        )
+        previous = sealed.get(json.dumps(graphs, sort_keys=True))
+        if not diagnosis.held and previous is not None:
+            diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
+            diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
+        out.append(diagnosis)
+    return out
