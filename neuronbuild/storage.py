@@ -230,7 +230,8 @@ class ObjectStorage(Storage):
             return True
 
     def put_file(self, local: str | Path, path: str) -> None:
-        # s3fs uploads large files in parallel multipart parts and aborts the upload on error.
+        # One PUT for small files; parallel multipart parts for large ones, which s3fs aborts
+        # on error.
         with self._errors(f"cannot upload {path}"):
             self.fs.put_file(str(local), path)
 

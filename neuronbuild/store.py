@@ -37,6 +37,9 @@ from neuronbuild.storage import FolderStorage, SwapConflict, storage_for
 LATEST = "latest"
 """The tag ``compile`` moves: ``<recipe name>/latest``."""
 
+UPLOAD_ATTEMPTS = 3
+"""Uploads of one blob before giving up when the stored size keeps differing."""
+
 CHUNK = 1 << 20
 """Bytes per read while hashing or copying (1 MiB)."""
 
@@ -148,10 +151,12 @@ class Store:
         """
         digest, size = hash_file(local_path)
         entry = FileEntry("blob", digest, size)
-        if not self.has_blob(entry):
+        for _ in range(UPLOAD_ATTEMPTS):
+            if self.has_blob(entry):
+                return digest, size
             self.storage.put_file(local_path, self.blob_path(digest))
-            if not self.has_blob(entry):
-                raise StoreError(f"{self.blob_url(digest)}: upload left a blob of the wrong size")
+        if not self.has_blob(entry):
+            raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
         return digest, size
 
     def fetch_blob(self, entry: FileEntry, dest: str | Path) -> None:

@@ -19,7 +19,9 @@ from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.manifest import Manifest
 from neuronbuild.storage import SwapConflict
 from neuronbuild.store import RefConflict, Store
+from neuronbuild.verify import verify_manifest
 from tests.conftest import cpu_recipe, publish_build
+from tests.faulty_proxy import FaultyProxy
 
 BUCKET = "neuronbuild-test"
 PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]
@@ -272,3 +274,41 @@ def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "deep" / "outside").exists()
     assert not (tmp_path / "outside").exists()
+
+
+def test_injected_500s_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
+    target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    local = Store(str(tmp_path / "ci"))
+    publish_build(local, demo_recipe(tmp_path), tmp_path, "a")
+    url = f"s3://{BUCKET}/faults-{uuid.uuid4().hex[:8]}"
+    with FaultyProxy(target, fail_every=3) as proxy:
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        pushed = neuronbuild(*PUSH[3:], "--from", local.url, "--cache", url, env=env)
+        assert pushed.returncode == 0, pushed.stderr
+        assert proxy.failed > 0
+        verified = neuronbuild("verify", "remote-demo/latest", "--cache", url, "--deep", env=env)
+        assert verified.returncode == 0, verified.stderr
+
+
+def test_a_persistent_fault_exits_3_and_loses_nothing_published(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    url = f"s3://{BUCKET}/down-{uuid.uuid4().hex[:8]}"
+    first = publish_build(Store(url), demo_recipe(tmp_path), tmp_path, "a")
+    local = Store(str(tmp_path / "ci"))
+    publish_build(
+        local,
+        cpu_recipe(name="remote-demo", cpu_isa="host", model=str(tmp_path), seed=7),
+        tmp_path,
+        "b",
+    )
+    with FaultyProxy(target) as proxy:
+        proxy.down = True
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"}
+        pushed = neuronbuild(*PUSH[3:], "--from", local.url, "--cache", url, env=env)
+        assert pushed.returncode == 3, pushed.stderr
+        assert "Traceback" not in pushed.stderr
+    store = Store(url)
+    assert store.get_ref("remote-demo", "latest") == first
+    assert not verify_manifest(store, first, deep=True).problems

@@ -1,0 +1,79 @@
+"""An HTTP proxy on loopback that answers some requests with 500 instead of forwarding them:
+faults between neuronbuild and the S3 server, for tests."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FaultyProxy:
+    """Forward to ``127.0.0.1:target_port``; fail every ``fail_every``-th request with 500
+    (0: never), or every request while ``down`` is set."""
+
+    def __init__(self, target_port: int, fail_every: int = 0) -> None:
+        self.target_port, self.fail_every = target_port, fail_every
+        self.down = False
+        self.requests = self.failed = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # answers botocore's "Expect: 100-continue"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy._lock:
+                    proxy.requests += 1
+                    fail = proxy.down or (
+                        proxy.fail_every and proxy.requests % proxy.fail_every == 0
+                    )
+                    proxy.failed += bool(fail)
+                if fail:
+                    payload = (
+                        b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+                    )
+                    self.send_response(500)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.target_port, timeout=30)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers["Host"] = f"127.0.0.1:{proxy.target_port}"
+                conn.request(self.command, self.path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                head = self.command == "HEAD"  # its Content-Length is the object's, not ours
+                for key, value in response.getheaders():
+                    skip = ("transfer-encoding", "connection") + (
+                        () if head else ("content-length",)
+                    )
+                    if key.lower() not in skip:
+                        self.send_header(key, value)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultyProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
