@@ -107,6 +107,15 @@ class Storage(ABC):
             except FileNotFoundError:
                 return []
 
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        """Every object path under ``prefix`` and its size in bytes."""
+        with self._errors(f"cannot list {prefix}"):
+            try:
+                found = self.fs.find(prefix, detail=True)
+            except FileNotFoundError:
+                return {}
+        return {str(path): int(info.get("size") or 0) for path, info in found.items()}
+
     def open_read(self, path: str) -> Any:
         """A binary file object for reading (FileNotFoundError when absent)."""
         return self.fs.open(path, "rb")
@@ -189,6 +198,15 @@ class FolderStorage(Storage):
                 os.fsync(out.fileno())
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(tmp, path)
+            _fsync_dir(path)
+
+    def move_in(self, local: str | Path, path: str) -> None:
+        """Rename a local file of the same file system into place (it is consumed)."""
+        with self._errors(f"cannot write {path}"):
+            with open(local, "rb") as f:
+                os.fsync(f.fileno())
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(local, path)
             _fsync_dir(path)
 
     def swap(self, path: str, data: bytes, token: Any) -> None:

@@ -37,6 +37,9 @@ from neuronbuild.storage import FolderStorage, SwapConflict, storage_for
 LATEST = "latest"
 """The tag ``compile`` moves: ``<recipe name>/latest``."""
 
+LIST_THRESHOLD = 64
+"""Above this many blobs, presence is checked from one listing instead of one request each."""
+
 UPLOAD_ATTEMPTS = 3
 """Uploads of one blob before giving up when the stored size keeps differing."""
 
@@ -137,8 +140,15 @@ class Store:
         return self.storage.size(self.blob_path(entry.digest)) == entry.size
 
     def missing_blobs(self, entries: Iterable[FileEntry], workers: int = 16) -> list[FileEntry]:
-        """The entries whose blob is absent or of the wrong size, checked concurrently."""
+        """The entries whose blob is absent or of the wrong size.
+
+        Up to :data:`LIST_THRESHOLD` blobs are checked one request each, concurrently; more are
+        checked against one paginated listing of ``blobs/`` (1,000 keys per S3 request).
+        """
         unique = list({e.digest: e for e in entries}.values())
+        if len(unique) > LIST_THRESHOLD:
+            sizes = self.storage.list_sizes(self._path("blobs"))
+            return [e for e in unique if sizes.get(self.blob_path(e.digest)) != e.size]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             present = list(pool.map(self.has_blob, unique))
         return [e for e, ok in zip(unique, present, strict=True) if not ok]
@@ -158,6 +168,14 @@ class Store:
         if not self.has_blob(entry):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
         return digest, size
+
+    def put_verified(self, local: Path, entry: FileEntry) -> None:
+        """Store a local file whose bytes were just verified against ``entry``: renamed into place
+        on a folder store on the same file system (no second copy), uploaded elsewhere."""
+        if isinstance(self.storage, FolderStorage):
+            self.storage.move_in(local, self.blob_path(entry.digest))
+        else:
+            self.put_file(local)
 
     def fetch_blob(self, entry: FileEntry, dest: str | Path) -> None:
         """Copy a blob to the local file ``dest``, verifying its sha256 and size on the way.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,11 +54,13 @@ def check_free_space(store: Store, needed: int) -> None:
         )
 
 
-def _copy_blob(src: Store, dst: Store, entry: FileEntry, scratch: Path) -> None:
-    tmp = scratch / entry.digest.split(":", 1)[1]
+def copy_blob(src: Store, dst: Store, entry: FileEntry, scratch: Path) -> None:
+    """Copy one blob, verified, through a temporary file in the local folder ``scratch``."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    tmp = scratch / f"{entry.digest.split(':', 1)[1]}.{uuid.uuid4().hex[:8]}"
     try:
-        src.fetch_blob(entry, tmp)
-        dst.put_file(tmp)
+        src.fetch_blob(entry, tmp)  # hashed on the way: only verified bytes reach ``dst``
+        dst.put_verified(tmp, entry)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -82,7 +85,7 @@ def copy_manifest(src: Store, dst: Store, digest: str, *, jobs: int = 8) -> Copy
         tempfile.TemporaryDirectory(dir=scratch_parent, prefix="copy-") as scratch,
         ThreadPoolExecutor(max_workers=max(1, jobs)) as pool,
     ):
-        list(pool.map(lambda e: _copy_blob(src, dst, e, Path(scratch)), missing))
+        list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch)), missing))
     for unit in manifest.units:
         dst.put_unit(unit)
     dst.put_manifest(manifest)

@@ -23,6 +23,7 @@ from neuronbuild.manifest import FileEntry, Manifest, check_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
 from neuronbuild.store import LATEST, Store, hash_file, parse_ref
+from neuronbuild.transfer import copy_blob, copy_manifest
 
 from .vllm_args import vllm_cli_args
 
@@ -159,14 +160,17 @@ def _inside(root: Path, rel: str) -> Path:
     return dest
 
 
-def materialize(manifest: Manifest, digest: str, store: Store, root: Path) -> tuple[int, int]:
+def materialize(
+    manifest: Manifest, digest: str, store: Store, root: Path, remote: Store | None = None
+) -> tuple[int, int]:
     """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
 
-    A file already there with the right size and hash is kept. Returns (files, bytes).
+    A file already there with the right size and hash is kept. A corrupt blob of a local tier
+    ``store`` is fetched again from the next tier, ``remote``. Returns (files, bytes).
 
     Raises:
-        StoreDataInvalid: a blob is missing or corrupt, or a path escapes ``root``; nothing of
-            that file is written.
+        StoreDataInvalid: a blob is missing or corrupt (in every tier), or a path escapes
+            ``root``; nothing of that file is written.
     """
     files = manifest.files()
     missing = [f for f in files if not store.has_blob(f)]
@@ -182,7 +186,15 @@ def materialize(manifest: Manifest, digest: str, store: Store, root: Path) -> tu
         total += entry.size
         if _already_there(dest, entry):
             continue
-        store.fetch_blob(entry, dest)
+        try:
+            store.fetch_blob(entry, dest)
+        except StoreDataInvalid as exc:
+            if remote is None:
+                raise
+            print(f"neuronbuild: {exc}; fetching it again from {remote.url}", file=sys.stderr)
+            store.storage.delete(store.blob_path(entry.digest))
+            copy_blob(remote, store, entry, Path(store.root) / "tmp")
+            store.fetch_blob(entry, dest)
         if entry.executable:
             dest.chmod(dest.stat().st_mode | 0o111)
     return len(files), total
@@ -192,23 +204,6 @@ def _already_there(dest: Path, entry: FileEntry) -> bool:
     if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != entry.size:
         return False
     return hash_file(dest) == (entry.digest, entry.size)
-
-
-def stage(manifest: Manifest, remote: Store, local: Store) -> int:
-    """Copy the manifest's blobs that ``local`` lacks from ``remote`` (verified); returns count."""
-    fetched = 0
-    tmp_dir = Path(local.root) / "tmp"
-    for entry in manifest.files():
-        if local.has_blob(entry):
-            continue
-        tmp = tmp_dir / f"fetch-{entry.digest.split(':', 1)[1]}"
-        try:
-            remote.fetch_blob(entry, tmp)
-            local.put_file(tmp)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fetched += 1
-    return fetched
 
 
 def prepare(
@@ -234,13 +229,16 @@ def prepare(
             f"model {recipe.model} is a path relative to the recipe's folder and is not found "
             f"from {cwd}; pass --workdir with the folder the recipe was compiled from"
         )
+    remote: Store | None = None
     if local is not None and local.url != store.url:
-        stage(manifest, store, local)
+        if local.missing_blobs(manifest.files()):
+            copy_manifest(store, local, digest)  # read-through: the node keeps what it fetched
+        remote = store
     else:
         local = store
     root = cache_root or default_cache_root(local, digest)
     root.mkdir(parents=True, exist_ok=True)
-    files, size = materialize(manifest, digest, local, root)
+    files, size = materialize(manifest, digest, local, root, remote)
     engine_args = {k: v for k, v in recipe.engine_args.items() if k not in OWN_KEYS}
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine_args), *(serving_args or [])]
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).

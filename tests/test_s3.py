@@ -362,3 +362,28 @@ def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or
     assert not verify_manifest(
         remote, local.get_ref("remote-demo", "latest") or "", deep=True
     ).problems
+
+
+def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
+    s3_url: str, tmp_path: Path
+) -> None:
+    remote = Store(s3_url)
+    digest = publish_build(remote, demo_recipe(tmp_path), tmp_path, "a")
+    node = Store(str(tmp_path / "node"))
+    pulled = neuronbuild("pull", digest, "--cache", s3_url, "--local-cache", node.url)
+    assert pulled.returncode == 0, pulled.stderr
+    entry = remote.get_manifest(digest).files()[0]
+    blob = Path(node.blob_path(entry.digest))
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 0xFF
+    blob.write_bytes(bytes(data))
+
+    root = tmp_path / "root"
+    served = neuronbuild(
+        "serve", "--manifest", digest, "--cache", s3_url, "--local-cache", node.url,
+        "--vllm-cache-root", str(root), "--dry-run",
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    assert "fetching it again" in served.stderr
+    assert (root / entry.path).read_bytes().startswith(b"a:")
+    assert not verify_manifest(node, digest, deep=True).problems
