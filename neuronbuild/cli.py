@@ -408,6 +408,52 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("recipe_path", metavar="[RECIPE]", required=False, type=click.Path(dir_okay=False))
+@CACHE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
+    """The store's refs and sizes; with RECIPE, how many of its graphs per kind are built or
+    missing, and where <name>/latest points."""
+    from neuronbuild.store import LATEST, Store
+
+    store = Store(cache)
+    data: dict[str, Any] = {"store": store.url, "refs": store.refs(), **store.summary()}
+    if recipe_path is not None:
+        recipe = load_or_exit(recipe_path)
+        the_plan = build_plan(recipe)
+        held = store.held_units(u.key.digest for u in the_plan.units)
+        kinds: dict[str, dict[str, int]] = {}
+        missing = []
+        for unit in the_plan.units:
+            state = "built" if unit.key.digest in held else "missing"
+            for graph in unit.graphs:
+                kinds.setdefault(graph.kind, {"built": 0, "missing": 0})[state] += 1
+                if state == "missing":
+                    missing.append(graph.to_json())
+        data["recipe"] = {
+            "name": recipe.name,
+            "latest": store.get_ref(recipe.name, LATEST),
+            "graphs": kinds,
+            "missing": missing,
+        }
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(
+        f"{store.url}: {len(data['refs'])} refs, {data['manifests']} manifests, "
+        f"{data['units']} unit records, {data['blobs']} blobs, {data['bytes']} bytes"
+    )
+    if "recipe" in data:
+        info = data["recipe"]
+        click.echo(f"{info['name']}/latest -> {info['latest'] or '(none)'}")
+        rows = [["KIND", "BUILT", "MISSING"]] + [
+            [kind, str(n["built"]), str(n["missing"])] for kind, n in info["graphs"].items()
+        ]
+        for line in format_table(rows):
+            click.echo(line)
+
+
+@cli.command()
 def isa() -> None:
     """Print this host's CPU instruction set, as a recipe's cpu_isa names it."""
     click.echo(host_isa())

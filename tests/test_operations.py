@@ -1,9 +1,13 @@
-"""Mark and sweep: what refs and their history reach stays, young objects stay, the rest goes."""
+"""Store operations: gc (mark and sweep), doctor, status."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from neuronbuild.gc import collect_garbage
 from neuronbuild.store import Store
@@ -61,3 +65,20 @@ def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
     [miss] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host", max_model_len=512)), store)
     assert not miss.held
     assert miss.differences == ["engine_args.max_model_len: recipe 512, manifest 256"]
+
+
+def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_recipe: Any) -> None:
+    store = Store(str(tmp_path / "store"))
+    data = cpu_recipe(cpu_isa="host")
+    digest = publish_build(store, data, tmp_path, "a")
+    for recipe, built in ((data, 1), (cpu_recipe(cpu_isa="host", max_num_seqs=8), 0)):
+        result = subprocess.run(
+            [sys.executable, "-m", "neuronbuild", "status", str(write_recipe(recipe))]
+            + ["--cache", store.url, "--json"],
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stderr
+        info = json.loads(result.stdout)["recipe"]
+        assert info["graphs"] == {"dynamic": {"built": built, "missing": 1 - built}}
+        assert info["latest"] == digest
