@@ -73,8 +73,16 @@ def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_r
     digest = publish_build(store, data, tmp_path, "a")
     for recipe, built in ((data, 1), (cpu_recipe(cpu_isa="host", max_num_seqs=8), 0)):
         result = subprocess.run(
-            [sys.executable, "-m", "neuronbuild", "status", str(write_recipe(recipe))]
-            + ["--cache", store.url, "--json"],
+            [
+                sys.executable,
+                "-m",
+                "neuronbuild",
+                "status",
+                str(write_recipe(recipe)),
+                "--cache",
+                store.url,
+                "--json",
+            ],
             capture_output=True,
             text=True,
         )
