@@ -12,6 +12,10 @@ from pathlib import Path
 # Read by neuronbuild.
 NEURONBUILD_CACHE = "NEURONBUILD_CACHE"
 """Default store URL when ``--cache`` is not given."""
+NEURONBUILD_S3_READ_TIMEOUT = "NEURONBUILD_S3_READ_TIMEOUT"
+"""Seconds an S3 read may take before it is retried (default 20)."""
+NEURONBUILD_VLLM_COMPAT = "NEURONBUILD_VLLM_COMPAT"
+"""``0`` turns off the vLLM compatibility plugin (``neuronbuild_runtime.vllm_compat``)."""
 
 # Set by neuronbuild for vLLM (names as vLLM and vLLM-Neuron spell them).
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"

@@ -4,7 +4,8 @@ Live: every manifest a ref points at or pointed at (its last ``keep_last`` moves
 their unit records and blobs; and every unit record, blob, manifest or temporary object younger
 than the grace period, so that shards still being published (blobs before their unit record, unit
 records before their manifest) survive. Everything else is deleted: manifests first, then unit
-records, then blobs, so no manifest is ever left pointing at swept blobs.
+records, then blobs, so no manifest is ever left pointing at swept blobs. On S3, multipart uploads
+abandoned before the grace period (a publisher killed mid-upload) are aborted too.
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ def collect_garbage(
         return path.rsplit("/", 1)[-1].removesuffix(".json")
 
     sweeps = []
-    for path in store.storage.list(store._path("manifests")):
+    for path in store.storage.find(store._path("manifests")):
         if name_of(path) not in live_manifests and old(path):
             sweeps.append(("manifests", path))
-    for path in store.storage.list(store._path("units")):
+    for path in store.storage.find(store._path("units")):
         if name_of(path) in live_units:
             continue
         if old(path):
@@ -92,13 +93,16 @@ def collect_garbage(
             record = store.get_unit("sha256:" + name_of(path))
             if record is not None:
                 live_blobs.update(f.digest.split(":", 1)[1] for f in record.files)
-    for path in store.storage.list(store._path("blobs")):
+    for path in store.storage.find(store._path("blobs")):
         if name_of(path) not in live_blobs and old(path):
             sweeps.append(("blobs", path))
-    for path in store.storage.list(store._path("tmp")):
+    for path in store.storage.find(store._path("tmp")):
         if old(path):
             sweeps.append(("tmp", path))
 
+    uploads = store.storage.abort_abandoned_uploads(cutoff, dry_run)
+    if uploads:
+        report.deleted["multipart uploads"] = uploads
     for kind, path in sweeps:
         report.deleted.setdefault(kind, []).append(path)
         if kind == "blobs":

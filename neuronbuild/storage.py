@@ -99,7 +99,7 @@ class Storage(ABC):
         with self._errors(f"cannot stat {path}"):
             return bool(self.fs.exists(path))
 
-    def list(self, prefix: str) -> list[str]:
+    def find(self, prefix: str) -> list[str]:
         """Every object path under ``prefix`` (recursively), sorted; [] when there is none."""
         with self._errors(f"cannot list {prefix}"):
             try:
@@ -123,6 +123,11 @@ class Storage(ABC):
     def delete(self, path: str) -> None:
         with self._errors(f"cannot delete {path}"), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
+
+    def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
+        """Abort unfinished multipart uploads under the root started before ``older_than``
+        (seconds since the epoch); returns their keys. Only object stores have them."""
+        return []
 
     @abstractmethod
     def put(self, path: str, data: bytes) -> None:
@@ -246,6 +251,24 @@ class ObjectStorage(Storage):
                     return False
                 raise
             return True
+
+    def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
+        bucket, _, prefix = self.root.partition("/")
+        aborted = []
+        with self._errors(f"cannot list multipart uploads of {self.url}"):
+            listing = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
+            for upload in listing.get("Uploads", []):
+                if upload["Initiated"].timestamp() >= older_than:
+                    continue  # may still be running
+                aborted.append(f"{bucket}/{upload['Key']}")
+                if not dry_run:
+                    self.fs.call_s3(
+                        "abort_multipart_upload",
+                        Bucket=bucket,
+                        Key=upload["Key"],
+                        UploadId=upload["UploadId"],
+                    )
+        return aborted
 
     def put_file(self, local: str | Path, path: str) -> None:
         # One PUT for small files; parallel multipart parts for large ones, which s3fs aborts

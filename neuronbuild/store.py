@@ -30,6 +30,7 @@ from typing import Any
 
 import fsspec
 
+from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.manifest import FileEntry, Manifest, UnitRecord, check_digest
 from neuronbuild.storage import FolderStorage, SwapConflict, storage_for
@@ -39,6 +40,18 @@ LATEST = "latest"
 
 LIST_THRESHOLD = 64
 """Above this many blobs, presence is checked from one listing instead of one request each."""
+
+def s3_options() -> dict[str, Any]:
+    """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
+    read, and botocore's standard retry mode (5 attempts, with backoff, on throttling, 5xx and
+    timeouts); a fault that outlasts them is a StoreError (exit code 3)."""
+    return {
+        "config_kwargs": {
+            "connect_timeout": 5,
+            "read_timeout": float(os.environ.get(envs.NEURONBUILD_S3_READ_TIMEOUT, "20")),
+            "retries": {"max_attempts": 5, "mode": "standard"},
+        }
+    }
 
 UPLOAD_ATTEMPTS = 3
 """Uploads of one blob before giving up when the stored size keeps differing."""
@@ -87,7 +100,8 @@ class Store:
     def __init__(self, url: str, *, last_writer_wins: bool = False) -> None:
         self.url = url
         try:
-            fs, root = fsspec.core.url_to_fs(url)
+            options = s3_options() if url.startswith(("s3://", "s3a://")) else {}
+            fs, root = fsspec.core.url_to_fs(url, **options)
         except (ValueError, ImportError) as exc:
             raise UserError(f"--cache {url!r}: {exc}") from None
         self.storage = storage_for(fs, root, url, last_writer_wins)
@@ -339,7 +353,7 @@ class Store:
         """Every ref ``<name>/<tag>`` and the manifest it points at."""
         out = {}
         prefix = self._path("refs") + "/"
-        for path in self.storage.list(self._path("refs")):
+        for path in self.storage.find(self._path("refs")):
             name, _, tag = path.removeprefix(prefix).partition("/")
             if REF_PART.match(name) and REF_PART.match(tag):
                 digest = self.get_ref(name, tag)
@@ -349,10 +363,10 @@ class Store:
 
     def summary(self) -> dict[str, int]:
         """Counts of manifests, unit records and blobs, and the blobs' bytes."""
-        blobs = self.storage.list(self._path("blobs"))
+        blobs = self.storage.find(self._path("blobs"))
         return {
-            "manifests": len(self.storage.list(self._path("manifests"))),
-            "units": len(self.storage.list(self._path("units"))),
+            "manifests": len(self.storage.find(self._path("manifests"))),
+            "units": len(self.storage.find(self._path("units"))),
             "blobs": len(blobs),
             "bytes": sum(self.storage.size(b) or 0 for b in blobs),
         }
@@ -360,7 +374,7 @@ class Store:
     def ref_history(self, name: str, tag: str) -> list[dict[str, Any]]:
         """Every recorded move of ``<name>/<tag>``, oldest first."""
         moves = []
-        for path in self.storage.list(self._path("history", name, tag)):
+        for path in self.storage.find(self._path("history", name, tag)):
             data = self.storage.read(path)
             try:
                 moves.append(json.loads(data or b""))

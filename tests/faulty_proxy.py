@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FaultyProxy:
     """Forward to ``127.0.0.1:target_port``; fail every ``fail_every``-th request with 500
-    (0: never), or every request while ``down`` is set."""
+    (0: never), or every request while ``down`` is set; hold every ``stall_every``-th request for
+    ``stall_seconds`` before forwarding it (a timeout for a client that waits less)."""
 
-    def __init__(self, target_port: int, fail_every: int = 0) -> None:
+    def __init__(
+        self, target_port: int, fail_every: int = 0, stall_every: int = 0, stall_seconds: float = 0
+    ) -> None:
         self.target_port, self.fail_every = target_port, fail_every
+        self.stall_every, self.stall_seconds = stall_every, stall_seconds
         self.down = False
-        self.requests = self.failed = 0
+        self.requests = self.failed = self.stalled = 0
         self._lock = threading.Lock()
         proxy = self
 
@@ -34,6 +39,11 @@ class FaultyProxy:
                         proxy.fail_every and proxy.requests % proxy.fail_every == 0
                     )
                     proxy.failed += bool(fail)
+                    stall = bool(proxy.stall_every and proxy.requests % proxy.stall_every == 0)
+                    proxy.stalled += stall
+                if stall:
+                    time.sleep(proxy.stall_seconds)
+                    return  # the client has given up on this request
                 if fail:
                     payload = (
                         b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"

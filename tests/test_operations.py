@@ -18,7 +18,7 @@ LATER = time.time() + 10 * 86400
 
 
 def blob_count(store: Store) -> int:
-    return len(store.storage.list(store._path("blobs")))
+    return len(store.storage.find(store._path("blobs")))
 
 
 def test_unreachable_objects_are_swept_and_live_ones_kept(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from neuronbuild.build import ingest
+from neuronbuild.gc import collect_garbage
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
@@ -137,7 +138,7 @@ def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_pa
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     remote = Store(s3_url)
-    units = remote.storage.list(remote._path("units"))
+    units = remote.storage.find(remote._path("units"))
     assert len(units) == 1
     digest = remote.get_ref("remote-demo", "latest")
     assert digest in {local.get_ref("remote-demo", "latest") for local in locals_}
@@ -350,7 +351,7 @@ def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or
         time.sleep(rng.uniform(0.3, 3.0))
         proc.kill()
         proc.wait()
-        for path in remote.storage.list(remote._path("manifests")):
+        for path in remote.storage.find(remote._path("manifests")):
             digest = "sha256:" + path.rsplit("/", 1)[-1].removesuffix(".json")
             assert not verify_manifest(remote, digest).problems, digest
         ref = remote.get_ref("remote-demo", "latest")
@@ -387,3 +388,33 @@ def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
     assert "fetching it again" in served.stderr
     assert (root / entry.path).read_bytes().startswith(b"a:")
     assert not verify_manifest(node, digest, deep=True).problems
+
+
+def test_gc_aborts_abandoned_multipart_uploads_only(s3_url: str, tmp_path: Path) -> None:
+    store = Store(s3_url)
+    digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
+    bucket, _, prefix = store.root.partition("/")
+    key = f"{prefix}/blobs/sha256/00/{'0' * 64}"
+    store.storage.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+    # moto reports every upload as initiated in 2010, so the grace period is not tested here.
+    swept = collect_garbage(store, now=time.time() + 10 * 86400)
+    assert swept.deleted["multipart uploads"] == [f"{bucket}/{key}"]
+    left = store.storage.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
+    assert not left.get("Uploads")
+    assert not verify_manifest(store, digest, deep=True).problems
+
+
+def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
+    target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    local = Store(str(tmp_path / "ci"))
+    publish_build(local, demo_recipe(tmp_path), tmp_path, "a")
+    url = f"s3://{BUCKET}/slow-{uuid.uuid4().hex[:8]}"
+    with FaultyProxy(target, stall_every=4, stall_seconds=4) as proxy:
+        env = {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}",
+            "NEURONBUILD_S3_READ_TIMEOUT": "1",
+        }
+        pushed = neuronbuild(*PUSH[3:], "--from", local.url, "--cache", url, env=env)
+        assert pushed.returncode == 0, pushed.stderr
+        assert proxy.stalled > 0
+    assert not verify_manifest(Store(url), local.get_ref("remote-demo", "latest") or "").problems
