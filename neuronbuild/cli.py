@@ -150,13 +150,27 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str | None) -> N
                 click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
 
 
-@cli.command(name="compile")
-@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
-@click.option(
+CACHE_OPTION = click.option(
     "--cache",
     default=envs.default_cache_url,
     show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
-    help="The store to publish into (a folder).",
+    help="The store: a folder, file://, s3://bucket/prefix or another fsspec URL.",
+)
+LWW_OPTION = click.option(
+    "--last-writer-wins",
+    is_flag=True,
+    help="Allow publishing to an fsspec URL without atomic writes (not folders or s3://).",
+)
+
+
+@cli.command(name="compile")
+@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@CACHE_OPTION
+@LWW_OPTION
+@click.option(
+    "--local-cache",
+    type=click.Path(file_okay=False),
+    help="Also keep the sealed build in this local store (write-through).",
 )
 @click.option(
     "-j",
@@ -183,6 +197,8 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str | None) -> N
 def compile_(
     recipe_path: str,
     cache: str,
+    last_writer_wins: bool,
+    local_cache: str | None,
     jobs: int,
     timeout: float,
     log_dir: str | None,
@@ -198,10 +214,10 @@ def compile_(
     """
     from neuronbuild.build import compile_recipe
     from neuronbuild.scheduler import Interrupted
-    from neuronbuild.store import Store
+    from neuronbuild.store import LATEST, Store
 
     recipe = load_or_exit(recipe_path)
-    store = Store(cache)
+    store = Store(cache, last_writer_wins=last_writer_wins)
     logs = Path(log_dir) if log_dir else envs.default_log_dir(recipe.name)
     try:
         report = compile_recipe(
@@ -210,6 +226,12 @@ def compile_(
     except Interrupted as exc:
         click.echo(f"{exc}: engine processes ended, nothing sealed", err=True)
         sys.exit(128 + exc.signum)
+    if local_cache and report.manifest:
+        from neuronbuild.transfer import copy_manifest
+
+        local = Store(local_cache)
+        copy_manifest(store, local, report.manifest)
+        local.set_ref(recipe.name, LATEST, report.manifest)
     if as_json:
         echo_json({"store": store.url, **report.to_json()})
     else:
@@ -228,19 +250,6 @@ def compile_(
             click.echo("not sealed: some units failed; fix them and run compile again", err=True)
     if report.failed:
         sys.exit(1)
-
-
-CACHE_OPTION = click.option(
-    "--cache",
-    default=envs.default_cache_url,
-    show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
-    help="The store: a folder, file://, s3://bucket/prefix or another fsspec URL.",
-)
-LWW_OPTION = click.option(
-    "--last-writer-wins",
-    is_flag=True,
-    help="Allow publishing to an fsspec URL without atomic writes (not folders or s3://).",
-)
 
 
 @cli.command()

@@ -41,6 +41,7 @@ LATEST = "latest"
 LIST_THRESHOLD = 64
 """Above this many blobs, presence is checked from one listing instead of one request each."""
 
+
 def s3_options() -> dict[str, Any]:
     """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
     read, and botocore's standard retry mode (5 attempts, with backoff, on throttling, 5xx and
@@ -52,6 +53,7 @@ def s3_options() -> dict[str, Any]:
             "retries": {"max_attempts": 5, "mode": "standard"},
         }
     }
+
 
 UPLOAD_ATTEMPTS = 3
 """Uploads of one blob before giving up when the stored size keeps differing."""

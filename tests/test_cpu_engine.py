@@ -19,6 +19,7 @@ import pytest
 from neuronbuild.demo import Server, free_port
 from neuronbuild.demo_model import build_demo_model
 from neuronbuild.store import Store
+from neuronbuild.verify import verify_manifest
 from tests.conftest import RECIPES
 
 pytestmark = pytest.mark.vllm
@@ -85,14 +86,28 @@ def serve_and_ask(
     return answer, log.read_text(errors="replace")
 
 
-def test_a_second_compile_compiles_nothing_and_seals_the_same_manifest(demo: Demo) -> None:
+def test_a_second_compile_compiles_nothing_and_seals_the_same_manifest(
+    demo: Demo, tmp_path: Path
+) -> None:
     store = Store(str(demo.store))
     before = store.get_ref("cpu-tiny-llama", "latest")
-    result = neuronbuild("compile", str(demo.recipe), "--cache", str(demo.store), "--json")
+    local = tmp_path / "local-tier"
+    result = neuronbuild(
+        "compile",
+        str(demo.recipe),
+        "--cache",
+        str(demo.store),
+        "--local-cache",
+        str(local),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["totals"] == {"cached": 1, "compiled": 0, "failed": 0, "missing": 0}
     assert report["manifest"] == before
+    written_through = Store(str(local))
+    assert written_through.get_ref("cpu-tiny-llama", "latest") == before
+    assert not verify_manifest(written_through, before or "", deep=True).problems
 
 
 def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_plain_vllm(
