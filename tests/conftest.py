@@ -37,6 +37,11 @@ def neuron_recipe(neuron_config: dict[str, Any] | None = None, **args: Any) -> d
     }
     if neuron_config is not None:
         data["additional_config"] = {"neuron_config": copy.deepcopy(neuron_config)}
+    return overridden(data, args)
+
+
+def overridden(data: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """``data`` updated with ``args``; a key set to None is removed."""
     for key, value in args.items():
         if value is None:
             data.pop(key, None)
@@ -58,12 +63,7 @@ def cpu_recipe(**args: Any) -> dict[str, Any]:
         "dtype": "bfloat16",
         "seed": 0,
     }
-    for key, value in args.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
+    return overridden(data, args)
 
 
 def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:

@@ -81,6 +81,14 @@ def neuronbuild(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+def serve_dry_run(
+    digest: str, url: str, node: Path, root: Path
+) -> subprocess.CompletedProcess[str]:
+    """``serve --manifest`` through a local tier, laying out under ``root`` without vLLM."""
+    serve = ["serve", "--manifest", digest, "--cache", url, "--local-cache", str(node)]
+    return neuronbuild(*serve, "--vllm-cache-root", str(root), "--dry-run")
+
+
 def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
     store = Store(s3_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
@@ -160,18 +168,7 @@ def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_pa
     assert result.returncode == 2
     assert f"s3://{blob}" in result.stderr and "corrupt" in result.stderr
     root = tmp_path / "vllm-cache"
-    served = neuronbuild(
-        "serve",
-        "--manifest",
-        digest,
-        "--cache",
-        s3_url,
-        "--local-cache",
-        str(tmp_path / "node"),
-        "--vllm-cache-root",
-        str(root),
-        "--dry-run",
-    )
+    served = serve_dry_run(digest, s3_url, tmp_path / "node", root)
     assert served.returncode == 2
     assert "corrupt" in served.stderr
     assert not root.exists() or not [p for p in root.rglob("*") if p.is_file()]
@@ -264,18 +261,7 @@ def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
     digest = sha256_digest(data)
     store.storage.put(store.manifest_path(digest), data)
     root = tmp_path / "deep" / "root"
-    result = neuronbuild(
-        "serve",
-        "--manifest",
-        digest,
-        "--cache",
-        s3_url,
-        "--local-cache",
-        str(tmp_path / "node"),
-        "--vllm-cache-root",
-        str(root),
-        "--dry-run",
-    )
+    result = serve_dry_run(digest, s3_url, tmp_path / "node", root)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "deep" / "outside").exists()
@@ -380,10 +366,7 @@ def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
     blob.write_bytes(bytes(data))
 
     root = tmp_path / "root"
-    served = neuronbuild(
-        "serve", "--manifest", digest, "--cache", s3_url, "--local-cache", node.url,
-        "--vllm-cache-root", str(root), "--dry-run",
-    )  # fmt: skip
+    served = serve_dry_run(digest, s3_url, Path(node.root), root)
     assert served.returncode == 0, served.stderr
     assert "fetching it again" in served.stderr
     assert (root / entry.path).read_bytes().startswith(b"a:")
