@@ -51,7 +51,8 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 
 @dataclass
 class CompileReport:
-    """What ``compile`` did: per unit ``status`` (cached, compiled, failed), seconds, log path."""
+    """What ``compile`` did: per unit ``status`` (cached, compiled, failed; missing in a dry
+    run), seconds and error; ``blocked``: why compiling here would be refused (dry run)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -105,13 +106,14 @@ def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
 def ingest(
     store: Store, unit: CompileUnit, cache_root: Path, files: list[Path], toolchain: dict[str, str]
 ) -> UnitRecord:
-    """Publish a compiled unit: each file as a blob, then its unit record (the first record for a
-    key wins; the stored one is returned)."""
-    entries = []
-    for rel in files:
-        path = cache_root / rel
-        digest, size = store.put_file(path)
-        entries.append(FileEntry(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111)))
+    """Publish a compiled unit: the blobs the store lacks (batched presence check, parallel
+    uploads), then its unit record (the first record for a key wins; the stored one is
+    returned)."""
+    paths = [cache_root / rel for rel in files]
+    entries = [
+        FileEntry(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
+        for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
+    ]
     record = UnitRecord(
         key=unit.key.digest,
         factors=dict(unit.key.factors),

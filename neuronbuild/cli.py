@@ -250,6 +250,8 @@ def compile_(
             click.echo("not sealed: some units failed; fix them and run compile again", err=True)
     if report.failed:
         sys.exit(1)
+    if report.blocked:
+        sys.exit(2)
 
 
 @cli.command()
@@ -311,7 +313,8 @@ def push(
 @click.argument("destination", metavar="DST")
 @CACHE_OPTION
 @LWW_OPTION
-def tag(source: str, destination: str, cache: str, last_writer_wins: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the move as JSON.")
+def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_json: bool) -> None:
     """Point ref DST (<name>/<tag>) at what SRC (a ref or sha256:...) points at, by
     compare-and-swap. Promote with `tag app/latest app/prod`; roll back with an older manifest
     from `ls --history`."""
@@ -323,7 +326,10 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool) -> No
     name, ref_tag = parse_ref(destination)
     before = store.get_ref(name, ref_tag)
     store.move_ref(name, ref_tag, digest, before)
-    click.echo(f"{destination}: {before or '(new)'} -> {digest}")
+    if as_json:
+        echo_json({"ref": destination, "previous": before, "manifest": digest})
+    else:
+        click.echo(f"{destination}: {before or '(new)'} -> {digest}")
 
 
 @cli.command(name="ls")
@@ -356,6 +362,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
 
 @cli.command()
 @CACHE_OPTION
+@LWW_OPTION
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @click.option(
     "--keep-last", type=click.IntRange(0), help="Keep only each ref's last N moves alive."
@@ -368,14 +375,24 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     help="Grace period in days: younger objects are never deleted.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def gc(cache: str, dry_run: bool, keep_last: int | None, older_than: float, as_json: bool) -> None:
+def gc(
+    cache: str,
+    last_writer_wins: bool,
+    dry_run: bool,
+    keep_last: int | None,
+    older_than: float,
+    as_json: bool,
+) -> None:
     """Delete what no ref or ref history reaches (mark and sweep), never a blob a live manifest
     uses nor anything younger than the grace period."""
     from neuronbuild.gc import collect_garbage
     from neuronbuild.store import Store
 
     report = collect_garbage(
-        Store(cache), keep_last=keep_last, older_than_days=older_than, dry_run=dry_run
+        Store(cache, last_writer_wins=last_writer_wins),
+        keep_last=keep_last,
+        older_than_days=older_than,
+        dry_run=dry_run,
     )
     if as_json:
         echo_json(report.to_json())

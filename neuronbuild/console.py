@@ -43,3 +43,7 @@ def run(command: click.Command) -> None:
     except StoreError as exc:
         click.echo(f"store error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # a local path that cannot be read or written
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(StoreError.exit_code)

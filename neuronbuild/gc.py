@@ -59,19 +59,8 @@ def collect_garbage(
     for ref, digest in store.refs().items():
         live.add(digest)
         moves = store.ref_history(*parse_ref(ref))
-        kept = moves if keep_last is None else moves[-keep_last:] if keep_last else []
-        live.update(m["manifest"] for m in kept if isinstance(m.get("manifest"), str))
-    live_units: set[str] = set()
-    live_blobs: set[str] = set()
-    for digest in sorted(live):
-        try:
-            manifest = store.get_manifest(digest)
-        except Exception:  # a ref to a missing manifest keeps nothing else alive
-            continue
-        report.live_manifests += 1
-        live_units.update(u.key.split(":", 1)[1] for u in manifest.units)
-        live_blobs.update(f.digest.split(":", 1)[1] for f in manifest.files())
-    live_manifests = {d.split(":", 1)[1] for d in live}
+        recent = moves if keep_last is None else moves[-keep_last:] if keep_last else []
+        live.update(m["manifest"] for m in recent)
 
     def old(path: str) -> bool:
         modified = store.storage.modified(path)
@@ -80,10 +69,23 @@ def collect_garbage(
     def name_of(path: str) -> str:
         return path.rsplit("/", 1)[-1].removesuffix(".json")
 
+    # Every manifest that stays (reached by a ref, or young) keeps its units and blobs alive.
     sweeps = []
+    kept: set[str] = set()
     for path in store.storage.find(store._path("manifests")):
-        if name_of(path) not in live_manifests and old(path):
+        digest = "sha256:" + name_of(path)
+        if digest in live or not old(path):
+            kept.add(digest)
+        else:
             sweeps.append(("manifests", path))
+    live_units: set[str] = set()
+    live_blobs: set[str] = set()
+    for digest in sorted(kept):
+        # A StoreError or malformed manifest aborts the sweep: nothing is deleted on a guess.
+        manifest = store.get_manifest(digest)
+        report.live_manifests += digest in live
+        live_units.update(u.key.split(":", 1)[1] for u in manifest.units)
+        live_blobs.update(f.digest.split(":", 1)[1] for f in manifest.files())
     for path in store.storage.find(store._path("units")):
         if name_of(path) in live_units:
             continue

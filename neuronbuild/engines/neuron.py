@@ -93,7 +93,8 @@ def check_unknown_keys(
 
 
 class NeuronEngine(Engine):
-    """vLLM + vllm-neuron, compiling NEFFs in CPU compile mode (``VLLM_NEURON_CPU_COMPILE=1``)."""
+    """vLLM + vllm-neuron: its rules, graphs, unit keys and serve environment. Its compile half
+    (vLLM-Neuron in CPU compile mode) is not part of this version: :meth:`compiler` says so."""
 
     name: ClassVar[str] = "neuron"
     key_env: ClassVar[tuple[str, ...]] = (
