@@ -193,3 +193,19 @@ def test_sigterm_during_compile_ends_every_engine_process_and_publishes_nothing(
     s = Store(str(store))
     assert s.get_ref("cpu-tiny-llama", "latest") == digest
     assert all(s.has_blob(f) for f in s.get_manifest(digest).files())
+
+
+def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) -> None:
+    recipe = lay_out_demo(tmp_path)
+    recipe.write_text(recipe.read_text().replace("../build/tiny-llama", "./no-such-model"))
+    store, logs = tmp_path / "store", tmp_path / "logs"
+    result = neuronbuild(
+        "compile", str(recipe), "--cache", str(store), "--log-dir", str(logs), "--json"
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    [unit] = json.loads(result.stdout)["units"]
+    assert unit["status"] == "failed" and "log:" in unit["error"]
+    [log] = logs.iterdir()
+    assert "no-such-model" in log.read_text(errors="replace")
+    assert not (store / "manifests").exists() and not (store / "refs").exists()
+    assert list((store / "failures").iterdir())

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from neuronbuild.gc import collect_garbage
 from neuronbuild.store import Store
@@ -90,3 +93,123 @@ def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_r
         info = json.loads(result.stdout)["recipe"]
         assert info["graphs"] == {"dynamic": {"built": built, "missing": 1 - built}}
         assert info["latest"] == digest
+
+
+def nb(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True
+    )
+
+
+def test_a_young_unreferenced_manifest_keeps_its_old_blobs(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    digest = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    store.storage.delete(store.ref_path("tiny", "latest"))
+    old = time.time() - 10 * 86400
+    for path in store.storage.find(store.root):
+        if "/manifests/" not in path:
+            os.utime(path, (old, old))
+    collect_garbage(store)
+    assert not verify_manifest(store, digest, deep=True).problems
+
+
+def test_tag_promotes_and_rolls_back_by_compare_and_swap(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    first = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
+    second = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    promoted = nb("tag", "tiny/latest", "tiny/prod", "--cache", store.url, "--json")
+    assert promoted.returncode == 0, promoted.stderr
+    assert json.loads(promoted.stdout) == {"ref": "tiny/prod", "previous": None, "manifest": second}
+    rolled = nb("tag", first, "tiny/prod", "--cache", store.url)
+    assert rolled.returncode == 0, rolled.stderr
+    assert store.get_ref("tiny", "prod") == first
+    listed = json.loads(nb("ls", "--history", "--cache", store.url, "--json").stdout)
+    assert listed["refs"] == {"tiny/latest": second, "tiny/prod": first}
+    assert [m["manifest"] for m in listed["history"]["tiny/prod"]] == [second, first]
+    missing = nb("tag", "sha256:" + "0" * 64, "tiny/prod", "--cache", store.url)
+    assert missing.returncode == 2 and "no manifest" in missing.stderr
+
+
+def test_malformed_ref_history_is_bad_store_data_not_a_traceback(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"))
+    publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    store.storage.put(store._path("history", "tiny", "latest", "0-bad.json"), b"[1]")
+    for args in (["ls", "--history"], ["gc", "--dry-run"]):
+        result = nb(*args, "--cache", store.url)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "malformed ref history" in result.stderr
+
+
+def test_serve_refuses_a_recipe_that_no_longer_matches_naming_the_factor(
+    tmp_path: Path, write_recipe: Any
+) -> None:
+    store = Store(str(tmp_path / "store"))
+    (tmp_path / "model").mkdir()
+    publish_build(store, cpu_recipe(cpu_isa="host", model="./model"), tmp_path, "a")
+    changed = write_recipe(cpu_recipe(cpu_isa="host", model="./model", max_model_len=512))
+    result = nb("serve", str(changed), "--cache", store.url, "--dry-run")
+    assert result.returncode == 2
+    assert "engine_args.max_model_len: recipe 512, manifest 256" in result.stderr
+
+
+def test_serve_refuses_a_node_without_the_instruction_set_of_the_artifacts(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"))
+    (tmp_path / "model").mkdir()
+    digest = publish_build(
+        store, cpu_recipe(cpu_isa="aarch64+sve2", model=str(tmp_path / "model")), tmp_path, "a"
+    )
+    result = nb("serve", "--manifest", digest, "--cache", store.url, "--dry-run")
+    assert result.returncode == 2
+    assert "built for aarch64+sve2" in result.stderr
+
+
+def test_a_symlink_in_the_layout_cannot_redirect_writes_outside(tmp_path: Path) -> None:
+    from neuronbuild.errors import StoreDataInvalid
+    from neuronbuild_runtime.serve import materialize
+
+    store = Store(str(tmp_path / "store"))
+    digest = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "torch_compile_cache").symlink_to(outside)
+    try:
+        materialize(store.get_manifest(digest), digest, store, root)
+    except StoreDataInvalid as exc:
+        assert "escapes" in str(exc)
+    else:
+        raise AssertionError("materialize followed a symlink out of its root")
+    assert not list(outside.iterdir())
+
+
+def test_compile_dry_run_of_a_neuron_recipe_says_why_it_cannot_compile_here() -> None:
+    from tests.conftest import RECIPES
+
+    result = nb(
+        "compile",
+        str(RECIPES / "llama-3.3-70b-trn2.yaml"),
+        "--cache",
+        "/nonexistent/x",
+        "--dry-run",
+    )
+    assert result.returncode == 2
+    assert "compiling here would fail" in result.stderr and "Neuron SDK" in result.stderr
+
+
+def test_a_broken_cpu_install_is_detected_before_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from neuronbuild.engines.cpu import CpuEngine
+    from neuronbuild.errors import UserError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "torchvision" else real(name, *a),
+    )
+    with pytest.raises(UserError, match="pip uninstall -y torchvision"):
+        CpuEngine().compiler().check_install()
