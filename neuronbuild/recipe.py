@@ -77,6 +77,13 @@ class _Fields(BaseModel):
     mm_encoder_only: StrictBool = False
 
 
+PLACEHOLDERS: dict[str, Any] = {
+    "name": "recipe",
+    "cpu_isa": "host",
+    "revision": None,
+}
+"""Stand-ins for mistyped keys the engine's rules never read, so those rules still run."""
+
 _PYDANTIC_HINTS = {
     "missing": "is required; add it to the recipe",
     "literal_error": "must be one of {expected}",
@@ -220,7 +227,8 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         )
     errors = _check_keys(data)
     args = {k: v for k, v in data.items() if k not in OWN_KEYS}
-    shape_errors = _parse_additional_config(args)
+    config_errors = _parse_additional_config(args)
+    shape_errors: list[RecipeError] = []
     for key, value in args.items():
         try:
             canonical_json(value)
@@ -233,13 +241,25 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
                     "quote it as a string if vLLM expects one",
                 )
             )
+    fields: _Fields | None = None
     try:
         fields = _Fields.model_validate(data)
     except ValidationError as exc:
         shape_errors += _pydantic_errors(exc, data)
-    if shape_errors:
+        failed = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+        if failed <= {*PLACEHOLDERS, "toolchain"}:
+            # The engine's rules do not read these: check the rest too, to report every error.
+            stand_in = {k: PLACEHOLDERS[k] for k in failed if k in PLACEHOLDERS}
+            if "toolchain" in failed:
+                pins = data.get("toolchain")
+                stand_in["toolchain"] = (
+                    {str(k): str(v) for k, v in pins.items()} if isinstance(pins, Mapping) else {}
+                )
+            fields = _Fields.model_validate({**data, **stand_in})
+    errors += shape_errors
+    if fields is None or config_errors:
         # The engine's rules need these shapes; report what was found so far.
-        raise RecipeInvalid(source, errors + shape_errors)
+        raise RecipeInvalid(source, errors + config_errors)
     for dist, version in fields.toolchain.items():
         if not EXACT_VERSION.match(version):
             errors.append(

@@ -143,3 +143,11 @@ def test_pasted_additional_config_json_is_parsed_to_a_mapping() -> None:
         neuron_recipe(additional_config='{"neuron_config": {"num_seqs_buckets": [1, 8]}}')
     )
     assert recipe.additional_config == {"neuron_config": {"num_seqs_buckets": [1, 8]}}
+
+
+def test_a_type_error_does_not_hide_the_engine_rules() -> None:
+    data = neuron_recipe({"num_seqs_buckets": [1, 2]}, name=5)
+    data["toolchain"]["vllm-neuron"] = 0.21
+    fields = {e.split("=")[0].split(":")[0] for e in errors_of(data)}
+    assert {"name", "toolchain.vllm-neuron", f"{NC}.num_seqs_buckets"} <= fields
+    assert "toolchain" not in fields
