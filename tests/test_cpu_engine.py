@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from neuronbuild.demo import Server, free_port
 from neuronbuild.demo_model import build_demo_model
 from neuronbuild.store import Store
 from neuronbuild.verify import verify_manifest
+from neuronbuild.vllm_server import Server, free_port
 from tests.conftest import RECIPES
 
 pytestmark = pytest.mark.vllm
