@@ -243,6 +243,8 @@ def prepare(
     argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
+    if not isinstance(keyed, dict):
+        raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
     env = engine.engine_env(os.environ, keyed)
     env.update({**(serving_env or {}), **engine.serve_env(str(root))})
     return Prepared(digest, root, argv, env, cwd, files, size)
