@@ -33,9 +33,8 @@ BUCKET = "neuronbuild-test"
 PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]
 
 
-@pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    """A moto S3 server on loopback; the environment that points s3fs (and children) at it."""
+def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
+    """A moto S3 server on loopback, and the environment that points s3fs (and children) at it."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -45,6 +44,13 @@ def s3_env() -> Iterator[dict[str, str]]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://{host}:{port}",
     }
+    return server, env
+
+
+@pytest.fixture(scope="module")
+def s3_env() -> Iterator[dict[str, str]]:
+    """A moto S3 server for the module, its environment set in this process too."""
+    server, env = start_moto()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     import s3fs
@@ -175,15 +181,7 @@ def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_pa
 
 
 def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> None:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
+    server, env = start_moto()
     url = f"s3://{BUCKET}/offline"
     try:
         neuronbuild_env = {**os.environ, **env}
