@@ -341,8 +341,8 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     from neuronbuild.store import Store, parse_ref
 
     store = Store(cache)
-    refs = store.refs()
-    data: dict[str, Any] = {"store": store.url, "refs": refs, **store.summary()}
+    data = store.overview()
+    refs = data["refs"]
     if history:
         data["history"] = {ref: store.ref_history(*parse_ref(ref)) for ref in refs}
     if as_json:
@@ -440,28 +440,13 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
 def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
     """The store's refs and sizes; with RECIPE, how many of its graphs per kind are built or
     missing, and where <name>/latest points."""
-    from neuronbuild.store import LATEST, Store
+    from neuronbuild.doctor import recipe_status
+    from neuronbuild.store import Store
 
     store = Store(cache)
-    data: dict[str, Any] = {"store": store.url, "refs": store.refs(), **store.summary()}
+    data = store.overview()
     if recipe_path is not None:
-        recipe = load_or_exit(recipe_path)
-        the_plan = build_plan(recipe)
-        held = store.held_units(u.key.digest for u in the_plan.units)
-        kinds: dict[str, dict[str, int]] = {}
-        missing = []
-        for unit in the_plan.units:
-            state = "built" if unit.key.digest in held else "missing"
-            for graph in unit.graphs:
-                kinds.setdefault(graph.kind, {"built": 0, "missing": 0})[state] += 1
-                if state == "missing":
-                    missing.append(graph.to_json())
-        data["recipe"] = {
-            "name": recipe.name,
-            "latest": store.get_ref(recipe.name, LATEST),
-            "graphs": kinds,
-            "missing": missing,
-        }
+        data["recipe"] = recipe_status(load_or_exit(recipe_path), store)
     if as_json:
         echo_json(data)
         return

@@ -1,4 +1,5 @@
-"""``neuronbuild doctor``: why does a unit that "should" hit the store miss?
+"""``neuronbuild doctor`` and ``status RECIPE``: which units of a recipe the store holds, and why
+one that "should" hit misses.
 
 For every unit of a recipe's plan: whether the store holds its key, and for a miss, which factors
 differ from the same graph's unit in the recipe's last sealed manifest (``<name>/latest``).
@@ -27,6 +28,24 @@ class UnitDiagnosis:
     held: bool
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
+
+
+def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
+    """Where ``<name>/latest`` points, built/missing graph counts per kind, the missing graphs."""
+    kinds: dict[str, dict[str, int]] = {}
+    missing: list[dict[str, Any]] = []
+    for unit in diagnose(recipe, store):
+        state = "built" if unit.held else "missing"
+        for graph in unit.graphs:
+            kinds.setdefault(graph["kind"], {"built": 0, "missing": 0})[state] += 1
+            if not unit.held:
+                missing.append(graph)
+    return {
+        "name": recipe.name,
+        "latest": store.get_ref(recipe.name, LATEST),
+        "graphs": kinds,
+        "missing": missing,
+    }
 
 
 def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:

@@ -76,15 +76,20 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return name, tag
 
 
-def hash_file(path: str | Path) -> tuple[str, int]:
-    """``(sha256:<hex>, size in bytes)`` of a local file."""
+def hash_stream(f: Any) -> tuple[str, int]:
+    """``(sha256:<hex>, size in bytes)`` of what a binary file object holds from its position."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
+    while chunk := f.read(CHUNK):
+        h.update(chunk)
+        size += len(chunk)
     return "sha256:" + h.hexdigest(), size
+
+
+def hash_file(path: str | Path) -> tuple[str, int]:
+    """``(sha256:<hex>, size in bytes)`` of a local file."""
+    with open(path, "rb") as f:
+        return hash_stream(f)
 
 
 class Store:
@@ -373,6 +378,10 @@ class Store:
                 if digest is not None:
                     out[f"{name}/{tag}"] = digest
         return out
+
+    def overview(self) -> dict[str, Any]:
+        """The store's URL, refs, and the counts of :meth:`summary` (``ls`` and ``status``)."""
+        return {"store": self.url, "refs": self.refs(), **self.summary()}
 
     def summary(self) -> dict[str, int]:
         """Counts of manifests, unit records and blobs, and the blobs' bytes."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from neuronbuild.manifest import FileEntry
-from neuronbuild.store import CHUNK, Store
+from neuronbuild.store import Store, hash_stream
 
 
 @dataclass
@@ -32,12 +31,10 @@ class VerifyReport:
 
 
 def _rehash(store: Store, entry: FileEntry) -> str | None:
-    h = hashlib.sha256()
     with store.storage.open_read(store.blob_path(entry.digest)) as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    if "sha256:" + h.hexdigest() != entry.digest:
-        return f"{store.blob_url(entry.digest)}: corrupt (its bytes hash to sha256:{h.hexdigest()})"
+        digest, _ = hash_stream(f)
+    if digest != entry.digest:
+        return f"{store.blob_url(entry.digest)}: corrupt (its bytes hash to {digest})"
     return None
 
 
