@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from neuronbuild import envs
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
-from neuronbuild.errors import RecipeError, UserError
+from neuronbuild.errors import RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
@@ -67,7 +67,6 @@ def check_unknown_keys(
 ) -> tuple[list[RecipeError], list[str]]:
     """An unknown key close to a known one is an error with a did-you-mean; any other unknown key
     is a warning, since vLLM-Neuron has more fields than the reference lists."""
-    from neuronbuild.recipe import did_you_mean
 
     errors, warnings = [], []
     for key in mapping:
