@@ -1,0 +1,134 @@
+"""Helpers for the claim tests: a moto S3 server per test module, distinct manifests to move a ref
+between, and a full consistency audit of a store after a crash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronbuild.store.cas import Store
+from neuronbuild.store.digest import sha256_digest
+from neuronbuild.store.records import Manifest, UnitRecord
+from neuronbuild.store.verify import verify_manifest
+from tests.conftest import cpu_recipe, publish_build
+
+BUCKET = "neuronbuild-claims"
+
+
+@pytest.fixture(scope="module")
+def s3_root() -> Iterator[str]:
+    """``s3://BUCKET`` on a moto server on loopback, its environment set in this process."""
+    from tests.test_s3 import start_moto
+
+    server, env = start_moto()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
+    try:
+        yield f"s3://{BUCKET}"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def fresh_url(kind: str, tmp_path: Path, root: str | None) -> str:
+    """A new, empty store URL: a folder under ``tmp_path`` or a new prefix under ``root``."""
+    name = uuid.uuid4().hex[:10]
+    if kind == "folder":
+        (tmp_path / name).mkdir()
+        return str(tmp_path / name)
+    assert root is not None
+    return f"{root}/{name}"
+
+
+def small_recipe(tmp_path: Path) -> dict[str, Any]:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return cpu_recipe(name="claims", cpu_isa="host", model=str(model))
+
+
+def distinct_manifests(store: Store, tmp_path: Path, count: int) -> list[str]:
+    """``count`` sealed manifests of one recipe name (their recipes differ), all in ``store``."""
+    first = publish_build(store, small_recipe(tmp_path), tmp_path, "m")
+    units = store.get_manifest(first).units
+    return [first] + [
+        store.put_manifest(Manifest("claims", {"variant": i}, units)) for i in range(1, count)
+    ]
+
+
+def audit(store: Store) -> list[str]:
+    """Every inconsistency a reader could meet in ``store``: a blob whose bytes do not hash to its
+    name, a unit record that does not parse or lacks an intact blob, a manifest that does not
+    parse, lacks a unit record or an intact blob, a ref to anything but a complete manifest, and a
+    ref whose history chain does not end where it points. Empty when consistent."""
+    problems: list[str] = []
+    backend, layout = store.backend, store.layout
+    for path in backend.find(layout.folder("blobs")):
+        with backend.open_read(path) as f:
+            got = hashlib.sha256(f.read()).hexdigest()
+        if got != path.rsplit("/", 1)[-1]:
+            problems.append(f"blob {path} holds other bytes")
+    for path in backend.find(layout.folder("units")):
+        key = "sha256:" + path.rsplit("/", 1)[-1].removesuffix(".json")
+        try:
+            record = store.get_unit(key)
+        except Exception as exc:
+            problems.append(f"unit {path}: {exc}")
+            continue
+        assert isinstance(record, UnitRecord)
+        problems += [f"unit {key}: {p}" for e in record.files if (p := store.check_blob(e))]
+    for digest in store.manifest_digests():
+        try:
+            manifest = store.get_manifest(digest)
+        except Exception as exc:
+            problems.append(f"manifest {digest}: {exc}")
+            continue
+        problems += [
+            f"manifest {digest}: no unit {u.key}"
+            for u in manifest.units
+            if not store.has_unit(u.key)
+        ]
+        problems += [
+            f"manifest {digest}: {p}" for p in verify_manifest(store, digest, deep=True).problems
+        ]
+    for ref, digest in store.refs().items():
+        if not store.has_manifest(digest):
+            problems.append(f"ref {ref} -> missing manifest {digest}")
+        name, tag = ref.split("/")
+        chain = store.ref_history(name, tag)
+        if not chain or chain[-1].manifest != digest:
+            problems.append(f"ref {ref}: its history does not end at {digest}")
+    return problems
+
+
+def check_chain(store: Store, name: str, tag: str, moves: int) -> None:
+    """The ref's history is one unbroken chain of ``moves`` compare-and-swap moves: it starts
+    from nothing, each move starts where the previous one ended, it ends where the ref points,
+    and no entry is left off it."""
+    entries, off = store.ref_chain(name, tag)
+    chain = [move for _, move in entries]
+    assert [m.previous for m in chain[1:]] == [m.manifest for m in chain[:-1]]
+    assert chain and chain[0].previous is None
+    assert chain[-1].manifest == store.get_ref(name, tag)
+    assert len(chain) == moves, (len(chain), moves)
+    assert off == [], off
+
+
+def blob_bytes(i: int) -> bytes:
+    return f"blob {i}".encode() * 10
+
+
+def blob_digest(i: int) -> str:
+    return sha256_digest(blob_bytes(i))
