@@ -132,3 +132,25 @@ def blob_bytes(i: int) -> bytes:
 
 def blob_digest(i: int) -> str:
     return sha256_digest(blob_bytes(i))
+
+
+def publish_units(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
+    """Publish one build of any recipe (each unit its own entry folder, as the engines lay them
+    out: ``<engine>/<unit key hex>/...``), seal it and move ``<name>/latest``."""
+    from neuronbuild.build import ingest
+    from neuronbuild.plan import build_plan
+    from neuronbuild.recipe import parse_recipe
+
+    recipe = parse_recipe(recipe_data)
+    plan = build_plan(recipe)
+    root = tmp_path / f"build-{seed}-{uuid.uuid4().hex[:6]}"
+    records = []
+    for unit in plan.units:
+        files = [Path(f"{plan.engine.name}/{unit.key.hex}/{name}") for name in ("graph", "meta")]
+        for rel in files:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(f"{seed}:{rel}".encode() * 100)
+        records.append(ingest(store, unit, root, files, dict(recipe.toolchain)))
+    digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
+    store.set_ref(recipe.name, "latest", digest)
+    return digest

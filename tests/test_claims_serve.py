@@ -1,0 +1,116 @@
+"""``serve`` starts vLLM with exactly the environment that forbids compiling, for every engine:
+the engine's "never compile" switches, the cache root it laid out, the keyed environment the
+manifest was compiled with (whatever the node's own values), nothing that would change vLLM's
+keys unnoticed, and everything else passed through.
+
+vLLM is not started: ``os.execve`` is replaced by a recorder, and everything before it (resolve,
+fetch, verify, lay out) runs for real.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from neuronbuild.store.cas import Store
+from neuronbuild_runtime import cli as runtime_cli
+from tests.claims import publish_units
+from tests.conftest import cpu_recipe, neuron_recipe
+
+# Per engine: the recipe, a keyed variable with its value at compile and the node's own value, and
+# the variables serve must set (the engine's "never compile" contract, DESIGN.md "Engines").
+ENGINES: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "recipe": lambda: cpu_recipe(name="served", cpu_isa="host", model="./model"),
+        "keyed": ("VLLM_CPU_OMP_THREADS_BIND", "0-1", "all"),
+        "contract": {"VLLM_FORCE_AOT_LOAD": "1", "HF_HUB_OFFLINE": "1"},
+        # Not in any key, but would change vLLM's own: never reaches vLLM.
+        "dropped": {"VLLM_PLUGINS": "evil"},
+    },
+    "neuron": {
+        "recipe": lambda: neuron_recipe(
+            {"num_batched_tokens_buckets": [4096], "num_seqs_buckets": [8]},
+            name="served",
+            model="./model",
+        ),
+        "keyed": ("NEURON_CC_FLAGS", "-O2", "-O3"),
+        "contract": {
+            "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
+            "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+        },
+        "dropped": {},
+    },
+}
+
+
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("VLLM_", "NEURON", "TORCHINDUCTOR_", "HF_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = ENGINES[engine]
+    keyed_name, compiled_value, node_value = case["keyed"]
+    clean_environment(monkeypatch)
+    (tmp_path / "model").mkdir()
+    store = Store(str(tmp_path / "store"), create=True)
+    monkeypatch.setenv(keyed_name, compiled_value)
+    digest = publish_units(store, case["recipe"](), tmp_path, "a")
+
+    # The node: its own value of the keyed variable, stale switches, and a variable of its own.
+    monkeypatch.setenv(keyed_name, node_value)
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/somewhere/else")
+    for name in case["contract"]:
+        monkeypatch.setenv(name, "0")
+    for name, value in case["dropped"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("NB_CLAIMS_NODE_VARIABLE", "kept")
+    node_env = dict(os.environ)
+
+    execs: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: execs.append((path, argv, env)))
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "root"
+    result = CliRunner().invoke(
+        runtime_cli.serve,
+        ["--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(root)],
+    )
+    assert result.exit_code == 0, result.output
+    [(path, argv, env)] = execs
+    assert path == argv[0]
+    assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+
+    expected = {k: v for k, v in node_env.items() if k not in case["dropped"]}
+    expected.update(case["contract"])
+    expected["VLLM_CACHE_ROOT"] = str(root)
+    expected[keyed_name] = compiled_value  # as compiled, not the node's value
+    assert env == expected
+    # What vLLM will find there is what the manifest lists.
+    laid = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    listed = sorted(f.path for f in store.get_manifest(digest).files())
+    assert [p for p in laid if not p.startswith(".neuronbuild/")] == listed
+
+
+def test_serve_refuses_an_option_that_would_compile_another_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "model").mkdir()
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_units(store, ENGINES["cpu"]["recipe"](), tmp_path, "a")
+    execs: list[Any] = []
+    monkeypatch.setattr(os, "execve", lambda *a: execs.append(a))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        runtime_cli.serve,
+        ["--manifest", digest, "--cache", store.url, "--max-model-len", "128"],
+    )
+    assert result.exit_code != 0
+    assert execs == []
