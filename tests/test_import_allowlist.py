@@ -1,0 +1,129 @@
+"""Everything ``neuronbuild serve`` and ``neuronbuild pull`` import, by both entry points, is on an
+allow-list (DESIGN.md, "Repository layout": the runtime imports the store, manifest and env
+modules and the engines' serve half, never the scheduler or an engine's compile path). A new
+import, of our code or of a third-party package, fails here until it is reviewed and listed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.store.cas import Store
+from tests.claims import publish_units
+from tests.conftest import cpu_recipe
+
+OURS = {
+    "neuronbuild",
+    "neuronbuild.console",
+    "neuronbuild.cpu_isa",
+    "neuronbuild.data",  # the checked-in list of vLLM engine arguments
+    "neuronbuild.engines",
+    "neuronbuild.engines.base",
+    "neuronbuild.engines.cpu",
+    "neuronbuild.engines.neuron",
+    "neuronbuild.engines.neuron_buckets",
+    "neuronbuild.envs",
+    "neuronbuild.errors",
+    "neuronbuild.graph",
+    "neuronbuild.keys",
+    "neuronbuild.plan",
+    "neuronbuild.recipe",
+    "neuronbuild.store",
+    "neuronbuild.store.backends",
+    "neuronbuild.store.cas",
+    "neuronbuild.store.digest",
+    "neuronbuild.store.layout",
+    "neuronbuild.store.node",
+    "neuronbuild.store.records",
+    "neuronbuild.store.tiered",
+    "neuronbuild.store.transfer",
+    "neuronbuild_runtime",
+    "neuronbuild_runtime.cli",
+    "neuronbuild_runtime.serve",
+    "neuronbuild_runtime.vllm_args",
+}
+"""Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
+
+ENTRY_ONLY = {"neuronbuild.cli", "neuronbuild.__main__", "neuronbuild_runtime.__main__"}
+"""The command-line entry modules themselves."""
+
+THIRD_PARTY = {
+    "click",
+    "filelock",
+    "fsspec",
+    "pydantic",
+    "pydantic_core",
+    "tqdm",
+    "yaml",
+    "annotated_types",
+    "typing_extensions",
+    "typing_inspection",
+    "cython_runtime",  # loaded by pyyaml's C extension
+}
+"""Third-party top-level packages a node may load before exec'ing vLLM (no torch, no vLLM)."""
+
+RUN = """
+import atexit, json, os, runpy, sys
+def dump():
+    names = sorted(sys.modules)
+    with open({out!r}, "w") as f:
+        json.dump(names, f)
+def execve(path, argv, env):
+    dump()
+    os._exit(0)
+os.execve = execve
+atexit.register(dump)
+sys.argv = [{module!r}, *{args!r}]
+runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+"""
+
+
+def loaded(module: str, args: list[str], tmp_path: Path, name: str) -> set[str]:
+    out = tmp_path / f"{name}.json"
+    script = RUN.format(out=str(out), module=module, args=args)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    return set(json.loads(out.read_text()))
+
+
+def stdlib_or_allowed(name: str) -> bool:
+    top = name.split(".")[0]
+    return (
+        top in sys.stdlib_module_names
+        or top in THIRD_PARTY
+        or top.startswith("_")
+        or name in OURS
+        or name in ENTRY_ONLY
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "command"),
+    [
+        ("neuronbuild", "serve"),
+        ("neuronbuild_runtime", "serve"),
+        ("neuronbuild", "pull"),
+    ],
+)
+def test_serve_and_pull_import_only_the_allow_list(
+    module: str, command: str, tmp_path: Path
+) -> None:
+    (tmp_path / "model").mkdir()
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_units(store, cpu_recipe(cpu_isa="host", model="./model"), tmp_path, "a")
+    args = {
+        "serve": ["--manifest", digest, "--cache", store.url, "--vllm-cache-root", "root"],
+        "pull": [digest, "--cache", store.url, "--local-cache", str(tmp_path / "node")],
+    }[command]
+    if module == "neuronbuild":
+        args = [command, *args]
+    names = loaded(module, args, tmp_path, f"{module}-{command}")
+    assert "neuronbuild.store.tiered" in names  # it really ran
+    outside = sorted(n for n in names if not stdlib_or_allowed(n))
+    assert outside == [], outside
