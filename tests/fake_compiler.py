@@ -1,0 +1,65 @@
+"""A test double of an engine's compile half: each unit's "compile" is a real subprocess (so the
+scheduler's process groups, logs, timeouts and exit codes are exercised) that writes one entry
+folder into its scratch cache and a completion marker last, as vLLM-Neuron does. What each unit
+does is chosen by graph label: succeed, fail with an exit code, hang, or leave an entry without
+its marker. Test code only: the product never compiles with it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
+from neuronbuild.graph import CompileUnit
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
+
+MARKER = ".compilation_complete"
+
+WORKER = r"""
+import os, sys, time
+root, entry, behaviour = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"fake compile of {entry}: {behaviour}", flush=True)
+folder = os.path.join(root, "fake", entry)
+os.makedirs(folder, exist_ok=True)
+with open(os.path.join(folder, "graph.neff"), "wb") as f:
+    f.write(entry.encode() * 100)
+if behaviour == "hang":
+    time.sleep(300)
+if behaviour.startswith("exit"):
+    print("neuronx-cc: compilation failed", file=sys.stderr, flush=True)
+    sys.exit(int(behaviour[4:]))
+if behaviour != "incomplete":
+    open(os.path.join(folder, ".compilation_complete"), "w").close()
+"""
+
+
+class FakeCompiler(UnitCompiler):
+    """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang`` or ``incomplete``.
+    ``started`` collects the labels of the units it was asked to compile, in order."""
+
+    def __init__(self, behaviour: dict[str, str] | None = None) -> None:
+        self.behaviour = behaviour or {}
+        self.started: list[str] = []
+
+    @staticmethod
+    def installed_versions(distributions: list[str]) -> dict[str, str | None]:
+        from tests.conftest import NEURON_TOOLCHAIN
+
+        return {d: NEURON_TOOLCHAIN.get(d) for d in distributions}
+
+    def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
+        label = unit.label()
+        self.started.append(label)
+        behaviour = self.behaviour.get(label, "ok")
+        argv = [sys.executable, "-c", WORKER, str(cache_root), unit.key.hex[:16], behaviour]
+        return EngineCommand(argv, dict(os.environ), recipe.workdir)
+
+    def harvest(self, cache_root: Path) -> list[Path]:
+        entries = sorted(p for p in (cache_root / "fake").glob("*") if (p / MARKER).is_file())
+        if not entries:
+            raise RuntimeError(f"no complete entry under {cache_root}")
+        return [p.relative_to(cache_root) for e in entries for p in sorted(e.rglob("*"))]

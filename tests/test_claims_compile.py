@@ -1,0 +1,104 @@
+"""The compile orchestration, driven by a fake compiler (tests/fake_compiler.py) through the real
+scheduler, store and seal: every unit that compiles is published even when others fail, hang or
+leave incomplete entries; nothing is sealed and the ref does not move until every unit of the
+plan is in the store; a rerun compiles only what is missing, then seals."""
+
+from __future__ import annotations
+
+import functools
+import io
+from pathlib import Path
+
+import pytest
+
+from neuronbuild import scheduler
+from neuronbuild.build import compile_recipe
+from neuronbuild.engines.neuron import NeuronEngine
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import parse_recipe
+from neuronbuild.store.cas import Store
+from tests.claims import audit
+from tests.conftest import neuron_recipe
+from tests.fake_compiler import FakeCompiler
+
+RECIPE = parse_recipe(
+    neuron_recipe(
+        {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}, name="fake"
+    )
+)
+LABELS = [u.label() for u in build_plan(RECIPE).units]
+
+
+@pytest.fixture
+def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
+    fake = FakeCompiler()
+    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
+    return fake
+
+
+def compile_(store: Store, tmp_path: Path, **kw: object) -> object:
+    return compile_recipe(
+        RECIPE,
+        store,
+        jobs=2,
+        log_dir=tmp_path / "logs",
+        stream=io.StringIO(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_every_unit_compiles_publishes_seals_and_moves_the_ref(
+    compiler: FakeCompiler, tmp_path: Path
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_(store, tmp_path)
+    assert sorted(compiler.started) == sorted(LABELS) and len(LABELS) == 4
+    assert [u["status"] for u in report.units] == ["compiled"] * 4  # type: ignore[attr-defined]
+    assert store.get_ref("fake", "latest") == report.manifest  # type: ignore[attr-defined]
+    manifest = store.get_manifest(report.manifest)  # type: ignore[attr-defined]
+    assert [u.key for u in manifest.units] == [u.key.digest for u in build_plan(RECIPE).units]
+    assert audit(store) == []
+    again = compile_(store, tmp_path)
+    assert [u["status"] for u in again.units] == ["cached"] * 4  # type: ignore[attr-defined]
+    assert again.manifest == report.manifest  # type: ignore[attr-defined]
+    assert len(compiler.started) == 4  # nothing compiled twice
+
+
+@pytest.mark.parametrize("failure", ["exit70", "incomplete", "hang"])
+def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_compiles(
+    failure: str, compiler: FakeCompiler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kill grace after SIGTERM is shortened: what is tested here is the orchestration.
+    monkeypatch.setattr(scheduler, "end_group", functools.partial(scheduler.end_group, grace=0.5))
+    store = Store(str(tmp_path / "store"), create=True)
+    bad = LABELS[2]
+    compiler.behaviour = {bad: failure}
+    report = compile_(store, tmp_path, timeout=2.0)
+    status = {u["key"]: u for u in report.units}  # type: ignore[attr-defined]
+    plan = build_plan(RECIPE)
+    for unit in plan.units:
+        entry = status[unit.key.digest]
+        if unit.label() == bad:
+            assert entry["status"] == "failed"
+            expected = {
+                "exit70": "engine exited with 70",
+                "incomplete": "no complete entry",
+                "hang": "timed out after 2 s",
+            }[failure]
+            assert expected in entry["error"], entry["error"]
+            assert store.get_unit(unit.key.digest) is None
+            log = tmp_path / "logs" / f"{unit.key.hex}.log"
+            assert f"fake compile of {unit.key.hex[:16]}" in log.read_text()  # kept
+        else:
+            assert entry["status"] == "compiled"
+            assert store.built_units([unit.key.digest]) == {unit.key.digest}
+            assert not (tmp_path / "logs" / f"{unit.key.hex}.log").exists()
+    assert report.manifest is None and report.ref is None  # type: ignore[attr-defined]
+    assert store.manifest_digests() == [] and store.get_ref("fake", "latest") is None
+    assert audit(store) == []
+
+    compiler.behaviour, compiler.started = {}, []
+    rerun = compile_(store, tmp_path)
+    assert compiler.started == [bad]
+    assert store.get_ref("fake", "latest") == rerun.manifest is not None  # type: ignore[attr-defined]
+    assert audit(store) == []
