@@ -1,10 +1,11 @@
-# make install: .venv with vLLM's CPU build and neuronbuild; make run: the demo; make test: checks.
+# make install: .venv with vLLM's CPU build and neuronbuild; make run: the demo; make test: checks
+# (everything, what .ci/run calls); make test-fast: the fast tier; make mutation: mutation testing.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test lint unit clean
+.PHONY: install run test test-fast lint unit mutation clean
 
 install: $(VENV)/.installed
 
@@ -33,5 +34,26 @@ unit: install
 
 test: lint unit
 
+# No real vLLM and no test marked slow (each a few seconds at most): under a minute on 2 cores.
+test-fast: install
+	$(VENV)/bin/pytest -q -m "not vllm and not slow"
+
+# Mutants of the claim-carrying modules, one module at a time (each bounded by MUTATION_TIMEOUT
+# seconds, niced: build machines are shared); mutmut runs, per mutant, only the fast-tier tests
+# that cover the mutated function. Survivors are printed last; tests/README.md lists the accepted
+# ones. Not part of make test.
+MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild.store.records \
+	neuronbuild.store.digest neuronbuild.store.node neuronbuild.store.transfer \
+	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
+	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.cpu neuronbuild.engines.neuron \
+	neuronbuild.build neuronbuild.scheduler
+MUTATION_TIMEOUT ?= 1800
+mutation: install
+	for module in $(MUTATION_MODULES); do \
+		nice -n 19 timeout $(MUTATION_TIMEOUT) $(PY) -m mutmut run --max-children 2 "$$module.*" \
+			|| echo "mutation: $$module stopped (exit $$?)"; \
+	done
+	$(PY) -m mutmut results
+
 clean:
-	rm -rf $(VENV) build
+	rm -rf $(VENV) build mutants

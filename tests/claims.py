@@ -31,11 +31,14 @@ def s3_root() -> Iterator[str]:
     os.environ.update(env)
     import s3fs
 
+    # Cached file systems keep the endpoint they were made with: none may outlive its server.
+    s3fs.S3FileSystem.clear_instance_cache()
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
     try:
         yield f"s3://{BUCKET}"
     finally:
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

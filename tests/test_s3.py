@@ -132,6 +132,7 @@ def test_compare_and_swap_refuses_a_stale_etag_and_the_mover_retries(
     assert [(m.previous, m.manifest) for m in history] == [(None, first), (other, first)]
 
 
+@pytest.mark.slow
 def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_path: Path) -> None:
     recipe = demo_recipe(tmp_path)
     locals_ = []
@@ -180,6 +181,7 @@ def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_pa
     assert not root.exists() or not [p for p in root.rglob("*") if p.is_file()]
 
 
+@pytest.mark.slow
 def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> None:
     server, env = start_moto()
     url = f"s3://{BUCKET}/offline"
@@ -263,6 +265,7 @@ def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
     assert not (tmp_path / "outside").exists()
 
 
+@pytest.mark.slow
 def test_injected_500s_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
     target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
     local = Store(str(tmp_path / "ci"), create=True)
@@ -277,6 +280,7 @@ def test_injected_500s_are_retried(s3_env: dict[str, str], tmp_path: Path) -> No
         assert verified.returncode == 0, verified.stderr
 
 
+@pytest.mark.slow
 def test_a_persistent_fault_exits_3_and_loses_nothing_published(
     s3_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -317,6 +321,7 @@ def big_local_build(tmp_path: Path, files: int = 60, size: int = 200_000) -> Sto
     return local
 
 
+@pytest.mark.slow
 def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or_ref(
     s3_url: str, tmp_path: Path
 ) -> None:
@@ -346,6 +351,7 @@ def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or
     ).problems
 
 
+@pytest.mark.slow
 def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
     s3_url: str, tmp_path: Path
 ) -> None:
@@ -382,6 +388,7 @@ def test_gc_aborts_abandoned_multipart_uploads_only(s3_url: str, tmp_path: Path)
     assert not verify_manifest(store, digest, deep=True).problems
 
 
+@pytest.mark.slow
 def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
     target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
     local = Store(str(tmp_path / "ci"), create=True)

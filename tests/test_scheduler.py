@@ -40,6 +40,7 @@ def test_one_failing_unit_does_not_stop_the_others(tmp_path: Path) -> None:
     assert "FAILED" in stream.getvalue()
 
 
+@pytest.mark.slow
 def test_a_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
     # The unit starts a grandchild that would outlive a plain kill of its parent.
     script = (

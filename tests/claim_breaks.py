@@ -1,0 +1,298 @@
+"""Each example break of issue 8, applied to the product by hand, must fail the tests named with
+it: ``python -m tests.claim_breaks [NAME...]`` applies one break at a time, runs its tests,
+restores the file, and exits 1 if any break survives. (``make mutation`` is the systematic
+version; these are the breaks the README's claims are known to hinge on.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Break:
+    name: str
+    edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text): every occurrence
+    tests: tuple[str, ...]
+
+
+FOLDER_PUT = """    def put(self, path: str, data: bytes) -> None:
+        with self._errors(f"cannot write {path}"), self._temp(data) as tmp:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(tmp, path)
+            _fsync_dir(path)
+"""
+FOLDER_PUT_DIRECT = """    def put(self, path: str, data: bytes) -> None:
+        with self._errors(f"cannot write {path}"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            _fsync_dir(path)
+"""
+FOLDER_CREATE = """            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+"""
+FOLDER_CREATE_DIRECT = """            try:
+                with open(path, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except FileExistsError:
+                return False
+"""
+FOLDER_PUT_FILE = """            with open(local, "rb") as src, open(tmp, "xb") as out:"""
+FOLDER_PUT_FILE_DIRECT = """            with open(local, "rb") as src, open(path, "wb") as out:"""
+FOLDER_PUT_FILE_RENAME = """            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(tmp, path)
+            _fsync_dir(path)
+
+    def move_in"""
+FOLDER_PUT_FILE_NO_RENAME = """            _fsync_dir(path)
+
+    def move_in"""
+
+BACKENDS = "neuronbuild/store/backends.py"
+CLAIMS_STORE = "tests/test_claims_store.py"
+
+BREAKS = [
+    Break(
+        "folder compare-and-swap without the compare",
+        (
+            (
+                BACKENDS,
+                """            if current != token:
+                raise SwapConflict(f"{path} changed while moving it")
+            self.put(path, data)""",
+                "            self.put(path, data)",
+            ),
+        ),
+        (
+            f"{CLAIMS_STORE}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing[folder]",
+            f"{CLAIMS_STORE}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain[folder]",
+        ),
+    ),
+    Break(
+        "folder writes straight to the final path (no temporary file and rename)",
+        (
+            (BACKENDS, FOLDER_PUT, FOLDER_PUT_DIRECT),
+            (BACKENDS, FOLDER_CREATE, FOLDER_CREATE_DIRECT),
+            (BACKENDS, FOLDER_PUT_FILE, FOLDER_PUT_FILE_DIRECT),
+            (BACKENDS, FOLDER_PUT_FILE_RENAME, FOLDER_PUT_FILE_NO_RENAME),
+        ),
+        (
+            f"{CLAIMS_STORE}::test_a_folder_write_that_dies_half_way_leaves_the_old_object_or_nothing",
+            "tests/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
+        ),
+    ),
+    Break(
+        "every fsync removed",
+        ((BACKENDS, "os.fsync(", "(lambda fd: None)("),),
+        (
+            f"{CLAIMS_STORE}::test_every_published_object_is_synced_before_it_is_named_and_its_folder_after",
+        ),
+    ),
+    Break(
+        "the blob-presence check above 64 blobs answers 'all present'",
+        (
+            (
+                "neuronbuild/store/cas.py",
+                "return [e for e in unique if sizes.get(self.layout.blob(e.digest)) != e.size]",
+                "return []",
+            ),
+        ),
+        (
+            f"{CLAIMS_STORE}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[folder-65]",
+            f"{CLAIMS_STORE}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[s3-192]",
+        ),
+    ),
+    Break(
+        "unit records published before their blobs",
+        (
+            (
+                "neuronbuild/build.py",
+                "zip(files, paths, store.put_files(paths), strict=True)",
+                "zip(files, paths, [hash_file(p) for p in paths], strict=True)",
+            ),
+            (
+                "neuronbuild/build.py",
+                "    return store.put_unit(record)\n",
+                "    stored = store.put_unit(record)\n    store.put_files(paths)\n    return stored\n",
+            ),
+            (
+                "neuronbuild/build.py",
+                "from neuronbuild.store.cas import LATEST, Store\n",
+                "from neuronbuild.store.cas import LATEST, Store\n"
+                "from neuronbuild.store.digest import hash_file\n",
+            ),
+            (
+                "neuronbuild/store/cas.py",
+                '        if missing:\n            raise StoreError(f"{self.url}: unit',
+                '        if False:\n            raise StoreError(f"{self.url}: unit',
+            ),
+        ),
+        (
+            f"{CLAIMS_STORE}::test_publish_order_blobs_then_unit_records_then_manifest_then_ref[folder]",
+            "tests/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
+        ),
+    ),
+    Break(
+        "the S3 ref written unconditionally",
+        (
+            (
+                BACKENDS,
+                """                if token is None:
+                    self.fs.pipe_file(path, data, mode="create")
+                else:
+                    self.fs.pipe_file(path, data, IfMatch=token)""",
+                "                self.fs.pipe_file(path, data)",
+            ),
+        ),
+        (
+            f"{CLAIMS_STORE}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing[s3]",
+            f"{CLAIMS_STORE}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain[s3]",
+        ),
+    ),
+    Break(
+        "every path, size and digest check of manifests removed",
+        (
+            (
+                "neuronbuild/store/records.py",
+                '    if not isinstance(value, str) or not value:\n        raise StoreDataInvalid(f"{what}: unsafe path',
+                '    return value  # type: ignore[no-any-return]\n    if not isinstance(value, str) or not value:\n        raise StoreDataInvalid(f"{what}: unsafe path',
+            ),
+            (
+                "neuronbuild/store/records.py",
+                "    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:",
+                "    if False:",
+            ),
+            (
+                "neuronbuild/store/records.py",
+                'digest=check_digest(data["digest"], what),',
+                'digest=data["digest"],',
+            ),
+            (
+                "neuronbuild/store/records.py",
+                "    paths: dict[str, str] = {}\n    sizes: dict[str, int] = {}\n",
+                "    return\n    paths: dict[str, str] = {}\n    sizes: dict[str, int] = {}\n",
+            ),
+        ),
+        ("tests/test_claims_manifests.py",),
+    ),
+    Break(
+        "serve without VLLM_FORCE_AOT_LOAD",
+        (("neuronbuild/engines/cpu.py", '            envs.VLLM_FORCE_AOT_LOAD: "1",\n', ""),),
+        (
+            "tests/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[cpu]",
+        ),
+    ),
+    Break(
+        "serve without the manifest's keyed environment",
+        (
+            (
+                "runtime/serve.py",
+                "env = engine.engine_env(os.environ, keyed)",
+                "env = engine.engine_env(os.environ, {})",
+            ),
+        ),
+        ("tests/test_claims_serve.py",),
+    ),
+    Break(
+        "neuron serve without VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+        (
+            (
+                "neuronbuild/engines/neuron.py",
+                '            envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",\n',
+                "",
+            ),
+        ),
+        (
+            "tests/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[neuron]",
+        ),
+    ),
+    Break(
+        "a host path in a cpu unit key",
+        (
+            (
+                "neuronbuild/engines/cpu.py",
+                '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)}',
+                '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa), "where": str(recipe.workdir)}',
+            ),
+        ),
+        ("tests/test_claims_keys.py",),
+    ),
+    Break(
+        "an import of compile-side code from a module not on a deny-list",
+        (
+            (
+                "runtime/serve.py",
+                "from neuronbuild.engines import engine_for\n",
+                "from neuronbuild.engines import engine_for\nimport neuronbuild.doctor  # noqa\n",
+            ),
+        ),
+        ("tests/test_import_allowlist.py",),
+    ),
+]
+
+
+def apply(edits: tuple[tuple[str, str, str], ...]) -> dict[Path, str]:
+    saved: dict[Path, str] = {}
+    for name, old, new in edits:
+        path = REPO / name
+        saved.setdefault(path, path.read_text())
+        current = path.read_text()
+        if old not in current:
+            restore(saved)
+            raise SystemExit(f"{name}: the text to break is not there: {old[:60]!r}")
+        path.write_text(current.replace(old, new))
+    return saved
+
+
+def restore(saved: dict[Path, str]) -> None:
+    for path, text in saved.items():
+        path.write_text(text)
+
+
+def main(names: list[str]) -> int:
+    survived = []
+    for brk in BREAKS:
+        if names and not any(n in brk.name for n in names):
+            continue
+        saved = apply(brk.edits)
+        try:
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-x",
+                    "-p",
+                    "no:cacheprovider",
+                    "-m",
+                    "not vllm",
+                    *brk.tests,
+                ],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
+        finally:
+            restore(saved)
+        killed = run.returncode == 1
+        print(f"{'killed  ' if killed else 'SURVIVED'} {brk.name} (exit {run.returncode})")
+        if not killed:
+            survived.append(brk.name)
+            print(run.stdout[-2000:], run.stderr[-2000:])
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
