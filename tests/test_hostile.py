@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,14 @@ from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_SMALL_BYTES
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
-from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
+from tests.conftest import cpu_recipe, neuronbuild, published_with_model, serve_without_vllm
 
 TIMEOUT = 30
 """Seconds a command may take on hostile data before the test calls it a hang."""
 
 
 def nb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return neuronbuild(*args, timeout=TIMEOUT)
 
 
 def assert_bad_data(result: subprocess.CompletedProcess[str], *want: str) -> None:
@@ -43,10 +37,17 @@ def assert_bad_data(result: subprocess.CompletedProcess[str], *want: str) -> Non
 
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Store, str]:
+    return published_with_model(tmp_path)
+
+
+def stored(tmp_path: Path, data: bytes) -> tuple[Store, str]:
+    """A store holding ``data`` as the manifest named by its hash."""
     store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    data = cpu_recipe(cpu_isa="host", model=str(tmp_path / "model"))
-    return store, publish_build(store, data, tmp_path, "a")
+    digest = sha256_digest(data)
+    path = Path(store.layout.manifest(digest))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    return store, digest
 
 
 # Every kind of object, with the commands that read it.
@@ -254,11 +255,7 @@ def test_a_manifest_is_accepted_only_in_canonical_form_with_exact_types(
     with pytest.raises(StoreDataInvalid, match=message):
         Manifest.from_bytes(data, "t")
     # The same through the command line, stored under its own digest: exit 2, one line.
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = sha256_digest(data)
-    path = Path(store.layout.manifest(digest))
-    path.parent.mkdir(parents=True)
-    path.write_bytes(data)
+    store, digest = stored(tmp_path, data)
     result = nb("verify", digest, "--cache", store.url)
     assert_bad_data(result)
     assert result.stderr.strip().count("\n") == 0
@@ -291,11 +288,7 @@ def test_layouts_a_manifest_cannot_describe_are_refused_when_parsed(
     data = canonical_json(manifest)
     with pytest.raises(StoreDataInvalid, match=message):
         Manifest.from_bytes(data, "t")
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = sha256_digest(data)
-    path = Path(store.layout.manifest(digest))
-    path.parent.mkdir(parents=True)
-    path.write_bytes(data)
+    store, digest = stored(tmp_path, data)
     for args in (["verify", digest, "--deep"], ["serve", "--manifest", digest, "--dry-run"]):
         assert_bad_data(nb(*args, "--cache", store.url), message)
 
