@@ -177,9 +177,7 @@ def laid_out(store: Store, env: dict[str, str], *args: str) -> dict[str, Any]:
 
 
 def node_env(tmp_path: Path) -> dict[str, str]:
-    env = {"XDG_CACHE_HOME": str(tmp_path / "node-cache")}
-    os.environ.pop("VLLM_CACHE_ROOT", None)
-    return env
+    return {"XDG_CACHE_HOME": str(tmp_path / "node-cache"), "VLLM_CACHE_ROOT": ""}  # "": unset
 
 
 def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
@@ -265,3 +263,13 @@ def test_a_read_only_store_folder_serves_without_flags(tmp_path: Path) -> None:
             path.chmod(path.stat().st_mode | 0o200)
     assert served["manifest"] == digest
     assert any("not recorded" in note for note in served["notes"])
+
+
+def test_a_relative_vllm_cache_root_is_where_serve_lays_out_made_absolute(tmp_path: Path) -> None:
+    store, digest = published_with_model(tmp_path)
+    result = serve_without_vllm(
+        "--manifest", digest, "--cache", store.url, env={"VLLM_CACHE_ROOT": "here"}, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["vllm_cache_root"] == str(tmp_path / "here")
+    assert all((tmp_path / "here" / f.path).is_file() for f in store.get_manifest(digest).files())
