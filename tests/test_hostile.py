@@ -73,15 +73,16 @@ def test_a_special_file_in_place_of_any_object_is_bad_data_not_a_hang(
     blob = Path(store.layout.blob(manifest.files()[0].digest))
     unit = Path(store.layout.unit(manifest.units[0].key))
     [history] = Path(store.layout.history("tiny", "latest")).iterdir()
+    pull = ["pull", digest, "--local-cache", str(tmp_path / "node")]
     cases = [
         # A special file has no size of its own: a blob in its place is missing.
-        (blob, "", [["verify", digest, "--deep"], ["serve", "--manifest", digest]]),
+        (blob, "", [["verify", digest, "--deep"], ["serve", "--manifest", digest], pull]),
         (unit, "not a", [["status", str(recipe)], ["doctor", str(recipe)], ["plan", str(recipe)]]),
         (history, "not a", [["ls", "--history"], ["gc", "--dry-run"]]),
         (
             Path(store.layout.manifest(digest)),
             "not a",
-            [["verify", digest], ["tag", digest, "a/b"]],
+            [["verify", digest], ["tag", digest, "a/b"], pull],
         ),
         (
             Path(store.layout.ref("tiny", "latest")),
