@@ -201,19 +201,19 @@ def compile_recipe(
         raise outages[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
-        file: dict[str, Any] = {
+        row: dict[str, Any] = {
             "key": unit.key.digest,
             "graphs": [g.to_json() for g in unit.graphs],
         }
         result = by_key.get(unit.key.digest)
         if result is None:
-            file["status"] = "cached"
+            row["status"] = "cached"
         elif result.ok:
-            file.update(status="compiled", seconds=round(result.seconds, 1))
+            row.update(status="compiled", seconds=round(result.seconds, 1))
             records[unit.key.digest] = result.value
         else:
-            file.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
-        report.units.append(file)
+            row.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
+        report.units.append(row)
 
     if not report.failed:
         manifest = Manifest(
