@@ -340,3 +340,20 @@ def test_pull_re_checks_the_blobs_and_manifest_the_local_tier_holds(
     assert "fetching it again" in again.stderr and "replacing it" in again.stderr
     verified = nb("verify", digest, "--deep", "--cache", str(node))
     assert verified.returncode == 0, verified.stderr
+
+
+def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback(
+    published: tuple[Store, str],
+) -> None:
+    store, _ = published
+    here = os.getcwd()
+    os.chdir(store.layout.folder("refs"))
+    try:
+        for _ in range(1500):  # deeper than the interpreter recurses, within PATH_MAX per step
+            os.mkdir("a")
+            os.chdir("a")
+        Path("tag").write_text("x")
+    finally:
+        os.chdir(here)
+    for args in (["ls"], ["gc", "--dry-run"], ["status"]):
+        assert_bad_data(nb(*args, "--cache", store.url), "nested too deeply")
