@@ -17,11 +17,16 @@ abandoned before the grace period (a publisher killed mid-upload) are aborted to
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from neuronbuild import envs
+from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.cas import Store
+from neuronbuild.store.digest import parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
@@ -114,6 +119,7 @@ def collect_garbage(
     listed = store.manifest_digests()
     doomed = [d for d in listed if d not in live and sweep.old(layout.manifest(d))]
     kept = (set(listed) | live) - set(doomed)
+    live_units, live_blobs = sweep.uses({d for d in kept if d in listed})
     report.live_manifests = len(live)
     if after_mark is not None:
         after_mark()
@@ -134,9 +140,11 @@ def collect_garbage(
         kept.add(digest)
         if not dry_run:
             store.backend.create(layout.manifest(digest), saved[digest])
+    restored_units, restored_blobs = sweep.uses(set(report.restored))
+    live_units |= restored_units
+    live_blobs |= restored_blobs
 
     # Sweep unit records and blobs that no kept manifest (nor a young unit record) uses.
-    live_units, live_blobs = sweep.uses({d for d in kept if store.has_manifest(d)})
     for path in store.backend.find(layout.folder("units")):
         key = layout.digest_of("units", path)
         if key in live_units:
@@ -165,9 +173,29 @@ def collect_garbage(
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:
+            folder = node_folder(store, path)
             sweep.delete("layouts", path)
+            if folder is not None and not dry_run:
+                shutil.rmtree(folder, ignore_errors=True)
 
     uploads = store.backend.abort_abandoned_uploads(sweep.cutoff, dry_run)
     if uploads:
         report.deleted["multipart uploads"] = uploads
     return report
+
+
+def node_folder(store: Store, record_path: str) -> Path | None:
+    """The folder a layout record names, when ``serve`` chose it (under the node's default
+    layouts folder) and it may go with the record; None for a folder the user named (their
+    ``$VLLM_CACHE_ROOT``), which gc never removes, or an unreadable record."""
+    try:
+        data = store.backend.read(record_path, MAX_RECORD_BYTES) or b""
+        value = parse_canonical(data, record_path)
+    except StoreDataInvalid:
+        return None
+    root = value.get("root") if isinstance(value, dict) else None
+    if not isinstance(root, str):
+        return None
+    folder = Path(root)
+    default = envs.user_cache() / "layouts"
+    return folder if folder.is_relative_to(default) and folder != default else None
