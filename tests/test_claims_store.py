@@ -89,21 +89,20 @@ def test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_cha
 def test_concurrent_movers_leave_one_unbroken_chain_of_their_successful_moves(
     store_url: str, tmp_path: Path
 ) -> None:
+    """Four movers, each moving the ref to manifests of its own (no manifest comes back: see the
+    ABA test below), three times; every move that reported success is on the chain."""
     store = Store(store_url)
-    manifests = distinct_manifests(store, tmp_path, 4)
+    manifests = distinct_manifests(store, tmp_path, 1 + 4 * 3)
     moved = []
     barrier = threading.Barrier(4)
 
     def mover(i: int) -> None:
         mine = Store(store_url)
         barrier.wait()
-        for round_ in range(4):
-            target = manifests[(i + round_) % len(manifests)]
-            current = mine.get_ref("claims", "latest")
-            if current == target:
-                continue
+        for round_ in range(3):
+            target = manifests[1 + 3 * i + round_]
             try:
-                mine.move_ref("claims", "latest", target, expected=current)
+                mine.move_ref("claims", "latest", target, mine.get_ref("claims", "latest"))
             except RefConflict:
                 continue
             moved.append(target)
@@ -113,10 +112,42 @@ def test_concurrent_movers_leave_one_unbroken_chain_of_their_successful_moves(
         t.start()
     for t in threads:
         t.join()
+    assert moved
     # publish_build moved the ref once before the movers started.
     check_chain(store, "claims", "latest", moves=1 + len(moved))
     landed = [m.manifest for m in store.ref_history("claims", "latest")[1:]]
     assert sorted(landed) == sorted(moved)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known fault: a ref's version is its content (folder bytes, S3 ETag = MD5), so a ref "
+    "moved away and back between a mover's read and its swap lets the swap land (ABA), and "
+    "the moves in between fall off the history chain, which is ordered by intent time",
+)
+def test_a_ref_moved_away_and_back_during_a_move_keeps_every_move_in_its_history(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(store_url)
+    m0, m1, m2 = distinct_manifests(store, tmp_path, 3)
+    other = Store(store_url)
+    real = Store.has_manifest
+    moved = []
+
+    def has_manifest(self: Store, digest: str) -> bool:
+        if self is store and digest == m2 and not moved:
+            moved.append(True)
+            other.move_ref("claims", "latest", m1, expected=m0)
+            other.move_ref("claims", "latest", m0, expected=m1)  # and back
+        return real(self, digest)
+
+    monkeypatch.setattr(Store, "has_manifest", has_manifest)
+    try:
+        store.move_ref("claims", "latest", m2, expected=m0)
+        landed = 4
+    except RefConflict:
+        landed = 3
+    check_chain(store, "claims", "latest", moves=landed)
 
 
 def test_set_ref_retries_until_its_move_lands_on_top_of_the_others(
