@@ -33,7 +33,8 @@ def s3_root() -> Iterator[str]:
 
     # Cached file systems keep the endpoint they were made with: none may outlive its server.
     s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
+    # moto keeps its buckets in this process, across servers: it may exist already.
+    s3fs.S3FileSystem(skip_instance_cache=True).makedirs(BUCKET, exist_ok=True)
     try:
         yield f"s3://{BUCKET}"
     finally:
