@@ -34,9 +34,10 @@ unit: install
 
 test: lint unit
 
-# No real vLLM and no test marked slow (each a few seconds at most): under a minute on 2 cores.
+# No real vLLM and no test marked slow (each a few seconds at most), on every core
+# (pytest-xdist): under a minute on 2 cores.
 test-fast: install
-	$(VENV)/bin/pytest -q -m "not vllm and not slow"
+	$(VENV)/bin/pytest -q -n auto -m "not vllm and not slow"
 
 # Mutants of the claim-carrying modules, one module at a time (each bounded by MUTATION_TIMEOUT
 # seconds, niced: build machines are shared); mutmut runs, per mutant, only the fast-tier tests
