@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-SCHEMA = "neuronbuild.unit/1"
+SCHEMA = "neuronbuild.unit/2"
 """Schema salt of every unit key; bump it when the factors change meaning."""
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from neuronbuild import start_env
 from neuronbuild.build import ingest
 from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
@@ -81,6 +83,21 @@ def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, see
     digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
     store.set_ref(recipe.name, "latest", digest)
     return digest
+
+
+@pytest.fixture
+def started_with(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Set (or, with None, unset) variables of the environment neuronbuild records as the one
+    the command was started with (keys and engine environments read it, not ``os.environ``)."""
+
+    def start(**env: str | None) -> None:
+        for name, value in env.items():
+            if value is None:
+                monkeypatch.delitem(start_env._STARTED_WITH, name, raising=False)
+            else:
+                monkeypatch.setitem(start_env._STARTED_WITH, name, value)
+
+    return start
 
 
 @pytest.fixture

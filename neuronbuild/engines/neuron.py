@@ -11,8 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import envs
+from neuronbuild.engines.arg_classes import normalise
 from neuronbuild.engines.base import Engine, UnitSpec
-from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
+from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
+from neuronbuild.engines.neuron_env import NEURON_ENV
 from neuronbuild.errors import RecipeError, UserError
 from neuronbuild.graph import Graph
 
@@ -97,12 +100,8 @@ class NeuronEngine(Engine):
     (vLLM-Neuron in CPU compile mode) is not part of this version: :meth:`compiler` says so."""
 
     name: ClassVar[str] = "neuron"
-    key_env: ClassVar[tuple[str, ...]] = (
-        "NEURON_CC_FLAGS",
-        "VLLM_NEURON_BACKEND",
-        "VLLM_NEURON_DISABLE_NKI_KERNELS",
-        "TORCH_CACHING_PRECOMPILE",
-    )
+    env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-neuron", "neuronx-cc", "torch-neuronx")
     note: ClassVar[str] = "one NEFF per graph; each graph is its own compile unit"
 
@@ -204,10 +203,12 @@ class NeuronEngine(Engine):
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
         args = super().key_engine_args(recipe)
+        # Absent, vLLM-Neuron derives it from the largest bucket: both spellings key alike.
+        args.setdefault("max_num_batched_tokens", self.buckets(recipe).max_num_batched_tokens)
         additional = dict(args.get("additional_config") or {})
         for sub, keys in BUCKET_LIST_KEYS.items():
             if isinstance(additional.get(sub), Mapping):
                 additional[sub] = {k: v for k, v in additional[sub].items() if k not in keys}
         if "additional_config" in args:
             args["additional_config"] = additional
-        return args
+        return normalise(args)  # type: ignore[no-any-return]
