@@ -19,6 +19,7 @@ from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
@@ -141,7 +142,8 @@ def compile_recipe(
     compile (status ``missing``) without compiling.
 
     Raises:
-        UserError: broken install, toolchain or host mismatch (before anything runs).
+        UserError: broken install, toolchain or host mismatch, model not on this host (before
+            anything runs).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -152,6 +154,7 @@ def compile_recipe(
         compiler.check_install()
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
+        check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
     except UserError as exc:
         if not dry_run:
             raise

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from neuronbuild import __version__, envs
+from neuronbuild import __version__, envs, start_env
 from neuronbuild.console import format_table, run
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid
@@ -37,6 +37,14 @@ def load_or_exit(path: str) -> Recipe:
     for w in recipe.warnings:
         warn(f"{path}: {w}")
     return recipe
+
+
+def warn_removed_env(recipe: Recipe) -> None:
+    """Name every variable of the user's environment kept from the engine process."""
+    from neuronbuild.engines import engine_for
+
+    for name in engine_for(recipe).removed_env(start_env.environ()):
+        warn(f"{name} is not passed to the engine (it would change vLLM's output unkeyed)")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -217,6 +225,7 @@ def compile_(
     from neuronbuild.store import LATEST, Store
 
     recipe = load_or_exit(recipe_path)
+    warn_removed_env(recipe)
     store = Store(cache, last_writer_wins=last_writer_wins)
     logs = Path(log_dir) if log_dir else envs.default_log_dir(recipe.name)
     try:

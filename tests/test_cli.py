@@ -107,11 +107,27 @@ def test_compile_refuses_a_host_whose_instruction_set_differs(write_recipe: Any)
 
 def test_compile_dry_run_lists_what_would_compile(write_recipe: Any) -> None:
     path = write_recipe(cpu_recipe(cpu_isa="host"))
+    (path.parent / "build" / "tiny-llama").mkdir(parents=True)
+    (path.parent / "build" / "tiny-llama" / "config.json").write_text("{}")
     result = neuronbuild(
         "compile", str(path), "--cache", str(path.parent / "store"), "--dry-run", "--json"
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["totals"]["missing"] == 1
+
+
+def test_compile_and_its_dry_run_refuse_a_model_that_is_not_on_this_host(
+    write_recipe: Any,
+) -> None:
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="./no-such-model"))
+    for extra in ([], ["--dry-run"]):
+        result = neuronbuild("compile", str(path), "--cache", str(path.parent / "s"), *extra)
+        assert result.returncode == 2, result.stderr
+        assert "model ./no-such-model: no such folder" in result.stderr
+    hub = write_recipe(cpu_recipe(cpu_isa="host", model="nobody/none", revision="a" * 40))
+    result = neuronbuild("compile", str(hub), "--cache", str(path.parent / "s"), "--dry-run")
+    assert result.returncode == 2
+    assert "huggingface-cli download nobody/none --revision " + "a" * 40 in result.stderr
 
 
 def test_serve_refuses_an_option_that_is_part_of_the_unit_key() -> None:
