@@ -66,11 +66,13 @@ def cli() -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object per recipe, as a list."
 )
-def validate(recipes: tuple[str, ...], as_json: bool) -> None:
+@click.option("--strict", is_flag=True, help="Treat every warning as an error (fleet builds).")
+def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
     """Check each RECIPE with the rules vLLM-Neuron applies at start.
 
     Every problem is reported, one line each, naming the field, its value and the fix. Exits 2 if
-    any recipe is invalid.
+    any recipe is invalid (with --strict, also if any has a warning, e.g. a hub model whose
+    revision is a branch name).
     """
     results: list[dict[str, Any]] = []
     for path in recipes:
@@ -87,6 +89,16 @@ def validate(recipes: tuple[str, ...], as_json: bool) -> None:
             )
             continue
         plan = build_plan(recipe)
+        if strict and recipe.warnings:
+            results.append(
+                {
+                    "recipe": path,
+                    "valid": False,
+                    "errors": [f"{w} (--strict)" for w in recipe.warnings],
+                    "warnings": [],
+                }
+            )
+            continue
         results.append(
             {
                 "recipe": path,

@@ -171,3 +171,16 @@ def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> N
     served = neuronbuild(*serve, "--workdir", str(tmp_path), cwd=elsewhere)
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["cwd"] == str(tmp_path)
+
+
+def test_a_hub_model_on_a_branch_warns_and_strict_makes_it_an_error(write_recipe: Any) -> None:
+
+    branch = write_recipe(neuron_recipe(revision="main"))
+    result = neuronbuild("validate", str(branch))
+    assert result.returncode == 0
+    assert "revision=main: hub model meta-llama/Llama-3.3-70B-Instruct needs a commit" in (
+        result.stderr
+    )
+    assert neuronbuild("validate", "--strict", str(branch)).returncode == 2
+    pinned = write_recipe(neuron_recipe(revision="0123456789" * 4), name="pinned.yaml")
+    assert neuronbuild("validate", "--strict", str(pinned)).returncode == 0

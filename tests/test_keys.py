@@ -144,7 +144,9 @@ def test_block_size_stated_at_the_engines_default_keeps_every_key(
 
 def test_an_integer_for_a_float_default_is_that_float() -> None:
     assert keys(cpu_recipe(gpu_memory_utilization=0.92)) == keys(cpu_recipe())
-    assert keys(cpu_recipe(gpu_memory_utilization=1)) == keys(cpu_recipe(gpu_memory_utilization=1.0))
+    assert keys(cpu_recipe(gpu_memory_utilization=1)) == keys(
+        cpu_recipe(gpu_memory_utilization=1.0)
+    )
 
 
 # Section 2: only what changes compiled output enters a key.
@@ -195,9 +197,7 @@ def test_keys_come_from_the_starting_environment_not_variables_the_process_sets(
         "print(json.dumps([u.key.digest for u in build_plan(parse_recipe("
         "json.loads(sys.argv[1]))).units]))"
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
     out = subprocess.run(
         [sys.executable, "-c", script, json.dumps(cpu_recipe())],
         env=env,

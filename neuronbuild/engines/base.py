@@ -17,6 +17,7 @@ from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resol
 from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
+from neuronbuild.model_files import is_pinned_revision, local_folder, looks_like_path
 from neuronbuild.vllm_data import engine_arg_defaults
 
 if TYPE_CHECKING:
@@ -56,17 +57,28 @@ class Engine(ABC):
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         """Every error and warning of ``recipe`` for this engine (errors name field, value, fix)."""
+        errors, warnings = [], []
         missing = [d for d in self.required_toolchain if d not in recipe.toolchain]
-        if not missing:
-            return [], []
-        example = ", ".join(f"{d}: <version>" for d in self.required_toolchain)
-        return [
-            RecipeError(
-                "toolchain",
-                recipe.toolchain or MISSING,
-                f"must pin {', '.join(missing)} to exact versions, e.g. {{{example}}}",
+        if missing:
+            example = ", ".join(f"{d}: <version>" for d in self.required_toolchain)
+            errors.append(
+                RecipeError(
+                    "toolchain",
+                    recipe.toolchain or MISSING,
+                    f"must pin {', '.join(missing)} to exact versions, e.g. {{{example}}}",
+                )
             )
-        ], []
+        revision = recipe.engine_args.get("revision")
+        is_hub = local_folder(recipe.model, recipe.workdir) is None and not looks_like_path(
+            recipe.model
+        )
+        if is_hub and not is_pinned_revision(revision):
+            warnings.append(
+                f"revision={revision or '(absent)'}: hub model {recipe.model} needs a commit "
+                "hash for a fleet build (a branch moves while the key stays); set revision: "
+                "<40-hex commit>"
+            )
+        return errors, warnings
 
     @abstractmethod
     def units(self, recipe: Recipe) -> list[UnitSpec]:
