@@ -3,28 +3,33 @@
 arguments and the engine's "never compile" environment.
 
 Everything that can fail is checked before vLLM starts: the manifest (present, well formed, the
-recipe's unit keys equal to its own), the node (e.g. its CPU instruction set) and every blob.
+recipe's unit keys equal to its own), the node (installed versions, target, instruction set, model
+content: :mod:`.node_checks`), the model's files and every blob.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronbuild import envs
+from neuronbuild import envs, start_env
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.keys import factor_differences
 from neuronbuild.manifest import FileEntry, Manifest, check_digest
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store import LATEST, Store, hash_file, parse_ref
 from neuronbuild.transfer import copy_blob, copy_manifest
 
+from .node_checks import Mismatch, check_node
 from .vllm_args import vllm_cli_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -43,7 +48,9 @@ class ServeSource:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A materialised manifest and the vLLM process that serves it."""
+    """A materialised manifest and the vLLM process that serves it: ``argv`` run in ``cwd``
+    with exactly ``env``; ``started_with`` is the environment the user started ``serve`` in, so
+    :meth:`command` can show what differs from it."""
 
     manifest: str
     cache_root: Path
@@ -52,15 +59,36 @@ class Prepared:
     cwd: Path
     files: int
     bytes: int
+    started_with: dict[str, str] = field(default_factory=dict)
+    allowed: tuple[Mismatch, ...] = ()
+
+    def env_changes(self) -> tuple[dict[str, str], list[str]]:
+        """(variables set or changed from the starting environment, variables removed)."""
+        changed = {k: v for k, v in sorted(self.env.items()) if self.started_with.get(k) != v}
+        removed = sorted(k for k in self.started_with if k not in self.env)
+        return changed, removed
+
+    def command(self) -> str:
+        """One shell command that, pasted into the shell ``serve`` was started from, runs vLLM
+        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV``."""
+        changed, removed = self.env_changes()
+        env = ["env", *(arg for name in removed for arg in ("-u", name))]
+        env += [f"{k}={v}" for k, v in changed.items()]
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join([*env, *self.argv])}"
 
     def to_json(self) -> dict[str, Any]:
+        changed, removed = self.env_changes()
         return {
             "manifest": self.manifest,
             "vllm_cache_root": str(self.cache_root),
             "files": self.files,
             "bytes": self.bytes,
-            "argv": self.argv,
             "cwd": str(self.cwd),
+            "argv": self.argv,
+            "env": changed,
+            "unset": removed,
+            "command": self.command(),
+            "allowed_mismatches": [m.__dict__ for m in self.allowed],
         }
 
 
@@ -146,9 +174,9 @@ def resolve(
     return recipe, manifest, digest
 
 
-def default_cache_root(local: Store, digest: str) -> Path:
+def default_cache_root(local: Store, digest: str, environ: Mapping[str, str] | None = None) -> Path:
     """``$VLLM_CACHE_ROOT`` if set, else a folder per manifest next to the local store."""
-    if value := os.environ.get(envs.VLLM_CACHE_ROOT):
+    if value := (os.environ if environ is None else environ).get(envs.VLLM_CACHE_ROOT):
         return Path(value)
     return Path(local.root) / "vllm-cache" / digest.split(":", 1)[1][:16]
 
@@ -213,22 +241,30 @@ def prepare(
     local: Store | None = None,
     cache_root: Path | None = None,
     serving_args: list[str] | None = None,
-    serving_env: dict[str, str] | None = None,
     workdir: Path | None = None,
+    allow_mismatch: tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> Prepared:
-    """Resolve, check, fetch, verify and materialise; return the vLLM command to exec."""
+    """Resolve, check the node and the model, fetch, verify and materialise; return the vLLM
+    command to exec. ``serving_args`` (vLLM server options, serving-only) follow the recipe's
+    arguments and its ``serve:`` section; ``environ`` is the environment the user started the
+    command with (default: :func:`neuronbuild.start_env.environ`).
+
+    Raises:
+        UserError: see :func:`resolve`; this node differs from the build (a table, unless each
+            difference is named in ``allow_mismatch``); a variable would make it compile; the
+            model is not on this node.
+    """
+    environ = dict(start_env.environ() if environ is None else environ)
     if local is None and not store.is_folder:
         local = Store(envs.default_cache_url())
     recipe, manifest, digest = resolve(source, store, local)
     engine = engine_for(recipe)
-    for unit in manifest.units:
-        engine.check_node(unit.factors)
     cwd = workdir or recipe.workdir
-    if recipe.model.startswith(("./", "../")) and not (cwd / recipe.model).exists():
-        raise UserError(
-            f"model {recipe.model} is a path relative to the recipe's folder and is not found "
-            f"from {cwd}; pass --workdir with the folder the recipe was compiled from"
-        )
+    allowed: list[Mismatch] = []
+    for unit in manifest.units:
+        allowed += check_node(recipe, engine, unit.factors, cwd, environ, allow_mismatch)
+    check_model_present(recipe.model, recipe.engine_args.get("revision"), cwd)
     remote: Store | None = None
     if local is not None and local.url != store.url:
         if local.missing_blobs(manifest.files()):
@@ -236,18 +272,20 @@ def prepare(
         remote = store
     else:
         local = store
-    root = cache_root or default_cache_root(local, digest)
+    root = cache_root or default_cache_root(local, digest, environ)
     root.mkdir(parents=True, exist_ok=True)
     files, size = materialize(manifest, digest, local, root, remote)
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
+    argv += vllm_cli_args(recipe.serve, first=())
     argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     if not isinstance(keyed, dict):
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
-    env = engine.engine_env(os.environ, keyed)
-    env.update({**(serving_env or {}), **engine.serve_env(str(root))})
-    return Prepared(digest, root, argv, env, cwd, files, size)
+    env = engine.engine_env(environ, keyed)
+    env.update(engine.serve_env(str(root)))
+    unique = tuple(dict.fromkeys(allowed))
+    return Prepared(digest, root, argv, env, cwd, files, size, environ, unique)
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -12,16 +12,16 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def vllm_cli_args(engine_args: Mapping[str, Any]) -> list[str]:
+def vllm_cli_args(engine_args: Mapping[str, Any], first: tuple[str, ...] = ("model",)) -> list[str]:
     """``--option value`` pairs vLLM's argument parser turns back into exactly ``engine_args``.
 
     Booleans become ``--x`` / ``--no-x`` (vLLM's BooleanOptionalAction), mappings become JSON
     (vLLM parses JSON for its config arguments, e.g. ``--additional-config``), lists become one
-    value each (``nargs="+"``), and None is left out (vLLM's default). ``model`` comes first, as
-    ``--model``.
+    value each (``nargs="+"``), and None is left out (vLLM's default). Names in ``first`` (by
+    default ``model``, as ``--model``) come first.
     """
     argv: list[str] = []
-    for name, value in sorted(engine_args.items(), key=lambda kv: kv[0] != "model"):
+    for name, value in sorted(engine_args.items(), key=lambda kv: kv[0] not in first):
         if value is None:
             continue
         if isinstance(value, bool):

@@ -68,10 +68,13 @@ def cpu_recipe(**args: Any) -> dict[str, Any]:
     return overridden(data, args)
 
 
-def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
+def publish_build(
+    store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str, source: str = "<recipe>"
+) -> str:
     """Publish one build of the recipe (as compile does after its engine ran): files whose bytes
-    depend on ``seed``, like two cold compiles that are not byte-identical."""
-    recipe = parse_recipe(recipe_data)
+    depend on ``seed``, like two cold compiles that are not byte-identical. ``source``: the
+    recipe's file, where a relative model folder resolves (default: the current folder)."""
+    recipe = parse_recipe(recipe_data, source)
     records = []
     for unit in build_plan(recipe).units:
         root = tmp_path / f"build-{seed}"

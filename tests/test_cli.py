@@ -151,15 +151,19 @@ def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_short_flags_and_stray_arguments() -> None:
-    for extra in (["-tp", "4"], ["stray"]):
+    for extra, message in (
+        (["-tp", "4"], "-tp: unknown option"),
+        (["stray"], "unexpected extra argument (stray)"),
+    ):
         result = neuronbuild("serve", str(RECIPES / "cpu-tiny-llama.yaml"), *extra)
         assert result.returncode == 2, extra
-        assert "not a serving option" in result.stderr
+        assert message in result.stderr
 
 
 def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> None:
     data = cpu_recipe(cpu_isa="host", model="./model")
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     store = tmp_path / "store"
     publish_build(Store(str(store)), data, tmp_path, "a")
     elsewhere = tmp_path / "elsewhere"

@@ -138,8 +138,10 @@ class Engine(ABC):
         """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
         ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
 
-    def check_node(self, factors: dict[str, Any]) -> None:
-        """Raise UserError when this node cannot run artifacts built with these unit factors."""
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """``(name, built for, this node)`` for each way this node cannot run artifacts built
+        with these unit factors (its target, its instruction set); empty when it can."""
+        return []
 
     def arg_defaults(self) -> dict[str, Any]:
         """Each engine argument's value when a recipe leaves it out: the pinned vLLM's

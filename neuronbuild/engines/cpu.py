@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from neuronbuild import cpu_isa, envs
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
-from neuronbuild.errors import MISSING, RecipeError, UserError
+from neuronbuild.errors import MISSING, RecipeError
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
@@ -100,13 +100,9 @@ class CpuEngine(Engine):
         assert recipe.cpu_isa is not None  # validate() requires it
         return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)})]
 
-    def check_node(self, factors: dict[str, Any]) -> None:
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         built_for, host = str(factors.get("cpu_isa")), cpu_isa.host_isa()
-        if not cpu_isa.provides(host, built_for):
-            raise UserError(
-                f"cpu_isa: the artifacts were built for {built_for} and this node is {host}; "
-                "serve them on a node with that instruction set, or compile on this one"
-            )
+        return [] if cpu_isa.provides(host, built_for) else [("cpu_isa", built_for, host)]
 
     def compiler(self) -> UnitCompiler:
         from neuronbuild.engines.cpu_compile import CpuCompiler

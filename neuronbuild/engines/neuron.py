@@ -16,6 +16,7 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.errors import RecipeError, UserError
 from neuronbuild.graph import Graph
 
@@ -183,6 +184,9 @@ class NeuronEngine(Engine):
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         return [UnitSpec((g,), {"graph": g.to_json()}) for g in self.graphs(recipe)]
+
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return target_differences(str(factors.get("target")))
 
     def serve_env(self, cache_root: str) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start.
