@@ -17,13 +17,13 @@ from typing import Any, TextIO
 
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
+from neuronbuild.errors import StoreError, UserError
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
-from neuronbuild.store import LATEST, Store
+from neuronbuild.store.cas import LATEST, Store
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
 
 class ToolchainMismatch(UserError):
@@ -82,25 +82,13 @@ class CompileReport:
 
 
 def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
-    """The unit records the store holds for the plan's units, by key.
-
-    Raises:
-        StoreDataInvalid: a held record's blobs are missing, which no compile can repair (the
-            first record for a key wins); the message says what to remove.
-    """
+    """The unit records the store holds for the plan's units, by key, whose blobs are all
+    present: a unit whose blobs are gone is compiled again, and its record replaced."""
     records: dict[str, UnitRecord] = {}
     for unit in plan.units:
         record = store.get_unit(unit.key.digest)
-        if record is None:
-            continue
-        missing = store.missing_blobs(record.files)
-        if missing:
-            raise StoreDataInvalid(
-                f"{store.url}: unit record {unit.key.digest} is held but the blob of "
-                f"{missing[0].path} is missing; remove {store.unit_path(unit.key.digest)} "
-                "(its blobs are gone) and compile again"
-            )
-        records[unit.key.digest] = record
+        if record is not None and not store.missing_blobs(record.files):
+            records[unit.key.digest] = record
     return records
 
 
@@ -112,13 +100,13 @@ def ingest(
     returned)."""
     paths = [cache_root / rel for rel in files]
     entries = [
-        FileEntry(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
+        FileRecord(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
         for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
     ]
     record = UnitRecord(
         key=unit.key.digest,
         factors=dict(unit.key.factors),
-        graphs=[g.to_json() for g in unit.graphs],
+        graphs=unit.graphs,
         files=tuple(entries),
         toolchain=toolchain,
     )
@@ -144,6 +132,7 @@ def compile_recipe(
     Raises:
         UserError: broken install, toolchain or host mismatch, model not on this host (before
             anything runs).
+        StoreError: the store failed while publishing (a unit's outage is not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -177,6 +166,7 @@ def compile_recipe(
     if todo:
         store.check_writable()
     log_dir.mkdir(parents=True, exist_ok=True)
+    outages: list[StoreError] = []
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> UnitRecord:
         log = log_dir / f"{unit.key.hex}.log"
@@ -191,13 +181,14 @@ def compile_recipe(
                 raise UnitFailed(f"engine exited with {code}; log: {log}")
             files = compiler.harvest(scratch / "vllm-cache")
             record = ingest(store, unit, scratch / "vllm-cache", files, toolchain)
+        except StoreError as exc:
+            outages.append(exc)
+            raise
         except UnitFailed as exc:
-            store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
             if "log:" not in str(exc):
                 raise UnitFailed(f"{exc}; log: {log}") from None
             raise
         except Exception as exc:
-            store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
             raise UnitFailed(f"{exc}; log: {log}") from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -209,6 +200,8 @@ def compile_recipe(
         results = run_units(todo, work, jobs, progress) if todo else []
     finally:
         progress.close()
+    if outages:
+        raise outages[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
         entry: dict[str, Any] = {

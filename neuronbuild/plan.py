@@ -9,21 +9,12 @@ from typing import Any
 
 from neuronbuild import start_env
 from neuronbuild.engines import Engine, engine_for
-from neuronbuild.graph import Graph
+from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
 
-
-@dataclass(frozen=True)
-class CompileUnit:
-    """One schedulable piece of work: the graphs one engine process compiles, and its key."""
-
-    graphs: tuple[Graph, ...]
-    key: UnitKey
-
-    def label(self) -> str:
-        return ", ".join(g.label() for g in self.graphs)
+__all__ = ["CompileUnit", "Plan", "build_plan"]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ collected and raised together as one :class:`~neuronbuild.errors.RecipeInvalid`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -19,7 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid
+from neuronbuild.engines import engine_for
+from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
 from neuronbuild.vllm_data import engine_arg_names, server_options
 
@@ -45,12 +45,6 @@ EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 def vllm_engine_args() -> frozenset[str]:
     """The pinned vLLM's engine argument names (``EngineArgs`` fields), from the checked-in list."""
     return engine_arg_names()
-
-
-def did_you_mean(key: str, known: list[str] | frozenset[str] | tuple[str, ...]) -> str | None:
-    """The known key closest to ``key`` when it is likely a typo of it, else ``None``."""
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 class _Fields(BaseModel):
@@ -251,8 +245,6 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
             (with a did-you-mean), wrong types, contradictions, and the engine's own rules
             (for Neuron targets, the checks vLLM-Neuron applies at start).
     """
-    from neuronbuild.engines import engine_for
-
     if not isinstance(data, Mapping):
         raise RecipeInvalid(
             source, [RecipeError("<top level>", MISSING, "a recipe must be a YAML mapping")]

@@ -23,18 +23,11 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from neuronbuild.errors import Interrupted
 from neuronbuild.plan import CompileUnit
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when ending an engine's process group."""
-
-
-class Interrupted(Exception):
-    """neuronbuild received SIGINT or SIGTERM; every engine process was ended."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
 
 class UnitFailed(Exception):

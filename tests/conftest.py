@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,10 +13,10 @@ import pytest
 
 from neuronbuild import start_env
 from neuronbuild.build import ingest
-from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -86,6 +88,32 @@ def publish_build(
     digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
     store.set_ref(recipe.name, "latest", digest)
     return digest
+
+
+SERVE_WITHOUT_VLLM = """
+import json, sys
+import neuronbuild_runtime.cli as cli
+from neuronbuild.console import run
+cli.exec_vllm = lambda prepared: print(json.dumps(prepared.to_json()))
+sys.argv = ["serve", *sys.argv[1:]]
+run(cli.serve)
+"""
+
+
+def serve_without_vllm(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``neuronbuild serve ARGS`` exactly as a node runs it, but printing the prepared vLLM
+    command as JSON instead of exec'ing vLLM (everything up to the exec happens for real)."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", SERVE_WITHOUT_VLLM, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 @pytest.fixture

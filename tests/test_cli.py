@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
 from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, publish_build
 
 
@@ -165,7 +165,7 @@ def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> N
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     store = tmp_path / "store"
-    publish_build(Store(str(store)), data, tmp_path, "a")
+    publish_build(Store(str(store), create=True), data, tmp_path, "a")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     serve = ["serve", "--ref", "tiny/latest", "--cache", str(store), "--dry-run", "--json"]

@@ -17,7 +17,7 @@ from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_env import NEURON_ENV
 from neuronbuild.engines.neuron_node import target_differences
-from neuronbuild.errors import RecipeError, UserError
+from neuronbuild.errors import RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
@@ -71,7 +71,6 @@ def check_unknown_keys(
 ) -> tuple[list[RecipeError], list[str]]:
     """An unknown key close to a known one is an error with a did-you-mean; any other unknown key
     is a warning, since vLLM-Neuron has more fields than the reference lists."""
-    from neuronbuild.recipe import did_you_mean
 
     errors, warnings = [], []
     for key in mapping:
