@@ -172,7 +172,9 @@ main()
 """
     import yaml
 
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host")))
+    (tmp_path / "model").mkdir()  # compile checks the model is on this host
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host", model="./model")))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 3, result.stderr
     assert "store error: s3://bucket: cannot upload" in result.stderr
@@ -197,6 +199,7 @@ def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
 ) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
     digest = publish_build(
         store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a"
     )
@@ -221,6 +224,7 @@ def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
 def test_serve_dry_run_writes_nothing(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
     publish_build(store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a")
     before = sorted(p for p in tmp_path.rglob("*"))
     result = nb(
@@ -233,6 +237,7 @@ def test_serve_dry_run_writes_nothing(tmp_path: Path) -> None:
 def test_a_node_re_verifies_cheaply_unless_deep(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
     digest = publish_build(
         store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a"
     )
@@ -264,6 +269,7 @@ def test_a_node_re_verifies_cheaply_unless_deep(tmp_path: Path) -> None:
 def test_gc_sweeps_the_layout_record_of_a_dead_manifest(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
     publish_build(store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a")
     laid_out(store, node_env(tmp_path))
     store.backend.delete(store.layout.ref("tiny", "latest"))
