@@ -449,6 +449,9 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
             click.echo(f"     differs from {unit.compared_with}:")
             for line in unit.differences:
                 click.echo(f"       {line}")
+            click.echo("     why it misses:")
+            for line in unit.explanations:
+                click.echo(f"       {line}")
         elif not unit.held:
             click.echo("     no sealed build of this graph to compare with; compile it")
 

@@ -244,3 +244,35 @@ def test_the_model_folder_key_does_not_depend_on_where_the_folder_lives(tmp_path
 
     a, b = (build_plan(load_recipe(p), {}).units[0].key for p in recipes)
     assert a.digest == b.digest
+
+
+# doctor names the factor of a miss.
+
+
+def test_doctor_explains_a_miss_by_the_factor_that_caused_it(
+    tmp_path: Path, started_with: Any
+) -> None:
+    from neuronbuild.doctor import diagnose
+    from neuronbuild.recipe import load_recipe
+    from neuronbuild.store.cas import Store
+    from tests.conftest import publish_build
+
+    write_model(tmp_path / "m", "LlamaForCausalLM")
+    path = tmp_path / "recipe.yaml"
+    path.write_text(json.dumps(cpu_recipe(cpu_isa="host", model="./m")))
+    store = Store(str(tmp_path / "store"), create=True)
+    publish_build(store, cpu_recipe(cpu_isa="host", model="./m"), tmp_path, "a", str(path))
+    [hit] = diagnose(load_recipe(path), store)
+    assert hit.held
+    write_model(tmp_path / "m", "Qwen3ForCausalLM")
+    started_with(VLLM_PP_LAYER_PARTITION="1,1")
+    path.write_text(json.dumps(cpu_recipe(cpu_isa="host", model="./m", block_size=256)))
+    [miss] = diagnose(load_recipe(path), store)
+    assert not miss.held
+    assert [d.split(":")[0] for d in miss.differences] == [
+        "engine_args.block_size",
+        "env.VLLM_PP_LAYER_PARTITION",
+        "model_files.config.json",
+    ]
+    assert [e.split(":")[0] for e in miss.explanations] == ["engine_args", "env", "model_files"]
+    assert "model folder's content" in miss.explanations[2]
