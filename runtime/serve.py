@@ -21,7 +21,7 @@ from typing import Any
 from neuronbuild import start_env
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
-from neuronbuild.keys import factor_differences
+from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
@@ -144,10 +144,18 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     instruction set) are the node checks' business.
 
     Raises:
+        UserError: the manifest was sealed under another unit key schema (compile again).
         StoreDataInvalid: the recipe is invalid, or plans other units (none at all, or a
             recipe edited after sealing).
     """
     what = f"manifest {digest}"
+    schemas = {dict(u.factors).get("schema") for u in manifest.units} - {SCHEMA}
+    if schemas:
+        # Keys changed meaning since it was sealed: its recipe cannot plan its units here.
+        raise UserError(
+            f"{what} was sealed with unit key schema {sorted(map(str, schemas))[0]}, this "
+            f"neuronbuild uses {SCHEMA}; compile the recipe again with this version"
+        )
     try:
         recipe = parse_recipe(manifest.recipe, source=what)
     except RecipeInvalid as exc:
@@ -171,7 +179,8 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     """The recipe, manifest and manifest digest to serve.
 
     Raises:
-        UserError: no such ref or manifest, or a recipe that does not match its manifest.
+        UserError: no such ref or manifest, a manifest of another key schema, or a recipe
+            that does not match its manifest.
         StoreDataInvalid: a malformed or hostile manifest, or one whose recipe does not plan
             its units.
     """

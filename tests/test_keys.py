@@ -15,12 +15,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from neuronbuild.engines import get_engine
+from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.vllm_data import NO_DEFAULT
+from neuronbuild.vllm_data import NO_DEFAULT, env_vars
 from tests.conftest import REPO, cpu_recipe, neuron_recipe
+from tests.test_properties import plausible_recipes
 
 ENGINES = ("cpu", "neuron")
 
@@ -34,7 +36,7 @@ def base_recipe(engine: str) -> dict[str, Any]:
 
 
 def defaults_of(engine: str) -> dict[str, Any]:
-    """Engine arguments with a known default, except those the base recipes already set."""
+    """Engine arguments with a known default, except those every base recipe sets."""
     defaults = get_engine(engine).arg_defaults()
     taken = set(base_recipe(engine))
     return {k: v for k, v in defaults.items() if v is not NO_DEFAULT and k not in taken}
@@ -58,14 +60,43 @@ def changed(value: Any) -> Any:
 # Section 1: equivalent recipes give the same key.
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+cpu_recipes = st.builds(
+    lambda length, seqs, tokens, dtype, seed: cpu_recipe(
+        max_model_len=length, max_num_seqs=seqs, max_num_batched_tokens=tokens, dtype=dtype,
+        seed=seed,
+    ),
+    st.sampled_from([128, 256, 1024, 4096]),
+    st.integers(1, 16),
+    st.sampled_from([128, 256, 2048]),
+    st.sampled_from(["bfloat16", "float32"]),
+    st.integers(0, 3),
+)  # fmt: skip
+RECIPES_OF = {"cpu": cpu_recipes, "neuron": plausible_recipes}
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def draw_valid(data: st.DataObject, engine: str) -> dict[str, Any]:
+    """A generated recipe for ``engine`` that validates (a refused one says nothing of keys)."""
+    recipe: dict[str, Any] = data.draw(RECIPES_OF[engine])
+    try:
+        parse_recipe(recipe)
+    except RecipeInvalid:
+        assume(False)
+    return recipe
+
+
+@SETTINGS
 @given(st.data())
 def test_adding_any_argument_at_its_default_or_reordering_never_changes_a_key(
     data: st.DataObject,
 ) -> None:
     engine = data.draw(st.sampled_from(ENGINES))
-    recipe = base_recipe(engine)
-    defaults = defaults_of(engine)
+    recipe = draw_valid(data, engine)
+    defaults = {k: v for k, v in defaults_of(engine).items() if k not in recipe}
     added = data.draw(st.lists(st.sampled_from(sorted(defaults)), max_size=6, unique=True))
     spelled = {**recipe, **{name: defaults[name] for name in added}}
     order = data.draw(st.permutations(sorted(spelled)))
@@ -73,20 +104,38 @@ def test_adding_any_argument_at_its_default_or_reordering_never_changes_a_key(
     assert keys(reordered) == keys(recipe), f"added at default: {added}"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@SETTINGS
 @given(st.data())
 def test_changing_any_keyed_argument_always_changes_every_key(data: st.DataObject) -> None:
     engine = data.draw(st.sampled_from(ENGINES))
+    recipe = draw_valid(data, engine)
     keyed = get_engine(engine).keyed_args
-    defaults = {k: v for k, v in defaults_of(engine).items() if k in keyed}
+    defaults = {k: v for k, v in defaults_of(engine).items() if k in keyed and k not in recipe}
     name = data.draw(st.sampled_from(sorted(defaults)))
-    recipe = base_recipe(engine)
     try:
         other = keys({**recipe, name: changed(defaults[name])})
     except RecipeInvalid:
         assume(False)  # a value the engine's rules refuse says nothing about keys
         raise
     assert not set(other) & set(keys(recipe)), name
+
+
+@SETTINGS
+@given(st.data())
+def test_a_keyed_variable_always_changes_every_key_and_no_other_variable_does(
+    data: st.DataObject,
+) -> None:
+    engine = data.draw(st.sampled_from(ENGINES))
+    recipe = draw_valid(data, engine)
+    classify = get_engine(engine).classify_env
+    names = sorted({*env_vars(), *get_engine(engine).env_classes})
+    name = data.draw(st.sampled_from(names))
+    value = data.draw(st.sampled_from(["0", "1", "/tmp/x", "a b"]))
+    before, after = keys(recipe), keys(recipe, {name: value})
+    if classify(name) is EnvClass.KEYED:
+        assert not set(before) & set(after), name
+    else:
+        assert before == after, name
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -256,3 +256,18 @@ def test_the_dry_run_command_pasted_into_the_users_shell_runs_vllm_exactly_as_se
         assert got["env"][name] == value, name
     assert "VLLM_NCCL_SO_PATH" not in got["env"]
     assert got["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+
+
+def test_a_manifest_sealed_under_the_previous_key_schema_asks_for_a_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import neuronbuild.plan
+
+    store = tmp_path / "store"
+    monkeypatch.setattr(neuronbuild.plan, "SCHEMA", "neuronbuild.unit/1")
+    publish_build(Store(str(store), create=True), cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    monkeypatch.undo()
+    result = serve_without_vllm("--ref", "tiny/latest", "--cache", str(store), "--dry-run")
+    assert result.returncode == 2
+    assert "sealed with unit key schema neuronbuild.unit/1" in result.stderr
+    assert "compile the recipe again" in result.stderr
