@@ -172,6 +172,10 @@ def serve(
         allow_mismatch=allow_mismatch,
     )
     echo_notes(prepared.notes)
+    for name in prepared.env_changes()[1]:
+        click.echo(
+            f"warning: {name} is not passed to vLLM (it would change its output unkeyed)", err=True
+        )
     for m in prepared.allowed:
         click.echo(
             f"WARNING: --allow-mismatch {m.name}: serving artifacts built for {m.built_for} on a "

@@ -188,3 +188,31 @@ def test_a_hub_model_on_a_branch_warns_and_strict_makes_it_an_error(write_recipe
     assert neuronbuild("validate", "--strict", str(branch)).returncode == 2
     pinned = write_recipe(neuron_recipe(revision="0123456789" * 4), name="pinned.yaml")
     assert neuronbuild("validate", "--strict", str(pinned)).returncode == 0
+
+
+def test_compile_and_serve_name_each_variable_they_keep_from_vllm(write_recipe: Any) -> None:
+    import os
+
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="./m"))
+    (path.parent / "m").mkdir()
+    (path.parent / "m" / "config.json").write_text("{}")
+    env = {**os.environ, "VLLM_NCCL_SO_PATH": "/x.so"}
+    store = str(path.parent / "store")
+    compiled = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "compile", str(path), "--cache", store, "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert "warning: VLLM_NCCL_SO_PATH is not passed to the engine" in compiled.stderr
+    publish_build(Store(store, create=True), cpu_recipe(cpu_isa="host", model="./m"), path.parent,
+                  "a", source=str(path))  # fmt: skip
+    served = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "serve", str(path), "--cache", store, "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert served.returncode == 0, served.stderr
+    assert "warning: VLLM_NCCL_SO_PATH is not passed to vLLM" in served.stderr
+    assert "env -u VLLM_NCCL_SO_PATH" in served.stdout
