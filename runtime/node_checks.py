@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from neuronbuild.console import format_table
@@ -45,7 +46,7 @@ def installed_version(distribution: str) -> str | None:
 
 
 def node_mismatches(
-    recipe: Recipe, engine: Engine, factors: Mapping[str, Any], workdir: Any
+    recipe: Recipe, engine: Engine, factors: Mapping[str, Any], workdir: Path
 ) -> list[Mismatch]:
     """Every difference between this node and the build of a unit with ``factors``: toolchain
     pins against installed versions, the engine's own checks (:meth:`Engine.node_differences`)
@@ -75,13 +76,14 @@ def node_mismatches(
 def check_node(
     recipe: Recipe,
     engine: Engine,
-    factors: Mapping[str, Any],
-    workdir: Any,
+    units: Iterable[Mapping[str, Any]],
+    workdir: Path,
     environ: Mapping[str, str],
     allow: Iterable[str] = (),
 ) -> list[Mismatch]:
-    """Refuse this node unless it runs the build as built; return the allowed mismatches (the
-    caller prints them loudly).
+    """Refuse this node unless it runs the build (the factors of its ``units``) as built;
+    return the allowed mismatches, each once (the caller prints them loudly). ``workdir``: where
+    a relative model folder resolves.
 
     Raises:
         UserError: a variable of ``environ`` would make this node compile or mis-target.
@@ -94,7 +96,9 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    found = node_mismatches(recipe, engine, factors, workdir)
+    found = list(
+        dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
+    )
     refusing = [m for m in found if m.name not in allowed]
     if refusing:
         rows = [["NAME", "BUILT FOR", "THIS NODE"]] + [[m.name, m.built_for, m.node] for m in found]

@@ -240,9 +240,8 @@ def prepare(
     recipe, manifest, digest = resolve(source, tiers)
     engine = engine_for(recipe)
     cwd = workdir or recipe.workdir
-    allowed: list[Mismatch] = []
-    for unit in manifest.units:
-        allowed += check_node(recipe, engine, unit.factors, cwd, environ, allow_mismatch)
+    factors = [unit.factors for unit in manifest.units]
+    allowed = check_node(recipe, engine, factors, cwd, environ, allow_mismatch)
     check_model_present(recipe.model, recipe.engine_args.get("revision"), cwd)
     root = cache_root or node_layout_root(digest)
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())

@@ -113,13 +113,13 @@ def test_a_neuron_manifest_on_a_node_of_another_family_is_refused(
     monkeypatch.setenv(NODE_TARGET_OVERRIDE, "inf2")
     with pytest.raises(node_checks.NodeMismatch, match=r"target\s+trn2\s+inf2"):
         node_checks.check_node(
-            recipe, get_engine("neuron"), {"target": "trn2"}, REPO, {}, allow=recipe.toolchain
+            recipe, get_engine("neuron"), [{"target": "trn2"}] * 3, REPO, {}, allow=recipe.toolchain
         )
     allowed = node_checks.check_node(
-        recipe, get_engine("neuron"), {"target": "trn2"}, REPO, {},
+        recipe, get_engine("neuron"), [{"target": "trn2"}] * 3, REPO, {},
         allow=[*recipe.toolchain, "target"],
     )  # fmt: skip
-    assert [m.name for m in allowed][-1] == "target"
+    assert [m.name for m in allowed] == [*sorted(recipe.toolchain), "target"]  # each once
 
 
 def test_a_model_folder_whose_content_changed_since_the_build_is_refused(tmp_path: Path) -> None:
@@ -146,7 +146,7 @@ def test_a_model_folder_whose_content_changed_since_the_build_is_refused(tmp_pat
 def test_a_variable_that_would_make_the_node_compile_is_refused(engine: str, variable: str) -> None:
     data = cpu_recipe() if engine == "cpu" else neuron_recipe()
     with pytest.raises(UserError, match=f"unset {variable}"):
-        node_checks.check_node(parse_recipe(data), get_engine(engine), {}, REPO, {variable: "1"})
+        node_checks.check_node(parse_recipe(data), get_engine(engine), [{}], REPO, {variable: "1"})
 
 
 def test_serve_refuses_a_variable_that_would_make_the_node_compile(tmp_path: Path) -> None:
