@@ -325,3 +325,10 @@ def test_doctor_explains_a_miss_by_the_factor_that_caused_it(
     ]
     assert [e.split(":")[0] for e in miss.explanations] == ["engine_args", "env", "model_files"]
     assert "model folder's content" in miss.explanations[2]
+
+
+def test_arguments_whose_default_depends_on_vllms_entry_point_are_always_keyed_on_cpu() -> None:
+    """seed, dtype and max_num_batched_tokens default differently in LLM and the API server
+    (cpu-engine-facts.md): there is no single default to leave them out against."""
+    factors = build_plan(parse_recipe(cpu_recipe(seed=0)), {}).units[0].key.factors
+    assert factors["engine_args"]["seed"] == 0

