@@ -42,11 +42,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 
 
-def vllm_engine_args() -> frozenset[str]:
-    """The pinned vLLM's engine argument names (``EngineArgs`` fields), from the checked-in list."""
-    return engine_arg_names()
-
-
 class _Fields(BaseModel):
     """Types of the keys neuronbuild itself interprets; other engine args pass through verbatim."""
 
@@ -164,7 +159,7 @@ class Recipe:
 
 
 def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
-    known = set(OWN_KEYS) | vllm_engine_args()
+    known = set(OWN_KEYS) | engine_arg_names()
     errors = []
     for key in data:
         if key in known:

@@ -9,18 +9,11 @@ closest known spelling.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 
 from neuronbuild.engines.arg_classes import KEYED_ARGS, OWN_FACTORS
-from neuronbuild.errors import UserError
+from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.vllm_data import ServerOption, server_options
-
-
-def did_you_mean(option: str, known: list[str]) -> str:
-    """``; did you mean --x?`` for the closest known option, or an empty string."""
-    close = difflib.get_close_matches(option, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
 
 
 def _values(option: ServerOption, token: str, rest: list[str]) -> int:
@@ -60,8 +53,9 @@ def split_serve_args(args: list[str], own: Mapping[str, bool]) -> tuple[list[str
             continue
         option = vllm.get(name)
         if option is None:
-            known = sorted({*own, *vllm})
-            raise UserError(f"{name}: unknown option{did_you_mean(name, known)}")
+            close = did_you_mean(name, {*own, *vllm})
+            hint = f"; did you mean {close}?" if close else "; see neuronbuild serve --help"
+            raise UserError(f"{name}: unknown option{hint}")
         dest = option.dest
         if dest in KEYED_ARGS or dest in OWN_FACTORS:
             raise UserError(
