@@ -99,7 +99,7 @@ def ingest(
     uploads), then its unit record (the first record for a key wins; the stored one is
     returned)."""
     paths = [cache_root / rel for rel in files]
-    entries = [
+    records = [
         FileRecord(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
         for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
     ]
@@ -107,7 +107,7 @@ def ingest(
         key=unit.key.digest,
         factors=dict(unit.key.factors),
         graphs=unit.graphs,
-        files=tuple(entries),
+        files=tuple(records),
         toolchain=toolchain,
     )
     return store.put_unit(record)
@@ -204,19 +204,19 @@ def compile_recipe(
         raise outages[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
-        entry: dict[str, Any] = {
+        row: dict[str, Any] = {
             "key": unit.key.digest,
             "graphs": [g.to_json() for g in unit.graphs],
         }
         result = by_key.get(unit.key.digest)
         if result is None:
-            entry["status"] = "cached"
+            row["status"] = "cached"
         elif result.ok:
-            entry.update(status="compiled", seconds=round(result.seconds, 1))
+            row.update(status="compiled", seconds=round(result.seconds, 1))
             records[unit.key.digest] = result.value
         else:
-            entry.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
-        report.units.append(entry)
+            row.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
+        report.units.append(row)
 
     if not report.failed:
         manifest = Manifest(

@@ -16,14 +16,9 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, publish_build
+from tests.conftest import neuronbuild as nb
 
 LATER = time.time() + 10 * 86400
-
-
-def nb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def two_builds(tmp_path: Path) -> tuple[Store, str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,14 @@ from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_SMALL_BYTES
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
-from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
+from tests.conftest import cpu_recipe, neuronbuild, published_with_model, serve_without_vllm
 
 TIMEOUT = 30
 """Seconds a command may take on hostile data before the test calls it a hang."""
 
 
 def nb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+    return neuronbuild(*args, timeout=TIMEOUT)
 
 
 def assert_bad_data(result: subprocess.CompletedProcess[str], *want: str) -> None:
@@ -43,10 +37,17 @@ def assert_bad_data(result: subprocess.CompletedProcess[str], *want: str) -> Non
 
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Store, str]:
+    return published_with_model(tmp_path)
+
+
+def stored(tmp_path: Path, data: bytes) -> tuple[Store, str]:
+    """A store holding ``data`` as the manifest named by its hash."""
     store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    data = cpu_recipe(cpu_isa="host", model=str(tmp_path / "model"))
-    return store, publish_build(store, data, tmp_path, "a")
+    digest = sha256_digest(data)
+    path = Path(store.layout.manifest(digest))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    return store, digest
 
 
 # Every kind of object, with the commands that read it.
@@ -72,15 +73,16 @@ def test_a_special_file_in_place_of_any_object_is_bad_data_not_a_hang(
     blob = Path(store.layout.blob(manifest.files()[0].digest))
     unit = Path(store.layout.unit(manifest.units[0].key))
     [history] = Path(store.layout.history("tiny", "latest")).iterdir()
+    pull = ["pull", digest, "--local-cache", str(tmp_path / "node")]
     cases = [
         # A special file has no size of its own: a blob in its place is missing.
-        (blob, "", [["verify", digest, "--deep"], ["serve", "--manifest", digest]]),
+        (blob, "", [["verify", digest, "--deep"], ["serve", "--manifest", digest], pull]),
         (unit, "not a", [["status", str(recipe)], ["doctor", str(recipe)], ["plan", str(recipe)]]),
         (history, "not a", [["ls", "--history"], ["gc", "--dry-run"]]),
         (
             Path(store.layout.manifest(digest)),
             "not a",
-            [["verify", digest], ["tag", digest, "a/b"]],
+            [["verify", digest], ["tag", digest, "a/b"], pull],
         ),
         (
             Path(store.layout.ref("tiny", "latest")),
@@ -254,11 +256,7 @@ def test_a_manifest_is_accepted_only_in_canonical_form_with_exact_types(
     with pytest.raises(StoreDataInvalid, match=message):
         Manifest.from_bytes(data, "t")
     # The same through the command line, stored under its own digest: exit 2, one line.
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = sha256_digest(data)
-    path = Path(store.layout.manifest(digest))
-    path.parent.mkdir(parents=True)
-    path.write_bytes(data)
+    store, digest = stored(tmp_path, data)
     result = nb("verify", digest, "--cache", store.url)
     assert_bad_data(result)
     assert result.stderr.strip().count("\n") == 0
@@ -291,11 +289,7 @@ def test_layouts_a_manifest_cannot_describe_are_refused_when_parsed(
     data = canonical_json(manifest)
     with pytest.raises(StoreDataInvalid, match=message):
         Manifest.from_bytes(data, "t")
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = sha256_digest(data)
-    path = Path(store.layout.manifest(digest))
-    path.parent.mkdir(parents=True)
-    path.write_bytes(data)
+    store, digest = stored(tmp_path, data)
     for args in (["verify", digest, "--deep"], ["serve", "--manifest", digest, "--dry-run"]):
         assert_bad_data(nb(*args, "--cache", store.url), message)
 
@@ -346,3 +340,20 @@ def test_pull_re_checks_the_blobs_and_manifest_the_local_tier_holds(
     assert "fetching it again" in again.stderr and "replacing it" in again.stderr
     verified = nb("verify", digest, "--deep", "--cache", str(node))
     assert verified.returncode == 0, verified.stderr
+
+
+def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback(
+    published: tuple[Store, str],
+) -> None:
+    store, _ = published
+    here = os.getcwd()
+    os.chdir(store.layout.folder("refs"))
+    try:
+        for _ in range(1500):  # deeper than the interpreter recurses, within PATH_MAX per step
+            os.mkdir("a")
+            os.chdir("a")
+        Path("tag").write_text("x")
+    finally:
+        os.chdir(here)
+    for args in (["ls"], ["gc", "--dry-run"], ["status"]):
+        assert_bad_data(nb(*args, "--cache", store.url), "nested too deeply")

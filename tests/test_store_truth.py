@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,9 @@ from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
-from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import FileRecord, UnitRecord
-from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
-
-
-def nb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+from tests.conftest import cpu_recipe, publish_build, published_with_model, serve_without_vllm
+from tests.conftest import neuronbuild as nb
 
 
 def commands_reading(store: str, recipe: Path) -> list[list[str]]:
@@ -189,20 +179,13 @@ def laid_out(store: Store, env: dict[str, str], *args: str) -> dict[str, Any]:
 
 
 def node_env(tmp_path: Path) -> dict[str, str]:
-    env = {"XDG_CACHE_HOME": str(tmp_path / "node-cache")}
-    os.environ.pop("VLLM_CACHE_ROOT", None)
-    return env
+    return {"XDG_CACHE_HOME": str(tmp_path / "node-cache"), "VLLM_CACHE_ROOT": ""}  # "": unset
 
 
 def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
     tmp_path: Path,
 ) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
-    digest = publish_build(
-        store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a"
-    )
+    store, digest = published_with_model(tmp_path)
     env = node_env(tmp_path)
     served = laid_out(store, env)
     root = Path(served["vllm_cache_root"])
@@ -222,10 +205,7 @@ def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
 
 
 def test_serve_dry_run_writes_nothing(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
-    publish_build(store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a")
+    store, _ = published_with_model(tmp_path)
     before = sorted(p for p in tmp_path.rglob("*"))
     result = nb(
         "serve", "--ref", "tiny/latest", "--cache", store.url, "--dry-run", env=node_env(tmp_path)
@@ -235,12 +215,7 @@ def test_serve_dry_run_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_node_re_verifies_cheaply_unless_deep(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
-    digest = publish_build(
-        store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a"
-    )
+    store, digest = published_with_model(tmp_path)
     env = node_env(tmp_path)
     root = Path(laid_out(store, env)["vllm_cache_root"])
     entry = store.get_manifest(digest).files()[0]
@@ -267,12 +242,36 @@ def test_a_node_re_verifies_cheaply_unless_deep(tmp_path: Path) -> None:
 
 
 def test_gc_sweeps_the_layout_record_of_a_dead_manifest(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
-    publish_build(store, cpu_recipe(cpu_isa="host", model=str(tmp_path / "model")), tmp_path, "a")
-    laid_out(store, node_env(tmp_path))
+    store, _ = published_with_model(tmp_path)
+    env = node_env(tmp_path)
+    root = Path(laid_out(store, env)["vllm_cache_root"])
     store.backend.delete(store.layout.ref("tiny", "latest"))
-    report = collect_garbage(store, now=time.time() + 10 * 86400)
-    assert len(report.deleted["layouts"]) == 1
+    report = nb("gc", "--older-than", "0", "--json", "--cache", store.url, env=env)
+    assert json.loads(report.stdout)["deleted"]["layouts"] == 1
     assert store.summary()["layouts"] == 0
+    assert not root.exists()  # the folder serve chose goes with its record
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
+def test_a_read_only_store_folder_serves_without_flags(tmp_path: Path) -> None:
+    store, digest = published_with_model(tmp_path)
+    for path in sorted(Path(store.root).rglob("*"), reverse=True):
+        path.chmod(path.stat().st_mode & ~0o222)
+    Path(store.root).chmod(0o555)
+    try:
+        served = laid_out(store, node_env(tmp_path))
+    finally:
+        for path in [Path(store.root), *Path(store.root).rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+    assert served["manifest"] == digest
+    assert any("not recorded" in note for note in served["notes"])
+
+
+def test_a_relative_vllm_cache_root_is_where_serve_lays_out_made_absolute(tmp_path: Path) -> None:
+    store, digest = published_with_model(tmp_path)
+    result = serve_without_vllm(
+        "--manifest", digest, "--cache", store.url, env={"VLLM_CACHE_ROOT": "here"}, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["vllm_cache_root"] == str(tmp_path / "here")
+    assert all((tmp_path / "here" / f.path).is_file() for f in store.get_manifest(digest).files())
