@@ -214,4 +214,5 @@ class NeuronEngine(Engine):
                 additional[sub] = {k: v for k, v in additional[sub].items() if k not in keys}
         if "additional_config" in args:
             args["additional_config"] = additional
-        return normalise(args)  # type: ignore[no-any-return]
+        resolved: dict[str, Any] = normalise(args)  # a bucket-less sub-config equals an absent one
+        return resolved
