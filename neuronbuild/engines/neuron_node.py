@@ -14,10 +14,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from neuronbuild import envs
+
 PRODUCT_NAME = Path("sys/devices/virtual/dmi/id/product_name")
 """Where the instance type is, relative to the file system root."""
 
-NODE_TARGET_OVERRIDE = "NEURONBUILD_NODE_TARGET"
+NODE_TARGET_OVERRIDE = envs.NEURONBUILD_NODE_TARGET
 """The node's target family (``trn1|trn2|trn3|inf2``) when the instance type cannot be read."""
 
 FAMILY = re.compile(r"^(trn\d|inf\d)")
