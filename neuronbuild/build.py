@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
@@ -83,10 +83,14 @@ class CompileReport:
 
 def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
     """The unit records the store holds for the plan's units, by key, whose blobs are all
-    present: a unit whose blobs are gone is compiled again, and its record replaced."""
+    present: a unit whose blobs are gone, or whose record is unreadable (malformed, or written
+    before records had one canonical form), is compiled again and its record replaced."""
     records: dict[str, UnitRecord] = {}
     for unit in plan.units:
-        record = store.get_unit(unit.key.digest)
+        try:
+            record = store.get_unit(unit.key.digest)
+        except StoreDataInvalid:
+            continue
         if record is not None and not store.missing_blobs(record.files):
             records[unit.key.digest] = record
     return records

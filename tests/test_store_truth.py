@@ -275,3 +275,16 @@ def test_a_relative_vllm_cache_root_is_where_serve_lays_out_made_absolute(tmp_pa
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["vllm_cache_root"] == str(tmp_path / "here")
     assert all((tmp_path / "here" / f.path).is_file() for f in store.get_manifest(digest).files())
+
+
+def test_compile_repairs_a_unit_record_it_cannot_read(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    data = cpu_recipe(cpu_isa="host")
+    digest = publish_build(store, data, tmp_path, "a")
+    plan = build_plan(parse_recipe(data))
+    [good] = store.get_manifest(digest).units
+    path = Path(store.layout.unit(good.key))
+    path.write_bytes(json.dumps(good.to_json(), indent=1).encode())  # not canonical
+    assert held_records(store, plan) == {}
+    assert store.put_unit(good) == good
+    assert path.read_bytes() == good.to_bytes()
