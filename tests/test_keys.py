@@ -332,3 +332,40 @@ def test_arguments_whose_default_depends_on_vllms_entry_point_are_always_keyed_o
     (cpu-engine-facts.md): there is no single default to leave them out against."""
     factors = build_plan(parse_recipe(cpu_recipe(seed=0)), {}).units[0].key.factors
     assert factors["engine_args"]["seed"] == 0
+
+
+# The issue's command-line regressions.
+
+
+def dry_run_totals(recipe: Path, store: Path, env: dict[str, str]) -> dict[str, int]:
+    argv = [sys.executable, "-m", "neuronbuild", "compile", str(recipe), "--cache", str(store)]
+    result = subprocess.run(
+        [*argv, "--dry-run", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    totals: dict[str, int] = json.loads(result.stdout)["totals"]
+    return totals
+
+
+def test_a_build_stays_cached_whatever_inductor_cache_dir_and_stops_when_config_json_changes(
+    tmp_path: Path,
+) -> None:
+    from neuronbuild.store.cas import Store
+    from tests.conftest import publish_build
+
+    write_model(tmp_path / "m", "LlamaForCausalLM")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps(cpu_recipe(cpu_isa="host", model="./m")))
+    store = tmp_path / "store"
+    publish_build(Store(str(store), create=True), cpu_recipe(cpu_isa="host", model="./m"),
+                  tmp_path, "a", source=str(recipe))  # fmt: skip
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    # As `make run` left it: Inductor's own cache folder in the environment.
+    inductor = {**plain, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_root"}
+    for env in (plain, inductor):
+        assert dry_run_totals(recipe, store, env)["cached"] == 1
+    write_model(tmp_path / "m", "Qwen3ForCausalLM")
+    assert dry_run_totals(recipe, store, plain)["missing"] == 1
