@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
@@ -133,7 +134,8 @@ def compile_recipe(
     compile (status ``missing``) without compiling.
 
     Raises:
-        UserError: broken install, toolchain or host mismatch (before anything runs).
+        UserError: broken install, toolchain or host mismatch, model not on this host (before
+            anything runs).
         StoreError: the store failed while publishing (a unit's outage is not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
@@ -145,6 +147,7 @@ def compile_recipe(
         compiler.check_install()
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
+        check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
     except UserError as exc:
         if not dry_run:
             raise

@@ -167,7 +167,9 @@ main()
 """
     import yaml
 
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host")))
+    (tmp_path / "model").mkdir()  # compile checks the model is on this host
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host", model="./model")))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 3, result.stderr
     assert "store error: s3://bucket: cannot upload" in result.stderr
