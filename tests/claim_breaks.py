@@ -198,8 +198,8 @@ BREAKS = [
         (
             (
                 "runtime/serve.py",
-                "env = engine.engine_env(os.environ, keyed)",
-                "env = engine.engine_env(os.environ, {})",
+                "env = engine.engine_env(environ, keyed)",
+                "env = engine.engine_env(environ, {})",
             ),
         ),
         ("tests/test_claims_serve.py",),

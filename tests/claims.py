@@ -57,10 +57,16 @@ def fresh_url(kind: str, tmp_path: Path, root: str | None) -> str:
     return f"{root}/{name}"
 
 
-def small_recipe(tmp_path: Path) -> dict[str, Any]:
-    model = tmp_path / "model"
+def model_folder(where: Path) -> Path:
+    """A model folder serve and keys accept (``where/model`` with a config.json)."""
+    model = where / "model"
     model.mkdir(exist_ok=True)
-    return cpu_recipe(name="claims", cpu_isa="host", model=str(model))
+    (model / "config.json").write_text("{}")
+    return model
+
+
+def small_recipe(tmp_path: Path) -> dict[str, Any]:
+    return cpu_recipe(name="claims", cpu_isa="host", model=str(model_folder(tmp_path)))
 
 
 def distinct_manifests(store: Store, tmp_path: Path, count: int) -> list[str]:

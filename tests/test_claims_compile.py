@@ -15,18 +15,21 @@ from neuronbuild import scheduler
 from neuronbuild.build import compile_recipe
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.plan import build_plan
-from neuronbuild.recipe import parse_recipe
+from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
-from tests.claims import audit
+from tests.claims import audit, model_folder
 from tests.conftest import neuron_recipe
 from tests.fake_compiler import FakeCompiler
 
-RECIPE = parse_recipe(
-    neuron_recipe(
-        {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}, name="fake"
-    )
-)
-LABELS = [u.label() for u in build_plan(RECIPE).units]
+BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
+LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Recipe:
+    """A neuron recipe of four graphs whose model is a local folder (compile checks it is
+    there)."""
+    return parse_recipe(neuron_recipe(BUCKETS, name="fake", model=str(model_folder(tmp_path))))
 
 
 @pytest.fixture
@@ -36,9 +39,9 @@ def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
     return fake
 
 
-def compile_(store: Store, tmp_path: Path, **kw: object) -> object:
+def compile_(recipe: Recipe, store: Store, tmp_path: Path, **kw: object) -> object:
     return compile_recipe(
-        RECIPE,
+        recipe,
         store,
         jobs=2,
         log_dir=tmp_path / "logs",
@@ -48,17 +51,17 @@ def compile_(store: Store, tmp_path: Path, **kw: object) -> object:
 
 
 def test_every_unit_compiles_publishes_seals_and_moves_the_ref(
-    compiler: FakeCompiler, tmp_path: Path
+    compiler: FakeCompiler, recipe: Recipe, tmp_path: Path
 ) -> None:
     store = Store(str(tmp_path / "store"), create=True)
-    report = compile_(store, tmp_path)
+    report = compile_(recipe, store, tmp_path)
     assert sorted(compiler.started) == sorted(LABELS) and len(LABELS) == 4
     assert [u["status"] for u in report.units] == ["compiled"] * 4  # type: ignore[attr-defined]
     assert store.get_ref("fake", "latest") == report.manifest  # type: ignore[attr-defined]
     manifest = store.get_manifest(report.manifest)  # type: ignore[attr-defined]
-    assert [u.key for u in manifest.units] == [u.key.digest for u in build_plan(RECIPE).units]
+    assert [u.key for u in manifest.units] == [u.key.digest for u in build_plan(recipe).units]
     assert audit(store) == []
-    again = compile_(store, tmp_path)
+    again = compile_(recipe, store, tmp_path)
     assert [u["status"] for u in again.units] == ["cached"] * 4  # type: ignore[attr-defined]
     assert again.manifest == report.manifest  # type: ignore[attr-defined]
     assert len(compiler.started) == 4  # nothing compiled twice
@@ -66,16 +69,20 @@ def test_every_unit_compiles_publishes_seals_and_moves_the_ref(
 
 @pytest.mark.parametrize("failure", ["exit70", "incomplete", "hang"])
 def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_compiles(
-    failure: str, compiler: FakeCompiler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    failure: str,
+    compiler: FakeCompiler,
+    recipe: Recipe,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The kill grace after SIGTERM is shortened: what is tested here is the orchestration.
     monkeypatch.setattr(scheduler, "end_group", functools.partial(scheduler.end_group, grace=0.5))
     store = Store(str(tmp_path / "store"), create=True)
     bad = LABELS[2]
     compiler.behaviour = {bad: failure}
-    report = compile_(store, tmp_path, timeout=2.0)
+    report = compile_(recipe, store, tmp_path, timeout=2.0)
     status = {u["key"]: u for u in report.units}  # type: ignore[attr-defined]
-    plan = build_plan(RECIPE)
+    plan = build_plan(recipe)
     for unit in plan.units:
         entry = status[unit.key.digest]
         if unit.label() == bad:
@@ -98,7 +105,7 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
     assert audit(store) == []
 
     compiler.behaviour, compiler.started = {}, []
-    rerun = compile_(store, tmp_path)
+    rerun = compile_(recipe, store, tmp_path)
     assert compiler.started == [bad]
     assert store.get_ref("fake", "latest") == rerun.manifest is not None  # type: ignore[attr-defined]
     assert audit(store) == []

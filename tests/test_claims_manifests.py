@@ -20,7 +20,7 @@ from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
-from tests.claims import publish_units
+from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe
 
 Raw = dict[str, Any]
@@ -101,10 +101,10 @@ HOSTILE: dict[str, tuple[Callable[[Raw], None], str]] = {
 
 @pytest.fixture
 def published(tmp_path: Path) -> tuple[Store, Raw]:
-    (tmp_path / "model").mkdir()
+    model = model_folder(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
     digest = publish_units(
-        store, cpu_recipe(name="evil", cpu_isa="host", model="./model"), tmp_path, "a"
+        store, cpu_recipe(name="evil", cpu_isa="host", model=str(model)), tmp_path, "a"
     )
     raw = json.loads(store.get_manifest(digest).to_bytes())
     return store, raw

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from neuronbuild import start_env
 from neuronbuild.store.cas import Store
 from neuronbuild_runtime import cli as runtime_cli
-from tests.claims import publish_units
+from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe, neuron_recipe
 
 # Per engine: the recipe, a keyed variable with its value at compile and the node's own value, and
@@ -26,10 +27,11 @@ from tests.conftest import cpu_recipe, neuron_recipe
 ENGINES: dict[str, dict[str, Any]] = {
     "cpu": {
         "recipe": lambda: cpu_recipe(name="served", cpu_isa="host", model="./model"),
-        "keyed": ("VLLM_CPU_OMP_THREADS_BIND", "0-1", "all"),
+        "keyed": ("VLLM_CPU_OMP_THREADS_BIND", "0-1", None),
         "contract": {"VLLM_FORCE_AOT_LOAD": "1", "HF_HUB_OFFLINE": "1"},
         # Not in any key, but would change vLLM's own: never reaches vLLM.
         "dropped": {"VLLM_PLUGINS": "evil"},
+        "serve_args": [],
     },
     "neuron": {
         "recipe": lambda: neuron_recipe(
@@ -37,20 +39,20 @@ ENGINES: dict[str, dict[str, Any]] = {
             name="served",
             model="./model",
         ),
-        "keyed": ("NEURON_CC_FLAGS", "-O2", "-O3"),
+        "keyed": ("NEURON_CC_FLAGS", "-O2", None),
         "contract": {
             "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
             "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
         },
         "dropped": {},
+        # This host has no Neuron SDK and no Trainium: the operator accepts that, explicitly.
+        "serve_args": [
+            arg
+            for name in ("neuronx-cc", "torch-neuronx", "vllm-neuron", "target")
+            for arg in ("--allow-mismatch", name)
+        ],
     },
 }
-
-
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith(("VLLM_", "NEURON", "TORCHINDUCTOR_", "HF_")):
-            monkeypatch.delenv(name)
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
@@ -59,31 +61,34 @@ def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
 ) -> None:
     case = ENGINES[engine]
     keyed_name, compiled_value, node_value = case["keyed"]
-    clean_environment(monkeypatch)
-    (tmp_path / "model").mkdir()
+    monkeypatch.chdir(tmp_path)  # where the recipe's ./model resolves, at compile and serve
+    model_folder(tmp_path)
+    base = {"PATH": os.environ.get("PATH", "/usr/bin"), "HOME": str(tmp_path)}
+    # The environment each command was started with (keys and engine environments read it).
+    monkeypatch.setattr(start_env, "_STARTED_WITH", {**base, keyed_name: compiled_value})
     store = Store(str(tmp_path / "store"), create=True)
-    monkeypatch.setenv(keyed_name, compiled_value)
     digest = publish_units(store, case["recipe"](), tmp_path, "a")
 
-    # The node: its own value of the keyed variable, stale switches, and a variable of its own.
-    monkeypatch.setenv(keyed_name, node_value)
-    monkeypatch.setenv("VLLM_CACHE_ROOT", "/somewhere/else")
-    for name in case["contract"]:
-        monkeypatch.setenv(name, "0")
-    for name, value in case["dropped"].items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("NB_CLAIMS_NODE_VARIABLE", "kept")
-    node_env = dict(os.environ)
-
+    # The node: stale switches, a variable that would change vLLM's keys, one of its own, and
+    # (``node_value``) its own value of the keyed variable or none.
+    node_env = {
+        **base,
+        "VLLM_CACHE_ROOT": "/somewhere/else",
+        "NB_CLAIMS_NODE_VARIABLE": "kept",
+        **{name: "0" for name in case["contract"]},
+        **case["dropped"],
+        **({keyed_name: node_value} if node_value is not None else {}),
+    }
+    monkeypatch.setattr(start_env, "_STARTED_WITH", dict(node_env))
     execs: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.setattr(os, "execve", lambda path, argv, env: execs.append((path, argv, env)))
-    monkeypatch.chdir(tmp_path)
     root = tmp_path / "root"
     result = CliRunner().invoke(
         runtime_cli.serve,
-        ["--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(root)],
+        ["--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(root)]
+        + case["serve_args"],
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, (result.output, result.exception)
     [(path, argv, env)] = execs
     assert path == argv[0]
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
@@ -91,7 +96,7 @@ def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
     expected = {k: v for k, v in node_env.items() if k not in case["dropped"]}
     expected.update(case["contract"])
     expected["VLLM_CACHE_ROOT"] = str(root)
-    expected[keyed_name] = compiled_value  # as compiled, not the node's value
+    expected[keyed_name] = compiled_value  # as compiled, whatever the node has
     assert env == expected
     # What vLLM will find there is what the manifest lists.
     laid = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
@@ -102,12 +107,12 @@ def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
 def test_serve_refuses_an_option_that_would_compile_another_configuration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    model_folder(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
     digest = publish_units(store, ENGINES["cpu"]["recipe"](), tmp_path, "a")
     execs: list[Any] = []
     monkeypatch.setattr(os, "execve", lambda *a: execs.append(a))
-    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(
         runtime_cli.serve,
         ["--manifest", digest, "--cache", store.url, "--max-model-len", "128"],

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.store.cas import Store
-from tests.claims import publish_units
+from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe
 
 OURS = {
@@ -22,16 +22,23 @@ OURS = {
     "neuronbuild.cpu_isa",
     "neuronbuild.data",  # the checked-in list of vLLM engine arguments
     "neuronbuild.engines",
+    "neuronbuild.engines.arg_classes",
     "neuronbuild.engines.base",
     "neuronbuild.engines.cpu",
+    "neuronbuild.engines.env_classes",
     "neuronbuild.engines.neuron",
     "neuronbuild.engines.neuron_buckets",
+    "neuronbuild.engines.neuron_env",
+    "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.graph",
     "neuronbuild.keys",
+    "neuronbuild.model_files",
     "neuronbuild.plan",
     "neuronbuild.recipe",
+    "neuronbuild.start_env",
+    "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.store",
     "neuronbuild.store.backends",
     "neuronbuild.store.cas",
@@ -43,7 +50,9 @@ OURS = {
     "neuronbuild.store.transfer",
     "neuronbuild_runtime",
     "neuronbuild_runtime.cli",
+    "neuronbuild_runtime.node_checks",
     "neuronbuild_runtime.serve",
+    "neuronbuild_runtime.serve_options",
     "neuronbuild_runtime.vllm_args",
 }
 """Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
@@ -114,9 +123,9 @@ def stdlib_or_allowed(name: str) -> bool:
 def test_serve_and_pull_import_only_the_allow_list(
     module: str, command: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "model").mkdir()
+    model = model_folder(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_units(store, cpu_recipe(cpu_isa="host", model="./model"), tmp_path, "a")
+    digest = publish_units(store, cpu_recipe(cpu_isa="host", model=str(model)), tmp_path, "a")
     args = {
         "serve": ["--manifest", digest, "--cache", store.url, "--vllm-cache-root", "root"],
         "pull": [digest, "--cache", store.url, "--local-cache", str(tmp_path / "node")],
