@@ -67,6 +67,8 @@ class Engine(ABC):
     key_env: ClassVar[tuple[str, ...]] = ()
     key_env_prefixes: ClassVar[tuple[str, ...]] = ()
     required_toolchain: ClassVar[tuple[str, ...]] = ()
+    written_last: ClassVar[tuple[str, ...]] = ()
+    """File names that mark a cache entry complete: laid out after every other file at serve."""
     note: ClassVar[str] = ""
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
