@@ -141,7 +141,8 @@ DROPPED_ENV = frozenset(
 """Inherited variables that must not reach vLLM-Neuron: the compile half and the serve half set
 the mode switches themselves (CPU compile vs. no-compile serve, the phase skips, the target), and
 ``VLLM_NEURON_CPU_MODE`` "cannot be enabled together" with CPU compile (S2
-``vllm-neuron/docs/design/compilation/cpu_compilation.md`` lines 34-36, aws-neuron-sdk @81ce03ae)."""
+``vllm-neuron/docs/design/compilation/cpu_compilation.md`` lines 34-36, aws-neuron-sdk
+@81ce03ae)."""
 
 
 def kv_role(recipe: Recipe) -> str | None:

@@ -194,7 +194,10 @@ def _resolve_prefill(
                 )
             )
             return 0, [], None
-        mnbt = nbt_given[-1] if nbt_ok else kv_given[-1]
+        if nbt_ok:
+            mnbt = nbt_given[-1]
+        elif kv_given is not None:
+            mnbt = kv_given[-1]
     # get_max_num_batched_tokens(): the effective maximum is capped at max_model_len.
     mnbt = min(int(mnbt), max_model_len)
 
