@@ -283,9 +283,10 @@ def compile_recipe(
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
         except UnitFailed as exc:
-            store.record_failure(unit.key.digest, {"error": str(exc), **exc.details})
+            details = {"phase": unit.phase, "log": str(log), **exc.details}
+            store.record_failure(unit.key.digest, {"error": str(exc), **details})
             if "log:" not in str(exc):
-                raise UnitFailed(f"{exc}; log: {log}", exc.details) from None
+                raise UnitFailed(f"{exc}; log: {log}", details) from None
             raise
         except Exception as exc:
             store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
