@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from neuronbuild import envs
@@ -92,6 +92,22 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
+def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
+    """Every phase the recipe's plan needs must be in the manifest (a manifest sealed by hand or
+    by an older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
+
+    Raises:
+        UserError: naming the missing phase, before vLLM starts.
+    """
+    held = {u.factors.get("phase") for u in manifest.units}
+    for unit in build_plan(recipe).units:
+        if unit.phase is not None and unit.phase not in held:
+            raise UserError(
+                f"manifest {digest} lacks the {unit.phase} phase ({len(unit.graphs)} graphs) "
+                f"that {recipe.name} needs; compile it (neuronbuild compile) before serving"
+            )
+
+
 def _get_ref(store: Store, local: Store | None, name: str, tag: str) -> str | None:
     """The remote ref; the local tier's copy only when the remote cannot be reached."""
     try:
@@ -140,9 +156,11 @@ def resolve(
     manifest = _get_manifest(store, local, digest)
     if recipe_file is not None:
         recipe = recipe_file
+        check_phases(recipe, manifest, digest)
         check_recipe_matches(recipe, manifest, digest)
     else:
         recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
+        check_phases(recipe, manifest, digest)
     return recipe, manifest, digest
 
 
@@ -161,9 +179,18 @@ def _inside(root: Path, rel: str) -> Path:
 
 
 def materialize(
-    manifest: Manifest, digest: str, store: Store, root: Path, remote: Store | None = None
+    manifest: Manifest,
+    digest: str,
+    store: Store,
+    root: Path,
+    remote: Store | None = None,
+    last: tuple[str, ...] = (),
 ) -> tuple[int, int]:
     """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
+
+    Files named in ``last`` (the engine's completion markers, e.g. vLLM-Neuron's
+    ``.compilation_complete``) are written after all others, so an interrupted lay-out never
+    leaves an entry that looks complete.
 
     A file already there with the right size and hash is kept. A corrupt blob of a local tier
     ``store`` is fetched again from the next tier, ``remote``. Returns (files, bytes).
@@ -172,7 +199,7 @@ def materialize(
         StoreDataInvalid: a blob is missing or corrupt (in every tier), or a path escapes
             ``root``; nothing of that file is written.
     """
-    files = manifest.files()
+    files = sorted(manifest.files(), key=lambda f: PurePosixPath(f.path).name in last)
     missing = [f for f in files if not store.has_blob(f)]
     if missing:
         names = ", ".join(f"{f.path} ({f.digest[:19]})" for f in missing[:3])
@@ -238,7 +265,7 @@ def prepare(
         local = store
     root = cache_root or default_cache_root(local, digest)
     root.mkdir(parents=True, exist_ok=True)
-    files, size = materialize(manifest, digest, local, root, remote)
+    files, size = materialize(manifest, digest, local, root, remote, last=engine.written_last)
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
     argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).

@@ -24,6 +24,7 @@ its inputs, tensor parallelism, keyed variables; never the bucket lists), skips 
 (a hit), and at serve fails on a local miss like ``VLLM_NEURON_DISABLE_WARMUP_COMPILE``.
 
 Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compiled),
+``NEURON_DOUBLE_HELPERS`` (a file; the pid of the engine helper process each run leaves behind),
 ``NEURON_DOUBLE_DEVICE`` (the Neuron target this "node" has, for serve), ``NEURON_DOUBLE_FAIL``
 (fail like neuronx-cc: ``exit70-once:<state file>``, ``ncc:<prefill tokens>``,
 ``oom-above:<workers>``, ``hang``).

@@ -165,7 +165,15 @@ class NeuronPlatform:
         }
         serving = flag("VLLM_NEURON_DISABLE_WARMUP_COMPILE")
         # vLLM's engine core: a helper process that outlives a worker that returns.
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        if not serving:
+            helper = subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(600)"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if os.environ.get("NEURON_DOUBLE_HELPERS"):
+                with open(os.environ["NEURON_DOUBLE_HELPERS"], "a") as f:
+                    f.write(f"{helper.pid}\n")
         loaded = 0
         for phase, graphs in plan(args).items():
             if skips[phase] and not serving:
