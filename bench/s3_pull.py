@@ -16,11 +16,11 @@ from pathlib import Path
 from moto.server import ThreadedMotoServer
 
 from neuronbuild.build import ingest
-from neuronbuild.manifest import FileEntry, Manifest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
-from neuronbuild.store import Store
-from neuronbuild.transfer import copy_manifest
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.store.transfer import copy_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 BLOBS, BLOB_BYTES, PRESENCE = 200, 2_500_000, 1000
@@ -54,9 +54,9 @@ def main() -> None:
         total = BLOBS * BLOB_BYTES
 
         start = time.monotonic()
-        copy_manifest(remote, Store(str(work / "node")), digest, jobs=8)
+        copy_manifest(remote, Store(str(work / "node"), create=True), digest, jobs=8)
         ours = time.monotonic() - start
-        paths = [remote.blob_path(f.digest) for f in record.files]
+        paths = [remote.layout.blob(f.digest) for f in record.files]
         start = time.monotonic()
         fs.get(paths, str(work / "plain") + "/")
         plain = time.monotonic() - start
@@ -71,7 +71,7 @@ def main() -> None:
             src = work / "small"
             src.write_bytes(data)
             d, size = remote.put_file(src)
-            small.append(FileEntry(f"f{i}", d, size))
+            small.append(FileRecord(f"f{i}", d, size))
         start = time.monotonic()
         missing = remote.missing_blobs(small)
         seconds = time.monotonic() - start

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from neuronbuild.demo import neuronbuild
-from neuronbuild.demo_model import build_demo_model
+from neuronbuild.demo.flow import neuronbuild
+from neuronbuild.demo.model import build_demo_model
+from neuronbuild.demo.server import Server, free_port
 from neuronbuild.recipe import load_recipe
-from neuronbuild.vllm_server import Server, free_port
 from neuronbuild_runtime.serve import API_SERVER
 from neuronbuild_runtime.vllm_args import vllm_cli_args
 

@@ -18,12 +18,12 @@ from typing import Any, TextIO
 
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
-from neuronbuild.store import LATEST, Store
+from neuronbuild.store.cas import LATEST, Store
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -88,25 +88,13 @@ class CompileReport:
 
 
 def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
-    """The unit records the store holds for the plan's units, by key.
-
-    Raises:
-        StoreDataInvalid: a held record's blobs are missing, which no compile can repair (the
-            first record for a key wins); the message says what to remove.
-    """
+    """The unit records the store holds for the plan's units, by key, whose blobs are all
+    present: a unit whose blobs are gone is compiled again, and its record replaced."""
     records: dict[str, UnitRecord] = {}
     for unit in plan.units:
         record = store.get_unit(unit.key.digest)
-        if record is None:
-            continue
-        missing = store.missing_blobs(record.files)
-        if missing:
-            raise StoreDataInvalid(
-                f"{store.url}: unit record {unit.key.digest} is held but the blob of "
-                f"{missing[0].path} is missing; remove {store.unit_path(unit.key.digest)} "
-                "(its blobs are gone) and compile again"
-            )
-        records[unit.key.digest] = record
+        if record is not None and not store.missing_blobs(record.files):
+            records[unit.key.digest] = record
     return records
 
 
@@ -117,15 +105,15 @@ def ingest(
     uploads), then its unit record (the first record for a key wins; the stored one is
     returned)."""
     paths = [cache_root / rel for rel in files]
-    entries = [
-        FileEntry(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
+    records = [
+        FileRecord(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
         for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
     ]
     record = UnitRecord(
         key=unit.key.digest,
         factors=dict(unit.key.factors),
-        graphs=[g.to_json() for g in unit.graphs],
-        files=tuple(entries),
+        graphs=unit.graphs,
+        files=tuple(records),
         toolchain=toolchain,
     )
     return store.put_unit(record)
@@ -239,6 +227,7 @@ def compile_recipe(
 
     Raises:
         UserError: broken install, toolchain or host mismatch (before anything runs).
+        StoreError: the store failed while publishing (a unit's outage is not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -271,6 +260,7 @@ def compile_recipe(
     if todo:
         store.check_writable()
     log_dir.mkdir(parents=True, exist_ok=True)
+    outages: list[StoreError] = []
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = log_dir / f"{unit.key.hex}.log"
@@ -282,14 +272,15 @@ def compile_recipe(
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
+        except StoreError as exc:
+            outages.append(exc)
+            raise
         except UnitFailed as exc:
             details = {"phase": unit.phase, "log": str(log), **exc.details}
-            store.record_failure(unit.key.digest, {"error": str(exc), **details})
             if "log:" not in str(exc):
                 raise UnitFailed(f"{exc}; log: {log}", details) from None
             raise
         except Exception as exc:
-            store.record_failure(unit.key.digest, {"error": str(exc), "log": str(log)})
             raise UnitFailed(f"{exc}; log: {log}") from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -305,23 +296,25 @@ def compile_recipe(
         results = run_units(todo, work, at_once, progress) if todo else []
     finally:
         progress.close()
+    if outages:
+        raise outages[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
-        entry: dict[str, Any] = {
+        row: dict[str, Any] = {
             "key": unit.key.digest,
             "graphs": [g.to_json() for g in unit.graphs],
         }
         result = by_key.get(unit.key.digest)
         if result is None:
-            entry["status"] = "cached"
+            row["status"] = "cached"
         elif result.ok:
             record, entries = result.value
-            entry.update(status="compiled", seconds=round(result.seconds, 1), entries=entries)
+            row.update(status="compiled", seconds=round(result.seconds, 1), entries=entries)
             records[unit.key.digest] = record
         else:
-            entry.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
-            entry.update({k: v for k, v in result.details.items() if v is not None})
-        report.units.append(entry)
+            row.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
+            row.update({k: v for k, v in result.details.items() if v is not None})
+        report.units.append(row)
 
     if not report.failed:
         manifest = Manifest(

@@ -16,10 +16,10 @@ import click
 from neuronbuild import __version__, envs
 from neuronbuild.console import format_table, run
 from neuronbuild.cpu_isa import host_isa
-from neuronbuild.errors import RecipeInvalid
+from neuronbuild.errors import RecipeInvalid, UnitsFailed
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
-from neuronbuild_runtime.cli import pull, serve
+from neuronbuild_runtime.cli import echo_notes, pull, serve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -131,9 +131,9 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str | None) -> N
     the_plan = build_plan(recipe)
     held = None
     if cache is not None:
-        from neuronbuild.store import Store
+        from neuronbuild.store.cas import Store
 
-        held = Store(cache).held_units(u.key.digest for u in the_plan.units)
+        held = Store(cache).built_units(u.key.digest for u in the_plan.units)
     if as_json:
         echo_json(the_plan.to_json(held))
         return
@@ -210,28 +210,24 @@ def compile_(
 
     Refuses (exit 2) when installed versions differ from the recipe's toolchain pins or the host
     from its cpu_isa. Exits 1 when some units failed (the others are published, nothing is
-    sealed), 128+N on signal N (engine processes ended, nothing half-done published).
+    sealed), 3 when the store fails, 128+N on signal N (engine processes ended, nothing
+    half-done published).
     """
     from neuronbuild.build import compile_recipe
-    from neuronbuild.scheduler import Interrupted
-    from neuronbuild.store import LATEST, Store
+    from neuronbuild.store.cas import LATEST, Store
+    from neuronbuild.store.tiered import TieredStore
 
     recipe = load_or_exit(recipe_path)
-    store = Store(cache, last_writer_wins=last_writer_wins)
+    # A missing folder reads as empty and is created by the first write, after every check.
+    store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
     logs = Path(log_dir) if log_dir else envs.default_log_dir(recipe.name)
-    try:
-        report = compile_recipe(
-            recipe, store, jobs=jobs, timeout=timeout, log_dir=logs, dry_run=dry_run
-        )
-    except Interrupted as exc:
-        click.echo(f"{exc}: engine processes ended, nothing sealed", err=True)
-        sys.exit(128 + exc.signum)
+    report = compile_recipe(
+        recipe, store, jobs=jobs, timeout=timeout, log_dir=logs, dry_run=dry_run
+    )
     if local_cache and report.manifest:
-        from neuronbuild.transfer import copy_manifest
-
-        local = Store(local_cache)
-        copy_manifest(store, local, report.manifest)
-        local.set_ref(recipe.name, LATEST, report.manifest)
+        tiers = TieredStore(Store(local_cache, create=True), store)
+        tiers.write_through(report.manifest, recipe.name, LATEST)
+        echo_notes(tiers.notes)
     if as_json:
         echo_json({"store": store.url, **report.to_json()})
     else:
@@ -252,10 +248,8 @@ def compile_(
             if report.blocked:
                 click.echo(f"compiling here would fail: {report.blocked}", err=True)
             click.echo("dry run: nothing compiled")
-        else:
-            click.echo("not sealed: some units failed; fix them and run compile again", err=True)
     if report.failed:
-        sys.exit(1)
+        raise UnitsFailed("not sealed: some units failed; fix them and run compile again")
     if report.blocked:
         sys.exit(2)
 
@@ -267,8 +261,8 @@ def compile_(
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
     """Check that everything REF|MANIFEST references is in the store (exit 2 if not)."""
-    from neuronbuild.store import Store
-    from neuronbuild.verify import verify_manifest
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.verify import verify_manifest
 
     store = Store(cache)
     report = verify_manifest(store, store.resolve(target), deep=deep)
@@ -298,10 +292,10 @@ def push(
 ) -> None:
     """Publish REF|MANIFEST from the --from store to --cache: blobs it lacks, unit records,
     the manifest, then (for a REF) the same ref, moved by compare-and-swap."""
-    from neuronbuild.store import Store, parse_ref
-    from neuronbuild.transfer import copy_manifest
+    from neuronbuild.store.cas import Store, parse_ref
+    from neuronbuild.store.transfer import copy_manifest
 
-    src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins)
+    src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
     report = copy_manifest(src, dst, src.resolve(target), jobs=jobs)
     if not target.startswith("sha256:"):
         dst.set_ref(*parse_ref(target), report.manifest)
@@ -324,7 +318,7 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_js
     """Point ref DST (<name>/<tag>) at what SRC (a ref or sha256:...) points at, by
     compare-and-swap. Promote with `tag app/latest app/prod`; roll back with an older manifest
     from `ls --history`."""
-    from neuronbuild.store import Store, parse_ref
+    from neuronbuild.store.cas import Store, parse_ref
 
     store = Store(cache, last_writer_wins=last_writer_wins)
     digest = store.resolve(source)
@@ -344,13 +338,15 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_js
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def ls_(cache: str, history: bool, as_json: bool) -> None:
     """List the store's refs and count its manifests, unit records, blobs and bytes."""
-    from neuronbuild.store import Store, parse_ref
+    from neuronbuild.store.cas import Store, parse_ref
 
     store = Store(cache)
     data = store.overview()
     refs = data["refs"]
     if history:
-        data["history"] = {ref: store.ref_history(*parse_ref(ref)) for ref in refs}
+        data["history"] = {
+            ref: [move.to_json() for move in store.ref_history(*parse_ref(ref))] for ref in refs
+        }
     if as_json:
         echo_json(data)
         return
@@ -362,7 +358,8 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
             click.echo(f"  {ref} {move['time']:.0f} {move['previous']} -> {move['manifest']}")
     click.echo(
         f"{data['manifests']} manifests, {data['units']} unit records, "
-        f"{data['blobs']} blobs, {data['bytes']} bytes in {store.url}"
+        f"{data['blobs']} blobs, {data['bytes']} bytes, {data['layouts']} node layouts "
+        f"in {store.url}"
     )
 
 
@@ -391,8 +388,8 @@ def gc(
 ) -> None:
     """Delete what no ref or ref history reaches (mark and sweep), never a blob a live manifest
     uses nor anything younger than the grace period."""
-    from neuronbuild.gc import collect_garbage
-    from neuronbuild.store import Store
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.gc import collect_garbage
 
     report = collect_garbage(
         Store(cache, last_writer_wins=last_writer_wins),
@@ -408,6 +405,8 @@ def gc(
     click.echo(
         f"{report.live_manifests} live manifests; {verb} {counts} ({report.bytes} blob bytes)"
     )
+    for digest in report.restored:
+        click.echo(f"kept {digest}: a ref moved to it while gc ran")
 
 
 @cli.command()
@@ -420,7 +419,7 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     from dataclasses import asdict
 
     from neuronbuild.doctor import diagnose
-    from neuronbuild.store import Store
+    from neuronbuild.store.cas import Store
 
     units = diagnose(load_or_exit(recipe_path), Store(cache))
     if as_json:
@@ -447,7 +446,7 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
     """The store's refs and sizes; with RECIPE, how many of its graphs per kind are built or
     missing, and where <name>/latest points."""
     from neuronbuild.doctor import recipe_status
-    from neuronbuild.store import Store
+    from neuronbuild.store.cas import Store
 
     store = Store(cache)
     data = store.overview()
@@ -458,7 +457,8 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
         return
     click.echo(
         f"{store.url}: {len(data['refs'])} refs, {data['manifests']} manifests, "
-        f"{data['units']} unit records, {data['blobs']} blobs, {data['bytes']} bytes"
+        f"{data['units']} unit records, {data['blobs']} blobs, {data['bytes']} bytes, "
+        f"{data['layouts']} node layouts"
     )
     if "recipe" in data:
         info = data["recipe"]

@@ -1,17 +1,18 @@
 """The CLI edge: run a click command and turn neuronbuild's errors into exit codes and one-line
-messages (never a traceback for a user's mistake).
-
-Exit codes (DESIGN.md): 0 done; 1 some units failed; 2 bad input; 3 store or network failure;
-128 + signal number when interrupted.
+messages (never a traceback for a user's mistake), with the taxonomy of
+:mod:`neuronbuild.errors`; SIGTERM is turned into :class:`~neuronbuild.errors.Interrupted` so that
+every command cleans up and exits 128 + 15.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 import click
 
-from neuronbuild.errors import RecipeInvalid, StoreError, UserError
+from neuronbuild.errors import Interrupted, exit_code, message_lines
 
 
 def format_table(rows: list[list[str]], indent: str = "") -> list[str]:
@@ -23,27 +24,28 @@ def format_table(rows: list[list[str]], indent: str = "") -> list[str]:
     ]
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
 def run(command: click.Command) -> None:
     """Run ``command`` on ``sys.argv`` and exit with neuronbuild's exit codes."""
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         command.main(standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # click's SIGINT
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(128 + signal.SIGINT)
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)
-    except RecipeInvalid as exc:
-        for error in exc.errors:
-            click.echo(f"{exc.source}: {error}", err=True)
-        sys.exit(exc.exit_code)
-    except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except StoreError as exc:
-        click.echo(f"store error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except OSError as exc:  # a local path that cannot be read or written
-        where = f": {exc.filename}" if exc.filename else ""
-        click.echo(f"error: {exc.strerror or exc}{where}", err=True)
-        sys.exit(StoreError.exit_code)
+    except KeyboardInterrupt:
+        click.echo("aborted", err=True)
+        sys.exit(128 + signal.SIGINT)
+    except Exception as exc:
+        code = exit_code(exc)
+        if code is None:
+            raise
+        for line in message_lines(exc):
+            click.echo(line, err=True)
+        sys.exit(code)

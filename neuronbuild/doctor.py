@@ -7,20 +7,21 @@ differ from the same graph's unit in the recipe's last sealed manifest (``<name>
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronbuild.graph import Graph
 from neuronbuild.keys import factor_differences
-from neuronbuild.manifest import UnitRecord
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
-from neuronbuild.store import LATEST, Store
+from neuronbuild.store.cas import LATEST, Store
+from neuronbuild.store.records import UnitRecord
 
 
 @dataclass
 class UnitDiagnosis:
-    """One unit: its key, graphs, factors, whether it is held, and the differing factors."""
+    """One unit: its key, graphs, factors, whether it is built (its record and every blob
+    present), and the differing factors."""
 
     key: str
     graphs: list[dict[str, Any]]
@@ -51,21 +52,25 @@ def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
 def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
     plan = build_plan(recipe)
-    held = store.held_units(u.key.digest for u in plan.units)
+    held = store.built_units(u.key.digest for u in plan.units)
     latest = store.get_ref(recipe.name, LATEST)
-    sealed: dict[str, UnitRecord] = {}
+    sealed: dict[tuple[tuple[str, tuple[tuple[str, int], ...]], ...], UnitRecord] = {}
     if latest is not None:
         for record in store.get_manifest(latest).units:
-            sealed[json.dumps(record.graphs, sort_keys=True)] = record
+            sealed[_identity(record.graphs)] = record
     out = []
     for unit in plan.units:
         graphs = [g.to_json() for g in unit.graphs]
         diagnosis = UnitDiagnosis(
             unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
         )
-        previous = sealed.get(json.dumps(graphs, sort_keys=True))
+        previous = sealed.get(_identity(unit.graphs))
         if not diagnosis.held and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
             diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
         out.append(diagnosis)
     return out
+
+
+def _identity(graphs: tuple[Graph, ...]) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    return tuple(g.identity for g in graphs)

@@ -1,13 +1,22 @@
-"""Every environment variable neuronbuild reads or sets, in one place, read lazily.
+"""Every environment variable neuronbuild reads or sets, in one place, read lazily and typed.
 
 Following vLLM-Neuron's ``envs.py``: other modules name a variable through this module, so a search
-here shows everything that can change neuronbuild's behaviour.
+here shows everything that can change neuronbuild's behaviour; a variable neuronbuild reads has a
+typed :class:`Var` whose errors name the variable, read when asked, never at import.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
+
+from neuronbuild.errors import EnvInvalid
+
+T = TypeVar("T")
 
 # Read by neuronbuild.
 NEURONBUILD_CACHE = "NEURONBUILD_CACHE"
@@ -41,17 +50,62 @@ VLLM_NEURON_SKIP_WARMUP = {
 VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP = "VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP"
 
 
-def _user_cache() -> Path:
+@dataclass(frozen=True)
+class Var(Generic[T]):
+    """One variable neuronbuild reads: its ``name``, a ``parse`` of its text (raising ValueError
+    with the reason) and the ``default`` when it is unset or empty."""
+
+    name: str
+    parse: Callable[[str], T]
+    default: T
+
+    def get(self) -> T:
+        """The typed value, read now.
+
+        Raises:
+            EnvInvalid: the value does not parse; the message names the variable (exit code 2).
+        """
+        text = os.environ.get(self.name, "")
+        if not text:
+            return self.default
+        try:
+            return self.parse(text)
+        except ValueError as exc:
+            raise EnvInvalid(f"${self.name}={text!r}: {exc}") from None
+
+
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be a positive number of seconds")
+    return value
+
+
+def absolute_path(text: str) -> Path | None:
+    """A folder, made absolute against the current folder (vLLM later runs elsewhere)."""
+    return Path(text).absolute()
+
+
+S3_READ_TIMEOUT = Var(NEURONBUILD_S3_READ_TIMEOUT, positive_seconds, 20.0)
+CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
+"""Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
+STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
+
+
+def user_cache() -> Path:
+    """``$XDG_CACHE_HOME/neuronbuild`` (``~/.cache/neuronbuild`` by default): node-local."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuronbuild"
 
 
 def default_log_dir(name: str) -> Path:
     """Where ``compile`` keeps per-unit logs of recipe ``name`` by default."""
-    return _user_cache() / "logs" / name
+    return user_cache() / "logs" / name
 
 
 def default_cache_url() -> str:
     """``$NEURONBUILD_CACHE``, else ``$XDG_CACHE_HOME/neuronbuild/store`` (``~/.cache`` default)."""
-    if value := os.environ.get(NEURONBUILD_CACHE):
-        return value
-    return str(_user_cache() / "store")
+    return STORE_URL.get() or str(user_cache() / "store")

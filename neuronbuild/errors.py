@@ -1,12 +1,17 @@
-"""Error types raised by neuronbuild, formatted once at the CLI edge.
+"""The one exception taxonomy of neuronbuild and its exit codes, applied once at the CLI edge.
 
-Exit codes follow DESIGN.md: 2 for bad input (:class:`UserError` and subclasses), 3 for store or
-network failures after retries (:class:`StoreError`).
+Exit codes follow DESIGN.md: 1 some units failed (:class:`UnitsFailed`); 2 bad input
+(:class:`UserError`: arguments, recipes, environment values, hostile or malformed store data);
+3 store or network failure after retries (:class:`StoreError`, and an :class:`OSError` on a local
+path); 128 + N on signal N (:class:`Interrupted`). Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +66,61 @@ class RecipeInvalid(UserError):
         super().__init__("\n".join(f"{source}: {e}" for e in errors))
 
 
+class EnvInvalid(UserError):
+    """An environment variable neuronbuild reads has a value it cannot use; the message names
+    the variable: exit code 2."""
+
+
 class StoreError(Exception):
-    """The store (a folder or a remote URL) failed after retries: exit code 3."""
+    """The store (a folder or a remote URL) failed after retries, or does not exist: exit
+    code 3."""
 
     exit_code = 3
 
 
 class StoreDataInvalid(UserError):
     """Data read from a store is malformed, hostile or incomplete: exit code 2."""
+
+
+class UnitsFailed(Exception):
+    """Some compile units failed; the others were published and nothing was sealed: exit 1."""
+
+    exit_code = 1
+
+
+class Interrupted(Exception):
+    """neuronbuild received SIGINT or SIGTERM and stopped cleanly: exit code 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code of one of neuronbuild's errors, or None for a bug (keep its traceback)."""
+    if isinstance(exc, UserError | StoreError | UnitsFailed | Interrupted):
+        return int(exc.exit_code)
+    if isinstance(exc, OSError):  # a local path that cannot be read or written
+        return StoreError.exit_code
+    return None
+
+
+def message_lines(exc: BaseException) -> list[str]:
+    """The one-line messages the CLI prints for ``exc`` (several for a recipe's errors)."""
+    if isinstance(exc, RecipeInvalid):
+        return [f"{exc.source}: {error}" for error in exc.errors]
+    if isinstance(exc, UserError):
+        return [f"error: {exc}"]
+    if isinstance(exc, StoreError):
+        return [f"store error: {exc}"]
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return [f"error: {exc.strerror or exc}{where}"]
+    return [str(exc)]
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str | None:
+    """The closest of ``known`` to a misspelt ``word``, or None (a hint for error messages)."""
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None

@@ -1,9 +1,12 @@
-"""The graphs a plan lists: one compiled graph (a NEFF on Neuron) per bucket."""
+"""The graphs a plan lists (one compiled graph, a NEFF on Neuron, per bucket) and the compile
+units that group them under one key: the vocabulary engines and the planner share."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from neuronbuild.keys import UnitKey
 
 
 @dataclass(frozen=True, order=True)
@@ -42,6 +45,32 @@ class Graph:
         """``{"kind": ..., <dim>: <int>, ...}``, the plan's JSON form of a graph."""
         return {"kind": self.kind, **dict(self.dims)}
 
+    @property
+    def identity(self) -> tuple[str, tuple[tuple[str, int], ...]]:
+        """The graph as a value, its dimensions in name order: equal for equal graphs whatever
+        order their dimensions were read in (a stored record's JSON sorts them)."""
+        return self.kind, tuple(sorted(self.dims))
+
     def label(self) -> str:
         """A short human label, e.g. ``decode batch=4 context_length=4096``."""
         return " ".join([self.kind, *(f"{k}={v}" for k, v in self.dims)])
+
+
+@dataclass(frozen=True)
+class CompileUnit:
+    """One schedulable piece of work: the graphs one engine process compiles, and its key."""
+
+    graphs: tuple[Graph, ...]
+    key: UnitKey
+
+    @property
+    def phase(self) -> str | None:
+        """The engine phase the unit compiles (neuron: prefill, decode, vision), if any."""
+        phase = self.key.factors.get("phase")
+        return phase if isinstance(phase, str) else None
+
+    def label(self) -> str:
+        """``prefill (6 graphs)`` for a phase unit, else its graphs' labels."""
+        if self.phase is not None:
+            return f"{self.phase} ({len(self.graphs)} graphs)"
+        return ", ".join(g.label() for g in self.graphs)

@@ -8,27 +8,18 @@ whenever what goes into a key changes. Keys never contain host paths, host names
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from neuronbuild.store.digest import canonical_json, hex_of, sha256_digest
+
+__all__ = ["SCHEMA", "UnitKey", "canonical_json", "factor_differences", "sha256_digest"]
+
 SCHEMA = "neuronbuild.unit/1"
 """Schema salt of every unit key; bump it when the factors change meaning."""
-
-
-def canonical_json(value: Any) -> bytes:
-    """Canonical JSON bytes: sorted keys, no whitespace, UTF-8. The input to every digest."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode()
-
-
-def sha256_digest(data: bytes) -> str:
-    """``sha256:<64 hex>`` of ``data``; digests always carry their algorithm."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -49,7 +40,7 @@ class UnitKey:
     @property
     def hex(self) -> str:
         """The digest without its algorithm prefix, as used in store paths."""
-        return self.digest.split(":", 1)[1]
+        return hex_of(self.digest)
 
     def differences(self, other: Mapping[str, Any]) -> list[str]:
         """Names of the factors whose values differ from ``other``'s (a missing one differs)."""

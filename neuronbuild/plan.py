@@ -8,29 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronbuild.engines import Engine, engine_for
-from neuronbuild.graph import Graph
+from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.recipe import Recipe
 
-
-@dataclass(frozen=True)
-class CompileUnit:
-    """One schedulable piece of work: the graphs one engine process compiles, and its key."""
-
-    graphs: tuple[Graph, ...]
-    key: UnitKey
-
-    @property
-    def phase(self) -> str | None:
-        """The engine phase the unit compiles (neuron: prefill, decode, vision), if any."""
-        phase = self.key.factors.get("phase")
-        return phase if isinstance(phase, str) else None
-
-    def label(self) -> str:
-        """``prefill (6 graphs)`` for a phase unit, else its graphs' labels."""
-        if self.phase is not None:
-            return f"{self.phase} ({len(self.graphs)} graphs)"
-        return ", ".join(g.label() for g in self.graphs)
+__all__ = ["CompileUnit", "Plan", "build_plan"]
 
 
 @dataclass(frozen=True)

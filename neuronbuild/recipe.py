@@ -8,7 +8,6 @@ collected and raised together as one :class:`~neuronbuild.errors.RecipeInvalid`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -21,7 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid
+from neuronbuild.engines import engine_for
+from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
 
 TARGET_ENGINES: dict[str, str] = {
@@ -49,12 +49,6 @@ def vllm_engine_args() -> frozenset[str]:
     return frozenset(
         line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
     )
-
-
-def did_you_mean(key: str, known: list[str] | frozenset[str] | tuple[str, ...]) -> str | None:
-    """The known key closest to ``key`` when it is likely a typo of it, else ``None``."""
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 class _Fields(BaseModel):
@@ -219,8 +213,6 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
             (with a did-you-mean), wrong types, contradictions, and the engine's own rules
             (for Neuron targets, the checks vLLM-Neuron applies at start).
     """
-    from neuronbuild.engines import engine_for
-
     if not isinstance(data, Mapping):
         raise RecipeInvalid(
             source, [RecipeError("<top level>", MISSING, "a recipe must be a YAML mapping")]

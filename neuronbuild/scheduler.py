@@ -23,18 +23,11 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from neuronbuild.errors import Interrupted
 from neuronbuild.plan import CompileUnit
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when ending an engine's process group."""
-
-
-class Interrupted(Exception):
-    """neuronbuild received SIGINT or SIGTERM; every engine process was ended."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
 
 class UnitFailed(Exception):
@@ -247,9 +240,7 @@ def run_units(
             value = work(unit, groups)
             result = UnitResult(unit, time.monotonic() - start, value=value)
         except UnitFailed as exc:
-            result = UnitResult(
-                unit, time.monotonic() - start, error=str(exc), details=exc.details
-            )
+            result = UnitResult(unit, time.monotonic() - start, error=str(exc), details=exc.details)
         except Exception as exc:  # a failing unit must not stop the others
             result = UnitResult(
                 unit, time.monotonic() - start, error=str(exc) or type(exc).__name__

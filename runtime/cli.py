@@ -9,14 +9,20 @@ import click
 
 from neuronbuild import envs
 from neuronbuild.engines.base import SERVING_ONLY_ARGS
-from neuronbuild.errors import UserError
+from neuronbuild.errors import StoreError, UserError
 from neuronbuild.recipe import vllm_engine_args
-from neuronbuild.store import Store, parse_ref
-from neuronbuild.transfer import copy_manifest
+from neuronbuild.store.cas import Store, parse_ref
+from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, exec_vllm, prepare
 
 SERVING_FLAGS = {"--host", "--port", "--api-key", "--served-model-name", "--log-level"}
+
+
+def echo_notes(notes: list[str]) -> None:
+    """Print what a tiered store did that a user should hear about, one line each."""
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def refuse_engine_options(extra: list[str]) -> None:
@@ -48,18 +54,42 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     """Pre-stage a node or a container image: copy REF|MANIFEST and its blobs (verified) into
     --local-cache, after which `serve --local-cache` runs without network access. Checks free
     disk space first; an interrupted pull resumes."""
-    remote, local = Store(cache), Store(local_cache)
+    remote = Store(cache)
+    tiers = TieredStore(Store(local_cache, create=True), remote)
     digest = remote.resolve(target)
-    report = copy_manifest(remote, local, digest, jobs=jobs)
+    report = tiers.fill(digest, jobs=jobs, recheck=True)
+    if report is None:
+        raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     if not target.startswith("sha256:"):
-        local.set_ref(*parse_ref(target), digest)
+        tiers.local.set_ref(*parse_ref(target), digest)
+    echo_notes(tiers.notes)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
         click.echo(
-            f"pulled {digest} into {local.url}: {report.copied} blobs fetched "
+            f"pulled {digest} into {tiers.local.url}: {report.copied} blobs fetched "
             f"({report.bytes} bytes), {report.skipped} already there"
         )
+
+
+def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStore:
+    """The stores ``serve`` reads: ``--local-cache`` in front of ``--cache``; without it, a
+    folder store alone (read-only is fine: files are linked or copied out of it), or the
+    node's default local tier in front of a remote store. A dry run creates nothing."""
+    try:
+        remote = Store(cache)
+    except StoreError as exc:
+        if local_cache is None or not Path(local_cache).is_dir():
+            raise
+        tiers = TieredStore(Store(local_cache))  # refs and blobs a pull left there
+        tiers.notes.append(f"{exc}; serving from {local_cache} alone")
+        return tiers
+    if local_cache is None and remote.is_folder:
+        return TieredStore(remote)
+    local_url = local_cache or str(envs.user_cache() / "store")
+    if dry_run and not Path(local_url).is_dir():
+        return TieredStore(remote)
+    return TieredStore(Store(local_url, create=not dry_run), remote)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -73,12 +103,19 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     help="The store (a folder or URL).",
 )
 @click.option(
-    "--local-cache", type=click.Path(file_okay=False), help="Local store to fetch blobs into first."
+    "--local-cache",
+    type=click.Path(file_okay=False),
+    help="Local store to fetch blobs into first (default: the --cache folder itself, else "
+    "~/.cache/neuronbuild/store).",
 )
 @click.option(
     "--vllm-cache-root",
     type=click.Path(file_okay=False),
-    help="Where to lay the artifacts out (default: $VLLM_CACHE_ROOT, else a folder per manifest).",
+    help="Where to lay the artifacts out (default: $VLLM_CACHE_ROOT, else "
+    "~/.cache/neuronbuild/layouts/<manifest>).",
+)
+@click.option(
+    "--deep", is_flag=True, help="Re-hash laid-out files even when their recorded stat holds."
 )
 @click.option("--host", help="vLLM server host.")
 @click.option("--port", type=int, help="vLLM server port.")
@@ -98,7 +135,8 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Fetch, verify and lay out, print the vLLM command, do not start it.",
+    help="Check the manifest, the node and every blob's presence, print the vLLM command; "
+    "write nothing, start nothing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the result as JSON.")
 @click.pass_context
@@ -110,6 +148,7 @@ def serve(
     cache: str,
     local_cache: str | None,
     vllm_cache_root: str | None,
+    deep: bool,
     host: str | None,
     port: int | None,
     api_key: str | None,
@@ -137,13 +176,15 @@ def serve(
     env = {envs.VLLM_LOGGING_LEVEL: log_level.upper()} if log_level else {}
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
-        Store(cache),
-        local=Store(local_cache) if local_cache else None,
+        node_tiers(cache, local_cache, dry_run),
         cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
         serving_args=serving,
         serving_env=env,
         workdir=Path(workdir).resolve() if workdir else None,
+        deep=deep,
+        dry_run=dry_run,
     )
+    echo_notes(prepared.notes)
     if dry_run:
         if as_json:
             click.echo(json.dumps(prepared.to_json(), indent=2))

@@ -1,29 +1,32 @@
-"""``neuronbuild serve``: resolve a manifest, fetch and verify its blobs, lay them out under a
-``VLLM_CACHE_ROOT``, and exec vLLM's OpenAI-compatible server with the recipe's exact engine
-arguments and the engine's "never compile" environment.
+"""``neuronbuild serve``: resolve a manifest, fetch and verify its blobs into a local tier, lay
+them out in a node-local ``VLLM_CACHE_ROOT``, and exec vLLM's OpenAI-compatible server with the
+recipe's exact engine arguments and the engine's "never compile" environment.
 
-Everything that can fail is checked before vLLM starts: the manifest (present, well formed, the
-recipe's unit keys equal to its own), the node (e.g. its CPU instruction set) and every blob.
+Everything that can fail is checked before vLLM starts: the manifest (present, well formed, its
+recipe planning exactly its units, the recipe file's unit keys equal to its own), the node (e.g.
+its CPU instruction set) and every blob.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from neuronbuild import envs
 from neuronbuild.engines import engine_for
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.keys import factor_differences
-from neuronbuild.manifest import FileEntry, Manifest, check_digest
-from neuronbuild.plan import build_plan
+from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
-from neuronbuild.store import LATEST, Store, hash_file, parse_ref
-from neuronbuild.transfer import copy_blob, copy_manifest
+from neuronbuild.store.cas import LATEST, parse_ref
+from neuronbuild.store.digest import check_digest
+from neuronbuild.store.layout import node_layout_root
+from neuronbuild.store.node import lay_out, register
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.tiered import TieredStore
 
 from .vllm_args import vllm_cli_args
 
@@ -43,7 +46,8 @@ class ServeSource:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A materialised manifest and the vLLM process that serves it."""
+    """A laid-out manifest and the vLLM process that serves it; ``notes``: what the tiers did
+    that a user should hear about (the CLI prints them)."""
 
     manifest: str
     cache_root: Path
@@ -52,6 +56,7 @@ class Prepared:
     cwd: Path
     files: int
     bytes: int
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +66,16 @@ class Prepared:
             "bytes": self.bytes,
             "argv": self.argv,
             "cwd": str(self.cwd),
+            "notes": self.notes,
         }
+
+
+RECIPE_FACTORS = ("schema", "engine", "target", "model", "revision", "engine_args", "toolchain")
+"""Unit key factors a recipe alone determines (see :func:`neuronbuild.plan.build_plan`)."""
+
+
+def _graphs(unit: Any) -> tuple[Any, ...]:
+    return tuple(g.identity for g in unit.graphs)
 
 
 def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
@@ -73,17 +87,20 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     plan = build_plan(recipe)
     if [u.key.digest for u in plan.units] == [u.key for u in manifest.units]:
         return
-    by_graphs = {json.dumps(u.graphs, sort_keys=True): u for u in manifest.units}
+    by_graphs = {_graphs(u): u for u in manifest.units}
     diffs: list[str] = []
     for unit in plan.units:
-        graphs = json.dumps([g.to_json() for g in unit.graphs], sort_keys=True)
-        theirs = by_graphs.get(graphs)
+        theirs = by_graphs.get(_graphs(unit))
         if theirs is None:
             diffs.append(f"graph {unit.label()}: in the recipe, not in the manifest")
         elif theirs.key != unit.key.digest:
             diffs += factor_differences(dict(unit.key.factors), theirs.factors)
-    ours = {json.dumps([g.to_json() for g in u.graphs], sort_keys=True) for u in plan.units}
-    diffs += [f"graph {g}: in the manifest, not in the recipe" for g in by_graphs if g not in ours]
+    ours = {_graphs(u) for u in plan.units}
+    diffs += [
+        f"graph {', '.join(g.label() for g in u.graphs)}: in the manifest, not in the recipe"
+        for u in manifest.units
+        if _graphs(u) not in ours
+    ]
     unique = list(dict.fromkeys(diffs))
     raise UserError(
         f"{recipe.source} does not match manifest {digest} ({recipe.name}/{LATEST}): "
@@ -92,9 +109,39 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
+def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
+    """The manifest's own recipe, which must plan exactly the manifest's units: the same graphs,
+    in order, with the same factors drawn from the recipe (engine, target, model, revision,
+    engine arguments, toolchain). Factors drawn from the compile host (its environment, its
+    instruction set) are the node checks' business.
+
+    Raises:
+        StoreDataInvalid: the recipe is invalid, or plans other units (none at all, or a
+            recipe edited after sealing).
+    """
+    what = f"manifest {digest}"
+    try:
+        recipe = parse_recipe(manifest.recipe, source=what)
+    except RecipeInvalid as exc:
+        raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
+    plan: Plan = build_plan(recipe)
+
+    def keyed(factors: Any) -> dict[str, Any]:
+        return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
+
+    planned = [(_graphs(u), keyed(u.key.factors)) for u in plan.units]
+    sealed = [(_graphs(u), keyed(u.factors)) for u in manifest.units]
+    if not manifest.units or planned != sealed:
+        raise StoreDataInvalid(
+            f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
+            f"{len(sealed)} sealed unit(s); it was edited after sealing or is hostile"
+        )
+    return recipe
+
+
 def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """Every phase the recipe's plan needs must be in the manifest (a manifest sealed by hand or
-    by an older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
+    """Every phase the recipe's plan needs must be in the manifest (one sealed by hand or by an
+    older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
 
     Raises:
         UserError: naming the missing phase, before vLLM starts.
@@ -108,145 +155,60 @@ def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
             )
 
 
-def _get_ref(store: Store, local: Store | None, name: str, tag: str) -> str | None:
-    """The remote ref; the local tier's copy only when the remote cannot be reached."""
-    try:
-        return store.get_ref(name, tag)
-    except StoreError:
-        if local is None or (digest := local.get_ref(name, tag)) is None:
-            raise
-        print(
-            f"neuronbuild: {store.url} unreachable; using the pulled {name}/{tag}", file=sys.stderr
-        )
-        return digest
-
-
-def _get_manifest(store: Store, local: Store | None, digest: str) -> Manifest:
-    """Manifests are immutable: the local tier's copy is as good as the remote's."""
-    if local is not None and local.storage.exists(local.manifest_path(digest)):
-        return local.get_manifest(digest)
-    return store.get_manifest(digest)
-
-
-def resolve(
-    source: ServeSource, store: Store, local: Store | None = None
-) -> tuple[Recipe, Manifest, str]:
-    """The recipe, manifest and manifest digest to serve (``local``: a pulled tier, used for
-    manifests, and for refs when ``store`` is unreachable).
+def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
+    """The recipe, manifest and manifest digest to serve.
 
     Raises:
         UserError: no such ref or manifest, or a recipe that does not match its manifest.
-        StoreDataInvalid: a malformed or hostile manifest.
+        StoreDataInvalid: a malformed or hostile manifest, or one whose recipe does not plan
+            its units.
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     if source.manifest is not None:
-        digest = check_digest(source.manifest, "--manifest")
+        try:
+            digest = check_digest(source.manifest, "--manifest")
+        except StoreDataInvalid as exc:
+            raise UserError(str(exc)) from None
     else:
         name, tag = (recipe_file.name, LATEST) if recipe_file else parse_ref(source.ref or "")
-        found = _get_ref(store, local, name, tag)
+        found = tiers.get_ref(name, tag)
         if found is None:
             hint = (
                 f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
-                f"{source.recipe} --cache {store.url}`"
+                f"{source.recipe} --cache {tiers.url}`"
                 if source.recipe
                 else "check the name with `neuronbuild ls`"
             )
-            raise UserError(f"{store.url} has no {name}/{tag}: {hint}")
+            raise UserError(f"{tiers.url} has no {name}/{tag}: {hint}")
         digest = found
-    manifest = _get_manifest(store, local, digest)
+    manifest = tiers.get_manifest(digest)
+    with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
+        check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
+    sealed_recipe = check_manifest_plans(manifest, digest)
     if recipe_file is not None:
-        recipe = recipe_file
-        check_phases(recipe, manifest, digest)
-        check_recipe_matches(recipe, manifest, digest)
-    else:
-        recipe = parse_recipe(manifest.recipe, source=f"manifest {digest}")
-        check_phases(recipe, manifest, digest)
-    return recipe, manifest, digest
-
-
-def default_cache_root(local: Store, digest: str) -> Path:
-    """``$VLLM_CACHE_ROOT`` if set, else a folder per manifest next to the local store."""
-    if value := os.environ.get(envs.VLLM_CACHE_ROOT):
-        return Path(value)
-    return Path(local.root) / "vllm-cache" / digest.split(":", 1)[1][:16]
-
-
-def _inside(root: Path, rel: str) -> Path:
-    dest = (root / rel).resolve()
-    if not dest.is_relative_to(root.resolve()):
-        raise StoreDataInvalid(f"manifest path {rel!r} escapes {root}")
-    return dest
-
-
-def materialize(
-    manifest: Manifest,
-    digest: str,
-    store: Store,
-    root: Path,
-    remote: Store | None = None,
-    last: tuple[str, ...] = (),
-) -> tuple[int, int]:
-    """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
-
-    Files named in ``last`` (the engine's completion markers, e.g. vLLM-Neuron's
-    ``.compilation_complete``) are written after all others, so an interrupted lay-out never
-    leaves an entry that looks complete.
-
-    A file already there with the right size and hash is kept. A corrupt blob of a local tier
-    ``store`` is fetched again from the next tier, ``remote``. Returns (files, bytes).
-
-    Raises:
-        StoreDataInvalid: a blob is missing or corrupt (in every tier), or a path escapes
-            ``root``; nothing of that file is written.
-    """
-    files = sorted(manifest.files(), key=lambda f: PurePosixPath(f.path).name in last)
-    missing = [f for f in files if not store.has_blob(f)]
-    if missing:
-        names = ", ".join(f"{f.path} ({f.digest[:19]})" for f in missing[:3])
-        raise StoreDataInvalid(
-            f"manifest {digest} is incomplete in {store.url}: {len(missing)} blob(s) missing, "
-            f"e.g. {names}; publish it again (neuronbuild compile) before serving"
-        )
-    total = 0
-    for entry in files:
-        dest = _inside(root, entry.path)
-        total += entry.size
-        if _already_there(dest, entry):
-            continue
-        try:
-            store.fetch_blob(entry, dest)
-        except StoreDataInvalid as exc:
-            if remote is None:
-                raise
-            print(f"neuronbuild: {exc}; fetching it again from {remote.url}", file=sys.stderr)
-            store.storage.delete(store.blob_path(entry.digest))
-            copy_blob(remote, store, entry, Path(store.root) / "tmp")
-            store.fetch_blob(entry, dest)
-        if entry.executable:
-            dest.chmod(dest.stat().st_mode | 0o111)
-    return len(files), total
-
-
-def _already_there(dest: Path, entry: FileEntry) -> bool:
-    if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != entry.size:
-        return False
-    return hash_file(dest) == (entry.digest, entry.size)
+        check_recipe_matches(recipe_file, manifest, digest)
+        return recipe_file, manifest, digest
+    return sealed_recipe, manifest, digest
 
 
 def prepare(
     source: ServeSource,
-    store: Store,
+    tiers: TieredStore,
     *,
-    local: Store | None = None,
     cache_root: Path | None = None,
     serving_args: list[str] | None = None,
     serving_env: dict[str, str] | None = None,
     workdir: Path | None = None,
+    deep: bool = False,
+    dry_run: bool = False,
 ) -> Prepared:
-    """Resolve, check, fetch, verify and materialise; return the vLLM command to exec."""
-    if local is None and not store.is_folder:
-        local = Store(envs.default_cache_url())
-    recipe, manifest, digest = resolve(source, store, local)
+    """Resolve, check, fetch, verify and lay out; return the vLLM command to exec.
+
+    ``cache_root``: where to lay out (default :func:`node_layout_root`); ``deep``: re-hash
+    every laid-out file even when its stamp holds; ``dry_run``: check that every blob is in a
+    tier and write nothing.
+    """
+    recipe, manifest, digest = resolve(source, tiers)
     engine = engine_for(recipe)
     for unit in manifest.units:
         engine.check_node(unit.factors)
@@ -256,16 +218,22 @@ def prepare(
             f"model {recipe.model} is a path relative to the recipe's folder and is not found "
             f"from {cwd}; pass --workdir with the folder the recipe was compiled from"
         )
-    remote: Store | None = None
-    if local is not None and local.url != store.url:
-        if local.missing_blobs(manifest.files()):
-            copy_manifest(store, local, digest)  # read-through: the node keeps what it fetched
-        remote = store
+    root = cache_root or node_layout_root(digest)
+    files, size = len(manifest.files()), sum(e.size for e in manifest.files())
+    if dry_run:
+        missing = tiers.local.missing_blobs(manifest.files())
+        if missing and tiers.remote is not None:
+            missing = tiers.remote.missing_blobs(missing)
+        if missing:
+            raise StoreDataInvalid(
+                f"manifest {digest} is incomplete in {tiers.url}: {len(missing)} blob(s) missing"
+            )
     else:
-        local = store
-    root = cache_root or default_cache_root(local, digest)
-    root.mkdir(parents=True, exist_ok=True)
-    files, size = materialize(manifest, digest, local, root, remote, last=engine.written_last)
+        if tiers.local.missing_blobs(manifest.files()):
+            tiers.fill(digest)  # read-through: the node keeps what it fetched
+        laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
+        register(tiers, digest, root)
+        files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
     argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
@@ -274,7 +242,7 @@ def prepare(
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
     env = engine.engine_env(os.environ, keyed)
     env.update({**(serving_env or {}), **engine.serve_env(str(root))})
-    return Prepared(digest, root, argv, env, cwd, files, size)
+    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes))
 
 
 def exec_vllm(prepared: Prepared) -> None:

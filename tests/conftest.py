@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from neuronbuild.build import ingest
-from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import Manifest
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -90,6 +92,60 @@ def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, see
     digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
     store.set_ref(recipe.name, "latest", digest)
     return digest
+
+
+def neuronbuild(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``neuronbuild ARGS`` in a process of its own, as a user runs it (``env`` added to ours)."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+SERVE_WITHOUT_VLLM = """
+import json, sys
+import neuronbuild_runtime.cli as cli
+from neuronbuild.console import run
+cli.exec_vllm = lambda prepared: print(json.dumps(prepared.to_json()))
+sys.argv = ["serve", *sys.argv[1:]]
+run(cli.serve)
+"""
+
+
+def serve_without_vllm(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``neuronbuild serve ARGS`` exactly as a node runs it, but printing the prepared vLLM
+    command as JSON instead of exec'ing vLLM (everything up to the exec happens for real)."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-c", SERVE_WITHOUT_VLLM, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def published_with_model(tmp_path: Path, **recipe: Any) -> tuple[Store, str]:
+    """A folder store holding one build of the CPU recipe (``recipe`` overrides), whose model
+    folder exists, as serve needs; returns the store and the manifest digest."""
+    store = Store(str(tmp_path / "store"), create=True)
+    (tmp_path / "model").mkdir()
+    data = cpu_recipe(**{"cpu_isa": "host", "model": str(tmp_path / "model"), **recipe})
+    return store, publish_build(store, data, tmp_path, "a")
 
 
 @pytest.fixture

@@ -16,11 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from neuronbuild.demo_model import build_demo_model
-from neuronbuild.store import Store
-from neuronbuild.verify import verify_manifest
-from neuronbuild.vllm_server import Server, free_port
-from tests.conftest import RECIPES
+from neuronbuild.demo.model import build_demo_model
+from neuronbuild.demo.server import Server, free_port
+from neuronbuild.store.cas import Store
+from neuronbuild.store.tiered import TieredStore
+from neuronbuild.store.verify import verify_manifest
+from neuronbuild_runtime.serve import ServeSource, prepare
+from tests.conftest import RECIPES, neuronbuild
 
 pytestmark = pytest.mark.vllm
 
@@ -34,12 +36,6 @@ class Demo:
     root: Path
     recipe: Path
     store: Path
-
-
-def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, cwd=cwd
-    )
 
 
 def lay_out_demo(root: Path) -> Path:
@@ -116,8 +112,12 @@ def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_pla
     root = tmp_path / "vllm-cache"
     serve = [sys.executable, "-m", "neuronbuild", "serve", str(demo.recipe)]
     serve += ["--cache", str(demo.store), "--vllm-cache-root", str(root)]
-    laid_out = neuronbuild(*serve[3:], "--dry-run")
-    assert laid_out.returncode == 0, laid_out.stderr
+    dry = neuronbuild(*serve[3:], "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert not root.exists()  # a dry run writes nothing
+    prepare(
+        ServeSource(recipe=str(demo.recipe)), TieredStore(Store(str(demo.store))), cache_root=root
+    )
     compiled_files = files_under(root / COMPILE_CACHE)
     assert compiled_files
 
@@ -157,6 +157,7 @@ def test_serving_a_copied_store_elsewhere_still_loads_without_compiling(
 
 def test_serve_against_an_empty_store_fails_before_vllm_starts(demo: Demo, tmp_path: Path) -> None:
     start = time.monotonic()
+    (tmp_path / "empty").mkdir()
     result = neuronbuild("serve", str(demo.recipe), "--cache", str(tmp_path / "empty"))
     assert result.returncode == 2
     assert time.monotonic() - start < 30
@@ -208,4 +209,3 @@ def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) 
     [log] = logs.iterdir()
     assert "no-such-model" in log.read_text(errors="replace")
     assert not (store / "manifests").exists() and not (store / "refs").exists()
-    assert list((store / "failures").iterdir())

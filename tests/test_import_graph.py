@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
 from tests.conftest import REPO, cpu_recipe, publish_build
 
 COMPILE_SIDE = (
@@ -27,9 +27,11 @@ from pathlib import Path
 for name in {modules!r}:
     importlib.import_module(name)
 from neuronbuild_runtime.serve import ServeSource, prepare
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
+from neuronbuild.store.tiered import TieredStore
 prepared = prepare(
-    ServeSource(recipe={recipe!r}), Store({store!r}), local=Store({local!r}),
+    ServeSource(recipe={recipe!r}),
+    TieredStore(Store({local!r}, create=True), Store({store!r})),
     cache_root=Path({root!r}),
 )
 assert prepared.files == 2, prepared
@@ -48,7 +50,7 @@ def test_runtime_imports_no_compile_side_module(tmp_path: Path, write_recipe: An
     data = cpu_recipe(cpu_isa="host", model="./model")
     (tmp_path / "model").mkdir()
     recipe = write_recipe(data)
-    publish_build(Store(str(tmp_path / "store")), data, tmp_path, "a")
+    publish_build(Store(str(tmp_path / "store"), create=True), data, tmp_path, "a")
     script = SCRIPT.format(
         modules=runtime_modules,
         recipe=str(recipe),
@@ -60,5 +62,5 @@ def test_runtime_imports_no_compile_side_module(tmp_path: Path, write_recipe: An
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     loaded = set(json.loads(result.stdout))
-    assert "neuronbuild.store" in loaded and "neuronbuild.plan" in loaded
+    assert "neuronbuild.store.tiered" in loaded and "neuronbuild.plan" in loaded
     assert not loaded & set(COMPILE_SIDE), sorted(loaded & set(COMPILE_SIDE))

@@ -20,10 +20,11 @@ import yaml
 from neuronbuild import build
 from neuronbuild.build import compile_recipe
 from neuronbuild.errors import UserError
-from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe
-from neuronbuild.store import Store
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.tiered import TieredStore
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import neuron_recipe
 from tests.neuron_double import SITE
@@ -46,7 +47,7 @@ def double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def small_recipe(
-    tmp_path: Path, neuron_config: dict[str, Any] | None = None, **args: Any
+    tmp_path: Path, neuron_config: dict[str, Any] | None = None, vision: bool = True, **args: Any
 ) -> Recipe:
     """A small multimodal trn2 recipe written to a file: 3 prefill, 4 decode, 2 vision graphs."""
     config = {
@@ -57,6 +58,8 @@ def small_recipe(
         "vision_neuron_config": {"num_vision_tokens_buckets": [2048, 4096]},
     }
     config["neuron_config"].update(neuron_config or {})
+    if not vision:
+        del config["vision_neuron_config"]
     data = neuron_recipe(
         name="small",
         max_model_len=1024,
@@ -92,7 +95,7 @@ def test_every_planned_graph_is_built_exactly_once_by_parallel_phase_units(
     double: Path, tmp_path: Path
 ) -> None:
     recipe = small_recipe(tmp_path)
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     start = time.monotonic()
     report = compile_small(recipe, store, tmp_path)
     assert report.failed == 0 and report.manifest is not None
@@ -138,7 +141,7 @@ def test_a_transient_neuronx_cc_exit_70_is_retried_once(
     state = tmp_path / "failed-once"
     monkeypatch.setenv("NEURON_DOUBLE_FAIL", f"exit70-once:{state}")
     recipe = small_recipe(tmp_path)
-    report = compile_small(recipe, Store(str(tmp_path / "store")), tmp_path, jobs=1)
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path, jobs=1)
     assert state.exists()
     assert report.failed == 0 and report.manifest is not None
     assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
@@ -149,7 +152,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
 ) -> None:
     monkeypatch.setenv("NEURON_DOUBLE_FAIL", "ncc:256")
     recipe = small_recipe(tmp_path)
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
     [failed] = [u for u in report.units if u["status"] == "failed"]
     assert failed["phase"] == "prefill"
@@ -202,14 +205,14 @@ def test_an_oom_kill_is_retried_with_fewer_workers(
 ) -> None:
     # One unit only: a KV producer builds prefill alone.
     producer = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
-    recipe = small_recipe(tmp_path, kv_transfer_config=producer)
+    recipe = small_recipe(tmp_path, vision=False, kv_transfer_config=producer)
     assert [u.phase for u in build_plan(recipe).units] == ["prefill"]
     monkeypatch.setenv("NEURON_DOUBLE_FAIL", "oom-above:1")
     monkeypatch.setenv("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "4")  # 4, then 2, then 1
-    report = compile_small(recipe, Store(str(tmp_path / "store")), tmp_path)
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
     assert report.failed == 0, report.units
     monkeypatch.setenv("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")  # 8, 4, 2: never enough
-    report = compile_small(recipe, Store(str(tmp_path / "other")), tmp_path)
+    report = compile_small(recipe, Store(str(tmp_path / "other"), create=True), tmp_path)
     [unit] = report.units
     assert (unit["status"], unit["code"]) == ("failed", "SIGKILL")
 
@@ -220,14 +223,16 @@ def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
     monkeypatch.setenv("NEURON_DOUBLE_FAIL", "hang")
     recipe = small_recipe(tmp_path)
     start = time.monotonic()
-    report = compile_small(recipe, Store(str(tmp_path / "store")), tmp_path, timeout=2.0)
+    report = compile_small(
+        recipe, Store(str(tmp_path / "store"), create=True), tmp_path, timeout=2.0
+    )
     assert report.failed == 3
     assert all("timed out after 2 s" in u["error"] for u in report.units)
     assert time.monotonic() - start < 15  # 3 units, 2 at a time, no 10 s grace each
 
 
 def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     first = compile_small(small_recipe(tmp_path), store, tmp_path)
     assert first.manifest is not None
     double.unlink()
@@ -244,13 +249,17 @@ def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recipe = small_recipe(tmp_path)
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
     assert report.manifest is not None
     root = tmp_path / "serve-cache"
-    prepared = prepare(ServeSource(recipe=recipe.source), store, cache_root=root)
+    prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
     manifest = store.get_manifest(report.manifest)
-    laid_out = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    laid_out = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and ".neuronbuild" not in p.parts
+    )
     assert laid_out == sorted(f.path for f in manifest.files())
     assert prepared.env["VLLM_NEURON_DISABLE_WARMUP_COMPILE"] == "1"
     assert prepared.env["NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND"] == "1"
@@ -269,7 +278,7 @@ def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
 
 def test_serve_refuses_a_manifest_that_lacks_a_phase(double: Path, tmp_path: Path) -> None:
     recipe = small_recipe(tmp_path)
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
     assert report.manifest is not None
     full = store.get_manifest(report.manifest)
@@ -278,7 +287,7 @@ def test_serve_refuses_a_manifest_that_lacks_a_phase(double: Path, tmp_path: Pat
     )
     digest = store.put_manifest(partial)
     with pytest.raises(UserError, match="lacks the decode phase"):
-        prepare(ServeSource(manifest=digest), store, cache_root=tmp_path / "c")
+        prepare(ServeSource(manifest=digest), TieredStore(store), cache_root=tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
 
@@ -287,4 +296,4 @@ def test_compile_refuses_speculative_decoding_with_the_reason(double: Path, tmp_
         tmp_path, speculative_config={"method": "eagle3", "num_speculative_tokens": 2, "model": "d"}
     )
     with pytest.raises(UserError, match="CPU compile mode cannot build speculative"):
-        compile_small(recipe, Store(str(tmp_path / "store")), tmp_path)
+        compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)

@@ -18,15 +18,15 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from neuronbuild.build import ingest
-from neuronbuild.gc import collect_garbage
 from neuronbuild.keys import canonical_json, sha256_digest
-from neuronbuild.manifest import Manifest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.storage import SwapConflict
-from neuronbuild.store import RefConflict, Store
-from neuronbuild.verify import verify_manifest
-from tests.conftest import cpu_recipe, publish_build
+from neuronbuild.store.backends import SwapConflict
+from neuronbuild.store.cas import RefConflict, Store
+from neuronbuild.store.gc import collect_garbage
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.verify import verify_manifest
+from tests.conftest import cpu_recipe, neuronbuild, publish_build, serve_without_vllm
 from tests.faulty_proxy import FaultyProxy
 
 BUCKET = "neuronbuild-test"
@@ -78,21 +78,12 @@ def demo_recipe(tmp_path: Path) -> dict[str, Any]:
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
 
 
-def neuronbuild(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
 def serve_dry_run(
     digest: str, url: str, node: Path, root: Path
 ) -> subprocess.CompletedProcess[str]:
     """``serve --manifest`` through a local tier, laying out under ``root`` without vLLM."""
-    serve = ["serve", "--manifest", digest, "--cache", url, "--local-cache", str(node)]
-    return neuronbuild(*serve, "--vllm-cache-root", str(root), "--dry-run")
+    serve = ["--manifest", digest, "--cache", url, "--local-cache", str(node)]
+    return serve_without_vllm(*serve, "--vllm-cache-root", str(root))
 
 
 def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
@@ -119,24 +110,24 @@ def test_compare_and_swap_refuses_a_stale_etag_and_the_mover_retries(
     other = store.put_manifest(
         Manifest("remote-demo", {"other": 1}, store.get_manifest(first).units)
     )
-    path = store.ref_path("remote-demo", "latest")
-    _, stale = store.storage.read_versioned(path)
-    store.storage.swap(path, (other + "\n").encode(), stale)
+    path = store.layout.ref("remote-demo", "latest")
+    _, stale = store.backend.read_versioned(path, 4096)
+    store.backend.swap(path, (other + "\n").encode(), stale)
     with pytest.raises(SwapConflict):
-        store.storage.swap(path, (first + "\n").encode(), stale)
+        store.backend.swap(path, (first + "\n").encode(), stale)
     with pytest.raises(RefConflict):
         store.move_ref("remote-demo", "latest", first, expected=first)
     store.set_ref("remote-demo", "latest", first)
     assert store.get_ref("remote-demo", "latest") == first
     history = store.ref_history("remote-demo", "latest")
-    assert [(m["previous"], m["manifest"]) for m in history] == [(None, first), (other, first)]
+    assert [(m.previous, m.manifest) for m in history] == [(None, first), (other, first)]
 
 
 def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_path: Path) -> None:
     recipe = demo_recipe(tmp_path)
     locals_ = []
     for i in range(4):
-        local = Store(str(tmp_path / f"ci-{i}"))
+        local = Store(str(tmp_path / f"ci-{i}"), create=True)
         publish_build(local, recipe, tmp_path, f"builder{i}")
         locals_.append(local)
     procs = [
@@ -152,7 +143,7 @@ def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_pa
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     remote = Store(s3_url)
-    units = remote.storage.find(remote._path("units"))
+    units = remote.backend.find(remote.layout.folder("units"))
     assert len(units) == 1
     digest = remote.get_ref("remote-demo", "latest")
     assert digest in {local.get_ref("remote-demo", "latest") for local in locals_}
@@ -165,10 +156,10 @@ def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_pa
     store = Store(s3_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
     entry = store.get_manifest(digest).files()[0]
-    blob = store.blob_path(entry.digest)
-    data = bytearray(store.storage.read(blob) or b"")
+    blob = store.layout.blob(entry.digest)
+    data = bytearray(store.backend.read(blob, 1 << 20) or b"")
     data[10] ^= 0xFF
-    store.storage.put(blob, bytes(data))
+    store.backend.put(blob, bytes(data))
 
     result = neuronbuild("verify", digest, "--cache", s3_url, "--deep")
     assert result.returncode == 2
@@ -194,7 +185,7 @@ def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> 
             env=neuronbuild_env,
             check=True,
         )
-        local_ci = Store(str(tmp_path / "ci"))
+        local_ci = Store(str(tmp_path / "ci"), create=True)
         digest = publish_build(local_ci, demo_recipe(tmp_path), tmp_path, "a")
         pushed = neuronbuild(
             "push", "remote-demo/latest", "--from", local_ci.url, "--cache", url, env=env
@@ -207,8 +198,7 @@ def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> 
         assert pulled.returncode == 0, pulled.stderr
     finally:
         server.stop()
-    served = neuronbuild(
-        "serve",
+    served = serve_without_vllm(
         "--ref",
         "remote-demo/latest",
         "--cache",
@@ -217,8 +207,6 @@ def test_after_pull_a_node_serves_with_the_s3_server_stopped(tmp_path: Path) -> 
         str(node),
         "--vllm-cache-root",
         str(tmp_path / "root"),
-        "--dry-run",
-        "--json",
         env=env,
     )
     assert served.returncode == 0, served.stderr
@@ -257,7 +245,7 @@ def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
     }
     data = b"{not json" if kind == "json" else json.dumps(raw).encode()
     digest = sha256_digest(data)
-    store.storage.put(store.manifest_path(digest), data)
+    store.backend.put(store.layout.manifest(digest), data)
     root = tmp_path / "deep" / "root"
     result = serve_dry_run(digest, s3_url, tmp_path / "node", root)
     assert result.returncode == 2, result.stderr
@@ -268,7 +256,7 @@ def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
 
 def test_injected_500s_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
     target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
-    local = Store(str(tmp_path / "ci"))
+    local = Store(str(tmp_path / "ci"), create=True)
     publish_build(local, demo_recipe(tmp_path), tmp_path, "a")
     url = f"s3://{BUCKET}/faults-{uuid.uuid4().hex[:8]}"
     with FaultyProxy(target, fail_every=3) as proxy:
@@ -286,7 +274,7 @@ def test_a_persistent_fault_exits_3_and_loses_nothing_published(
     target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
     url = f"s3://{BUCKET}/down-{uuid.uuid4().hex[:8]}"
     first = publish_build(Store(url), demo_recipe(tmp_path), tmp_path, "a")
-    local = Store(str(tmp_path / "ci"))
+    local = Store(str(tmp_path / "ci"), create=True)
     publish_build(
         local,
         cpu_recipe(name="remote-demo", cpu_isa="host", model=str(tmp_path), seed=7),
@@ -306,7 +294,7 @@ def test_a_persistent_fault_exits_3_and_loses_nothing_published(
 
 def big_local_build(tmp_path: Path, files: int = 60, size: int = 200_000) -> Store:
     """A CI folder store holding one sealed build of many blobs, to push."""
-    local = Store(str(tmp_path / "ci-big"))
+    local = Store(str(tmp_path / "ci-big"), create=True)
     recipe = parse_recipe(demo_recipe(tmp_path))
     [unit] = build_plan(recipe).units
     root = tmp_path / "big-build"
@@ -335,7 +323,7 @@ def test_a_publisher_killed_at_random_points_never_leaves_a_dangling_manifest_or
         time.sleep(rng.uniform(0.3, 3.0))
         proc.kill()
         proc.wait()
-        for path in remote.storage.find(remote._path("manifests")):
+        for path in remote.backend.find(remote.layout.folder("manifests")):
             digest = "sha256:" + path.rsplit("/", 1)[-1].removesuffix(".json")
             assert not verify_manifest(remote, digest).problems, digest
         ref = remote.get_ref("remote-demo", "latest")
@@ -354,11 +342,11 @@ def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
 ) -> None:
     remote = Store(s3_url)
     digest = publish_build(remote, demo_recipe(tmp_path), tmp_path, "a")
-    node = Store(str(tmp_path / "node"))
+    node = Store(str(tmp_path / "node"), create=True)
     pulled = neuronbuild("pull", digest, "--cache", s3_url, "--local-cache", node.url)
     assert pulled.returncode == 0, pulled.stderr
     entry = remote.get_manifest(digest).files()[0]
-    blob = Path(node.blob_path(entry.digest))
+    blob = Path(node.layout.blob(entry.digest))
     data = bytearray(blob.read_bytes())
     data[0] ^= 0xFF
     blob.write_bytes(bytes(data))
@@ -376,18 +364,18 @@ def test_gc_aborts_abandoned_multipart_uploads_only(s3_url: str, tmp_path: Path)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
     bucket, _, prefix = store.root.partition("/")
     key = f"{prefix}/blobs/sha256/00/{'0' * 64}"
-    store.storage.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+    store.backend.fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
     # moto reports every upload as initiated in 2010, so the grace period is not tested here.
     swept = collect_garbage(store, now=time.time() + 10 * 86400)
     assert swept.deleted["multipart uploads"] == [f"{bucket}/{key}"]
-    left = store.storage.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
+    left = store.backend.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix)
     assert not left.get("Uploads")
     assert not verify_manifest(store, digest, deep=True).problems
 
 
 def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -> None:
     target = int(s3_env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
-    local = Store(str(tmp_path / "ci"))
+    local = Store(str(tmp_path / "ci"), create=True)
     publish_build(local, demo_recipe(tmp_path), tmp_path, "a")
     url = f"s3://{BUCKET}/slow-{uuid.uuid4().hex[:8]}"
     with FaultyProxy(target, stall_every=4, stall_seconds=4) as proxy:
@@ -399,3 +387,26 @@ def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -
         assert pushed.returncode == 0, pushed.stderr
         assert proxy.stalled > 0
     assert not verify_manifest(Store(url), local.get_ref("remote-demo", "latest") or "").problems
+
+
+def test_a_missing_bucket_or_an_unreachable_endpoint_exits_3_never_reads_as_empty(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    missing = neuronbuild("ls", "--cache", "s3://neuronbuild-no-such-bucket/x")
+    assert missing.returncode == 3, missing.stderr
+    assert "bucket neuronbuild-no-such-bucket does not exist" in missing.stderr
+    assert "0 manifests" not in missing.stdout
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once the socket is closed
+    unreachable = neuronbuild(
+        "status",
+        "--cache",
+        f"s3://{BUCKET}/x",
+        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{closed}"},
+    )
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert "cannot reach bucket" in unreachable.stderr

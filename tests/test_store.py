@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
-from neuronbuild.manifest import FileEntry, Manifest, UnitRecord
-from neuronbuild.store import RefConflict, Store, parse_ref
-from neuronbuild_runtime.serve import materialize
+from neuronbuild.store.cas import RefConflict, Store, parse_ref
+from neuronbuild.store.node import lay_out
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.store.tiered import TieredStore
 
 
 def record_with(store: Store, tmp_path: Path, content: bytes = b"neff bytes") -> UnitRecord:
@@ -23,61 +24,63 @@ def record_with(store: Store, tmp_path: Path, content: bytes = b"neff bytes") ->
     return UnitRecord(
         key=sha256_digest(canonical_json(factors)),
         factors=factors,
-        graphs=[{"kind": "dynamic"}],
-        files=(FileEntry("neuron/compile_cache/abc/graph.neff", digest, size),),
+        graphs=(Graph.dynamic(),),
+        files=(FileRecord("neuron/compile_cache/abc/graph.neff", digest, size),),
         toolchain={"torch": "2.13.0"},
     )
 
 
 def test_blobs_are_stored_under_their_sha256(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     src = tmp_path / "f"
     src.write_bytes(b"hello")
     digest, size = store.put_file(src)
     assert digest == sha256_digest(b"hello") and size == 5
-    assert Path(store.blob_path(digest)).read_bytes() == b"hello"
-    assert store.blob_path(digest).endswith(f"blobs/sha256/{digest[7:9]}/{digest[7:]}")
+    assert Path(store.layout.blob(digest)).read_bytes() == b"hello"
+    assert store.layout.blob(digest).endswith(f"blobs/sha256/{digest[7:9]}/{digest[7:]}")
     assert not list((tmp_path / "store" / "tmp").iterdir())
 
 
 def test_the_first_unit_record_for_a_key_wins(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     first = record_with(store, tmp_path)
     assert store.put_unit(first) == first
     other_blob = tmp_path / "other"
     other_blob.write_bytes(b"different bytes")
     digest, size = store.put_file(other_blob)
-    second = UnitRecord(first.key, first.factors, first.graphs, (FileEntry("x", digest, size),), {})
+    second = UnitRecord(
+        first.key, first.factors, first.graphs, (FileRecord("x", digest, size),), {}
+    )
     assert store.put_unit(second) == first
     assert store.get_unit(first.key) == first
 
 
 def test_a_unit_record_is_refused_while_its_blobs_are_missing(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = record_with(store, tmp_path)
-    os.unlink(store.blob_path(record.files[0].digest))
+    os.unlink(store.layout.blob(record.files[0].digest))
     with pytest.raises(StoreError, match="lacks blobs"):
         store.put_unit(record)
     assert store.get_unit(record.key) is None
 
 
 def test_manifest_is_named_by_its_hash_and_refs_move_by_compare_and_swap(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = store.put_unit(record_with(store, tmp_path))
     manifest = Manifest("demo", {"name": "demo"}, (record,))
     digest = store.put_manifest(manifest)
-    assert digest == sha256_digest(Path(store.manifest_path(digest)).read_bytes())
+    assert digest == sha256_digest(Path(store.layout.manifest(digest)).read_bytes())
     assert store.get_manifest(digest) == manifest
     store.move_ref("demo", "latest", digest, None)
     assert store.get_ref("demo", "latest") == digest
     with pytest.raises(RefConflict):
         store.move_ref("demo", "latest", digest, None)
-    assert [h["manifest"] for h in store.ref_history("demo", "latest")] == [digest]
+    assert [h.manifest for h in store.ref_history("demo", "latest")] == [digest]
     assert store.resolve("demo/latest") == digest
 
 
 def test_a_manifest_cannot_be_sealed_before_its_units(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = record_with(store, tmp_path)
     with pytest.raises(StoreError, match="not published"):
         store.put_manifest(Manifest("demo", {}, (record,)))
@@ -85,7 +88,7 @@ def test_a_manifest_cannot_be_sealed_before_its_units(tmp_path: Path) -> None:
 
 
 def test_a_ref_cannot_point_at_an_unknown_manifest(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     with pytest.raises(StoreError, match="unknown manifest"):
         store.move_ref("demo", "latest", "sha256:" + "0" * 64, None)
 
@@ -97,24 +100,24 @@ def test_bad_refs_are_user_errors(ref: str) -> None:
 
 
 def test_a_corrupt_blob_is_never_materialised(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = store.put_unit(record_with(store, tmp_path))
     manifest = Manifest("demo", {}, (record,))
-    blob = Path(store.blob_path(record.files[0].digest))
+    blob = Path(store.layout.blob(record.files[0].digest))
     blob.write_bytes(b"neff bytez")  # same size, one byte flipped
     root = tmp_path / "vllm-cache"
     with pytest.raises(StoreDataInvalid, match="corrupt"):
-        materialize(manifest, manifest.digest, store, root)
+        lay_out(manifest, manifest.digest, TieredStore(store), root)
     assert not [p for p in root.rglob("*") if p.is_file()]
 
 
 def test_materialise_reports_missing_blobs_by_path_before_writing(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = store.put_unit(record_with(store, tmp_path))
     manifest = Manifest("demo", {}, (record,))
-    os.unlink(store.blob_path(record.files[0].digest))
+    os.unlink(store.layout.blob(record.files[0].digest))
     with pytest.raises(StoreDataInvalid, match=r"neuron/compile_cache/abc/graph\.neff"):
-        materialize(manifest, manifest.digest, store, tmp_path / "root")
+        lay_out(manifest, manifest.digest, TieredStore(store), tmp_path / "root")
 
 
 HOSTILE_PATHS = ["../escape", "/etc/passwd", "a/../../b", "a//b", "./a", "a\\b", ""]
@@ -133,20 +136,22 @@ def test_hostile_paths_in_a_manifest_are_rejected(tmp_path: Path, path: str) -> 
                 "factors": {},
                 "graphs": [],
                 "toolchain": {},
-                "files": [{"path": path, "digest": sha256_digest(b""), "size": 0}],
+                "files": [
+                    {"path": path, "digest": sha256_digest(b""), "size": 0, "executable": False}
+                ],
             }
         ],
     }
     with pytest.raises(StoreDataInvalid, match="unsafe path"):
-        Manifest.from_bytes(json.dumps(raw).encode(), "test")
+        Manifest.from_bytes(canonical_json(raw), "test")
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
         (b"{not json", "malformed JSON"),
-        (b'{"schema": "neuronbuild.manifest/99"}', "unknown manifest schema"),
-        (b"[]", "unknown manifest schema"),
+        (b'{"schema":"neuronbuild.manifest/99"}', "unknown manifest schema"),
+        (b"[]", "expected an object"),
     ],
 )
 def test_malformed_manifests_are_rejected(data: bytes, message: str) -> None:
@@ -155,10 +160,10 @@ def test_malformed_manifests_are_rejected(data: bytes, message: str) -> None:
 
 
 def test_a_manifest_whose_bytes_do_not_match_its_name_is_rejected(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"))
+    store = Store(str(tmp_path / "store"), create=True)
     record = store.put_unit(record_with(store, tmp_path))
     digest = store.put_manifest(Manifest("demo", {}, (record,)))
-    path = Path(store.manifest_path(digest))
+    path = Path(store.layout.manifest(digest))
     path.write_bytes(path.read_bytes().replace(b'"demo"', b'"evil"'))
     with pytest.raises(StoreDataInvalid, match="do not hash"):
         store.get_manifest(digest)

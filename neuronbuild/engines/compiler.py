@@ -10,10 +10,12 @@ import importlib.metadata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from neuronbuild.plan import CompileUnit
-from neuronbuild.recipe import Recipe
+from neuronbuild.graph import CompileUnit
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
 
 
 @dataclass(frozen=True)

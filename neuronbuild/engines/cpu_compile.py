@@ -7,13 +7,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronbuild import cpu_isa, envs
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
 from neuronbuild.errors import UserError
-from neuronbuild.plan import CompileUnit
-from neuronbuild.recipe import Recipe
+from neuronbuild.graph import CompileUnit
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
 
 AOT_DIR = Path("torch_compile_cache") / "torch_aot_compile"
 """Where vLLM's CPU build writes its AOT entries, relative to ``VLLM_CACHE_ROOT``."""

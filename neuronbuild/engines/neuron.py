@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from neuronbuild import envs
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
-from neuronbuild.errors import MISSING, RecipeError, UserError
+from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
@@ -76,9 +76,7 @@ SDK_RELEASES: dict[str, dict[str, frozenset[str]]] = {
         "vllm-neuron": frozenset({"0.21.0.1.0.0"}),
         "neuronx-cc": frozenset({"2.26.6360.0"}),
         "nki": frozenset({"0.5.0"}),
-        "libtorch-neuronx-lite": frozenset(
-            {"2.10.0.1.0.696", "2.11.0.1.0.696", "2.12.0.1.0.696"}
-        ),
+        "libtorch-neuronx-lite": frozenset({"2.10.0.1.0.696", "2.11.0.1.0.696", "2.12.0.1.0.696"}),
         "torch-neuronx": frozenset({"2.9.0.2.15.32035"}),
     },
 }
@@ -101,7 +99,6 @@ def check_unknown_keys(
 ) -> tuple[list[RecipeError], list[str]]:
     """An unknown key close to a known one is an error with a did-you-mean; any other unknown key
     is a warning, since vLLM-Neuron has more fields than the reference lists."""
-    from neuronbuild.recipe import did_you_mean
 
     errors, warnings = [], []
     for key in mapping:

@@ -194,10 +194,7 @@ def _resolve_prefill(
                 )
             )
             return 0, [], None
-        if nbt_ok:
-            mnbt = nbt_given[-1]
-        elif kv_given is not None:
-            mnbt = kv_given[-1]
+        mnbt = nbt_given[-1] if nbt_ok else kv_given[-1] if kv_given is not None else 0
     # get_max_num_batched_tokens(): the effective maximum is capped at max_model_len.
     mnbt = min(int(mnbt), max_model_len)
 
@@ -301,9 +298,7 @@ def _check_prefix_caching(
         )
 
 
-def _align_for_dcp(
-    args: Mapping[str, Any], nbt: list[int], errors: list[RecipeError]
-) -> list[int]:
+def _align_for_dcp(args: Mapping[str, Any], nbt: list[int], errors: list[RecipeError]) -> list[int]:
     """Decode context parallelism: prefill buckets not divisible by the DCP shard stride
     ``decode_context_parallel_size * block_size`` are dropped; "No prefill buckets are divisible by
     the DCP shard stride" and "The largest prefill bucket (max_num_batched_tokens = ...) is not

@@ -4,7 +4,7 @@ The model is a 2-layer Llama (hidden 256, MLP 512, 4 heads, vocabulary 1000, 204
 about 1.8 M float32 parameters, about 7 MB on disk) with seeded random weights, plus a byte-level
 BPE tokenizer trained on the spot on a short built-in English text. vLLM's CPU build loads it
 offline (``HF_HUB_OFFLINE=1``); its output is noise, but deterministic noise.
-Usage: ``python -m neuronbuild.demo_model OUT_DIR [--seed N]``.
+Usage: ``python -m neuronbuild.demo.model OUT_DIR [--seed N]``.
 """
 
 import argparse
@@ -107,7 +107,7 @@ def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build the demo model into OUT_DIR and print its path."""
-    parser = argparse.ArgumentParser(prog="python -m neuronbuild.demo_model", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m neuronbuild.demo.model", description=__doc__)
     parser.add_argument("out_dir", type=Path, help="folder to build the model into")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     args = parser.parse_args(argv)

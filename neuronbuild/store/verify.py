@@ -5,8 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from neuronbuild.manifest import FileEntry
-from neuronbuild.store import Store, hash_stream
+from neuronbuild.store.cas import Store
 
 
 @dataclass
@@ -30,35 +29,28 @@ class VerifyReport:
         }
 
 
-def _rehash(store: Store, entry: FileEntry) -> str | None:
-    with store.storage.open_read(store.blob_path(entry.digest)) as f:
-        digest, _ = hash_stream(f)
-    if digest != entry.digest:
-        return f"{store.blob_url(entry.digest)}: corrupt (its bytes hash to {digest})"
-    return None
-
-
 def verify_manifest(
     store: Store, digest: str, *, deep: bool = False, jobs: int = 8
 ) -> VerifyReport:
     """Check manifest ``digest``: its unit records and every blob present with its size (bytes);
-    with ``deep``, every blob re-hashed.
+    with ``deep``, every blob re-hashed through the store's verifying reader.
 
     Raises:
-        UserError: no such manifest. StoreDataInvalid: the manifest itself is malformed.
+        UserError: no such manifest. StoreDataInvalid: the manifest itself is malformed, or
+            describes a layout no folder can hold (the same checks ``serve`` applies).
     """
     manifest = store.get_manifest(digest)
-    entries = list({f.digest: f for f in manifest.files()}.values())
-    report = VerifyReport(digest, len(entries), sum(e.size for e in entries), deep)
+    files = manifest.blobs()
+    report = VerifyReport(digest, len(files), sum(e.size for e in files), deep)
     for unit in manifest.units:
-        if not store.storage.exists(store.unit_path(unit.key)):
+        if not store.has_unit(unit.key):
             report.problems.append(f"{store.url}: unit record {unit.key} is missing")
-    missing = store.missing_blobs(entries, workers=jobs)
+    missing = store.missing_blobs(files, workers=jobs)
     report.problems += [
         f"{store.blob_url(e.digest)}: missing or not {e.size} bytes ({e.path})" for e in missing
     ]
     if deep:
-        present = [e for e in entries if e not in missing]
+        present = [e for e in files if e not in missing]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            report.problems += [p for p in pool.map(lambda e: _rehash(store, e), present) if p]
+            report.problems += [p for p in pool.map(store.check_blob, present) if p]
     return report

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neuronbuild.demo_model import build_demo_model
-from neuronbuild.vllm_server import Server, free_port
+from neuronbuild.demo.model import build_demo_model
+from neuronbuild.demo.server import Server, free_port
 
 
 def neuronbuild(*args: str) -> list[str]:
@@ -60,7 +60,3 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     return 0 if loaded else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,28 +1,33 @@
-"""Atomic write primitives on one fsspec file system, the only place that knows which one it is.
+"""Storage backends: bounded reads and atomic writes on one fsspec file system, the only place
+that knows which one it is. Nothing outside :mod:`neuronbuild.store` imports this module.
 
-The store needs four: replace an object atomically, create one only if absent (the first unit
-record or manifest wins), upload a local file atomically, and compare-and-swap (moving a ref).
-Folders (local disks, NFS) get them from a temporary file in ``<root>/tmp/`` renamed or hard-linked
-into place and a file lock; S3 from conditional requests (``If-None-Match: *``, ``If-Match:
-<ETag>``) through s3fs. Other fsspec URLs are read-only unless the user opts into
-last-writer-wins, where create and swap are check-then-write and may race.
+The store needs four writes: replace an object atomically, create one only if absent (the first
+unit record or manifest wins), upload a local file atomically, and compare-and-swap (moving a
+ref). Folders (local disks, NFS) get them from a temporary file in the layout's ``tmp/`` renamed
+or hard-linked into place and a file lock; S3 from conditional requests (``If-None-Match: *``,
+``If-Match: <ETag>``) through s3fs. Other fsspec URLs are read-only unless the user opts into
+last-writer-wins, where create and swap are check-then-write and may race. Reads take regular
+files only, and never more bytes than the caller's limit: a named pipe, a device or an oversized
+object in a shared store is bad store data, not a hang.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from filelock import FileLock
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from neuronbuild.errors import StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
 
 
 class SwapConflict(StoreError):
@@ -43,15 +48,32 @@ def _is_precondition_failure(exc: BaseException) -> bool:
     return "pre-conditions you specified did not hold" in str(exc)
 
 
-class Storage(ABC):
+class Backend(ABC):
     """Reads and atomic writes under one root of one fsspec file system.
 
     Raises:
         StoreError: the file system failed (exit code 3); missing objects are reported as None.
     """
 
-    def __init__(self, fs: AbstractFileSystem, root: str, url: str) -> None:
-        self.fs, self.root, self.url = fs, root.rstrip("/"), url
+    def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
+        self.fs, self.layout, self.url = fs, layout, url
+        self.root = layout.root
+
+    def check_root(self, create: bool) -> None:
+        """Raise unless the store's root exists (``create``: make a missing folder root).
+
+        Raises:
+            StoreError: it does not exist or cannot be reached. UserError: it is a file.
+        """
+        with self._errors(f"cannot reach {self.url}"):
+            if self.fs.isdir(self.root):
+                return
+            if self.fs.isfile(self.root):
+                raise UserError(f"{self.url} is a file, not a store; give a folder or URL")
+        raise StoreError(f"{self.url} does not exist; check the URL")
+
+    def _too_big(self, path: str, limit: int) -> StoreDataInvalid:
+        return StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: larger than {limit} bytes")
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -59,21 +81,41 @@ class Storage(ABC):
             yield
         except (FileNotFoundError, FileExistsError, StoreError, UserError):
             raise
+        except RecursionError:  # a path nested deeper than the interpreter recurses
+            raise StoreDataInvalid(f"{self.url}: {what}: nested too deeply") from None
         except Exception as exc:  # s3fs/botocore raise their own types (no credentials, ...)
             raise StoreError(f"{self.url}: {what}: {type(exc).__name__}: {exc}") from None
 
-    def read(self, path: str) -> bytes | None:
-        """The object's bytes, or None when it does not exist."""
-        return self.read_versioned(path)[0]
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The object's bytes (at most ``limit``), or None when it does not exist.
 
-    def read_versioned(self, path: str) -> tuple[bytes | None, Any]:
+        Raises:
+            StoreDataInvalid: not a regular file, or larger than ``limit`` bytes.
+        """
+        return self.read_versioned(path, limit)[0]
+
+    def read_versioned(self, path: str, limit: int) -> tuple[bytes | None, Any]:
         """The object's bytes and a version token for :meth:`swap` (both None when absent)."""
         with self._errors(f"cannot read {path}"):
             try:
-                data: bytes = self.fs.cat_file(path)
+                info = self._fresh_info(path)
+                if info.get("type", "file") != "file":
+                    raise StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: not a file")
+                if int(info.get("size") or 0) > limit:
+                    raise self._too_big(path, limit)
+                data: bytes = self.fs.cat_file(path, start=0, end=limit + 1)
             except FileNotFoundError:
                 return None, None
-            return data, data
+            if len(data) > limit:
+                raise self._too_big(path, limit)
+            return data, self._version(info, data)
+
+    def _fresh_info(self, path: str) -> dict[str, Any]:
+        return self.fs.info(path)  # type: ignore[no-any-return]
+
+    def _version(self, info: dict[str, Any], data: bytes) -> Any:
+        """The token :meth:`swap` compares: the bytes themselves, unless the system has one."""
+        return data
 
     def size(self, path: str) -> int | None:
         """The object's size in bytes, or None when it does not exist."""
@@ -116,9 +158,13 @@ class Storage(ABC):
                 return {}
         return {str(path): int(info.get("size") or 0) for path, info in found.items()}
 
-    def open_read(self, path: str) -> Any:
-        """A binary file object for reading (FileNotFoundError when absent)."""
-        return self.fs.open(path, "rb")
+    def open_read(self, path: str) -> IO[bytes]:
+        """A binary file object for reading a regular file (FileNotFoundError when absent;
+        StoreDataInvalid for anything that is not a regular file)."""
+        with self._errors(f"cannot read {path}"):
+            if self.fs.info(path).get("type") != "file":
+                raise StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: not a file")
+        return self.fs.open(path, "rb")  # type: ignore[no-any-return]
 
     def delete(self, path: str) -> None:
         with self._errors(f"cannot delete {path}"), contextlib.suppress(FileNotFoundError):
@@ -159,14 +205,53 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class FolderStorage(Storage):
+def _open_regular(path: str) -> int:
+    """A read descriptor of ``path`` if it is a regular file; a named pipe is opened without
+    blocking, then refused, like a device or a folder."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StoreDataInvalid(f"{path}: not a regular file")
+    return fd
+
+
+class FolderBackend(Backend):
     """A local or NFS folder: temporary file + rename (replace) or hard link (create)."""
+
+    def check_root(self, create: bool) -> None:
+        if create and not os.path.lexists(self.root):
+            try:
+                os.makedirs(self.root, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.url}: cannot create it: {exc.strerror}") from None
+        if os.path.isdir(self.root):
+            return
+        if os.path.lexists(self.root):
+            raise UserError(f"{self.url} is a file, not a store folder; give a folder")
+        raise StoreError(
+            f"{self.url} does not exist; check the path (a command that publishes creates it)"
+        )
+
+    def read_versioned(self, path: str, limit: int) -> tuple[bytes | None, Any]:
+        with self._errors(f"cannot read {path}"):
+            try:
+                fd = _open_regular(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return None, None
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(limit + 1)
+            if len(data) > limit:
+                raise self._too_big(path, limit)
+            return data, data
+
+    def open_read(self, path: str) -> IO[bytes]:
+        with self._errors(f"cannot read {path}"):
+            return os.fdopen(_open_regular(path), "rb")
 
     @contextlib.contextmanager
     def _temp(self, data: bytes | None = None) -> Iterator[str]:
-        tmp_dir = os.path.join(self.root, "tmp")
-        os.makedirs(tmp_dir, exist_ok=True)
-        tmp = os.path.join(tmp_dir, f"{uuid.uuid4().hex}.part")
+        tmp = self.layout.tmp(f"{uuid.uuid4().hex}.part")
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
         try:
             if data is not None:
                 with open(tmp, "xb") as f:
@@ -215,26 +300,35 @@ class FolderStorage(Storage):
             _fsync_dir(path)
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        lock = os.path.join(self.root, "locks", os.path.relpath(path, self.root) + ".lock")
+        lock = self.layout.ref_lock(path)
         os.makedirs(os.path.dirname(lock), exist_ok=True)
         with FileLock(lock, timeout=60):
-            current, _ = self.read_versioned(path)
+            current, _ = self.read_versioned(path, MAX_SMALL_BYTES)
             if current != token:
                 raise SwapConflict(f"{path} changed while moving it")
             self.put(path, data)
 
 
-class ObjectStorage(Storage):
+class ObjectBackend(Backend):
     """S3 through s3fs: every PUT is atomic; create and swap are conditional requests."""
 
-    def read_versioned(self, path: str) -> tuple[bytes | None, Any]:
-        with self._errors(f"cannot read {path}"):
-            try:
-                info = self.fs.info(path, refresh=True)
-                data: bytes = self.fs.cat_file(path)
-            except FileNotFoundError:
-                return None, None
-            return data, info.get("ETag")
+    def check_root(self, create: bool) -> None:
+        bucket, _, prefix = self.root.partition("/")
+        try:  # a listing, which the read-only IAM policy of the README allows (HeadBucket not)
+            self.fs.call_s3(
+                "list_objects_v2", Bucket=bucket, Prefix=f"{prefix}/" if prefix else "", MaxKeys=1
+            )
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, FileNotFoundError) or "NoSuchBucket" in text:
+                raise StoreError(f"{self.url}: bucket {bucket} does not exist") from None
+            raise StoreError(f"{self.url}: cannot reach bucket {bucket}: {text}") from None
+
+    def _fresh_info(self, path: str) -> dict[str, Any]:
+        return self.fs.info(path, refresh=True)  # type: ignore[no-any-return]
+
+    def _version(self, info: dict[str, Any], data: bytes) -> Any:
+        return info.get("ETag")
 
     def put(self, path: str, data: bytes) -> None:
         with self._errors(f"cannot write {path}"):
@@ -291,7 +385,7 @@ class ObjectStorage(Storage):
                 raise
 
 
-class LastWriterWinsStorage(Storage):
+class LastWriterWinsBackend(Backend):
     """Any other writable fsspec file system, by explicit opt-in: check-then-write, may race."""
 
     def put(self, path: str, data: bytes) -> None:
@@ -309,12 +403,12 @@ class LastWriterWinsStorage(Storage):
             self.fs.put_file(str(local), path)
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        if self.read_versioned(path)[1] != token:
+        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:
             raise SwapConflict(f"{path} changed while moving it")
         self.put(path, data)
 
 
-class ReadOnlyStorage(LastWriterWinsStorage):
+class ReadOnlyBackend(LastWriterWinsBackend):
     """Any other fsspec URL without the opt-in: reads only."""
 
     def _refuse(self) -> None:
@@ -333,11 +427,13 @@ class ReadOnlyStorage(LastWriterWinsStorage):
         self._refuse()
 
 
-def storage_for(fs: AbstractFileSystem, root: str, url: str, last_writer_wins: bool) -> Storage:
+def backend_for(
+    fs: AbstractFileSystem, layout: Layout, url: str, last_writer_wins: bool
+) -> Backend:
     """The primitives for ``fs``: folder, S3, last-writer-wins (opt-in) or read-only."""
     if isinstance(fs, LocalFileSystem):
-        return FolderStorage(fs, root, url)
+        return FolderBackend(fs, layout, url)
     protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
     if {"s3", "s3a"} & set(protocols):
-        return ObjectStorage(fs, root, url)
-    return (LastWriterWinsStorage if last_writer_wins else ReadOnlyStorage)(fs, root, url)
+        return ObjectBackend(fs, layout, url)
+    return (LastWriterWinsBackend if last_writer_wins else ReadOnlyBackend)(fs, layout, url)

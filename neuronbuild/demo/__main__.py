@@ -1,0 +1,5 @@
+import sys
+
+from neuronbuild.demo.flow import main
+
+sys.exit(main())

@@ -1,0 +1,496 @@
+"""One content-addressed store at one URL, laid out as :mod:`neuronbuild.store.layout` says.
+
+Publish order is blobs, unit records, manifest, ref, so a reader never finds a manifest whose blobs
+are missing. Every write is atomic (see :mod:`neuronbuild.store.backends`); a crash leaves at most
+an orphan temporary file, an unreferenced blob, or a ref-history entry of a move that never
+happened (readers skip it: see :meth:`Store.ref_history`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from neuronbuild import envs
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
+from neuronbuild.store.digest import check_digest, copy_verified, hash_file
+from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, Layout, parse_ref
+from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord
+
+__all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
+
+LATEST = "latest"
+"""The tag ``compile`` moves: ``<recipe name>/latest``."""
+
+LIST_THRESHOLD = 64
+"""Above this many blobs, presence is checked from one listing instead of one request each."""
+
+UPLOAD_ATTEMPTS = 3
+"""Uploads of one blob before giving up when the stored size keeps differing."""
+
+SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)")
+"""``s3:/bucket`` or ``s3:bucket``: a URL missing a slash, which fsspec would read as a folder."""
+
+
+def s3_options() -> dict[str, Any]:
+    """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
+    read, and botocore's standard retry mode (5 attempts, with backoff, on throttling, 5xx and
+    timeouts); a fault that outlasts them is a StoreError (exit code 3).
+
+    Raises:
+        EnvInvalid: the timeout is not a positive number (the message names the variable).
+    """
+    return {
+        "config_kwargs": {
+            "connect_timeout": 5,
+            "read_timeout": envs.S3_READ_TIMEOUT.get(),
+            "retries": {"max_attempts": 5, "mode": "standard"},
+        }
+    }
+
+
+class RefConflict(StoreError):
+    """A compare-and-swap ref move found another manifest than expected."""
+
+
+def check_url(url: str) -> None:
+    """Refuse store URLs that would silently name another place than meant.
+
+    Raises:
+        UserError: an empty URL (it would make the current folder a store) or a scheme
+            without its ``//`` (``s3:/bucket`` would be a local folder named ``s3:``).
+    """
+    if not url.strip():
+        raise UserError("--cache '': give a folder or a URL such as s3://bucket/prefix")
+    if SCHEME_WITHOUT_SLASHES.match(url):
+        scheme, _, rest = url.partition(":")
+        raise UserError(
+            f"--cache {url!r}: a URL needs '//' after its scheme; did you mean "
+            f"{scheme}://{rest.lstrip('/')}?"
+        )
+
+
+class Store:
+    """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``, or another
+    fsspec URL, read-only there unless ``last_writer_wins``).
+
+    The root must exist (``create``: a missing folder is created, for commands that publish;
+    ``missing_ok``: a missing root reads as empty, for their dry runs).
+    Credentials, region and endpoint of ``s3://`` come from the usual AWS environment and config
+    (``AWS_ENDPOINT_URL`` included).
+
+    Raises:
+        UserError: an unusable URL, or a root that is a file (exit code 2).
+        StoreError: the store does not exist, cannot be reached or written (exit code 3).
+        StoreDataInvalid: a record or manifest in it is malformed or hostile (exit code 2).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        last_writer_wins: bool = False,
+        create: bool = False,
+        missing_ok: bool = False,
+    ) -> None:
+        check_url(url)
+        self.url = url
+        options = s3_options() if url.startswith(("s3://", "s3a://")) else {}
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except (ValueError, ImportError) as exc:
+            raise UserError(f"--cache {url!r}: {exc}") from None
+        self.layout = Layout(root.rstrip("/"))
+        self.backend: Backend = backend_for(fs, self.layout, url, last_writer_wins)
+        self.root = self.layout.root
+        if missing_ok and not self.backend.exists(self.root):
+            return  # read as empty (a dry run of a command that would create it)
+        self.backend.check_root(create)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    @property
+    def is_folder(self) -> bool:
+        """Whether the store is a local (or NFS) folder, usable as a node's local tier."""
+        return isinstance(self.backend, FolderBackend)
+
+    def check_writable(self) -> None:
+        """Write and delete a probe object, so a read-only store fails before hours of work.
+
+        Raises:
+            UserError: publishing is not possible at this URL. StoreError: the write failed.
+        """
+        probe = self.layout.tmp(f"probe-{uuid.uuid4().hex}")
+        self.backend.put(probe, b"")
+        self.backend.delete(probe)
+
+    def url_of(self, path: str) -> str:
+        """The full URL of a path of this store, for messages."""
+        return self.backend.fs.unstrip_protocol(path)  # type: ignore[no-any-return]
+
+    def blob_url(self, digest: str) -> str:
+        """The blob's full URL, for messages."""
+        return self.url_of(self.layout.blob(digest))
+
+    # Blobs.
+
+    def has_blob(self, file: FileRecord) -> bool:
+        """Whether the blob is present with the expected size (bytes)."""
+        return self.backend.size(self.layout.blob(file.digest)) == file.size
+
+    def missing_blobs(self, files: Iterable[FileRecord], workers: int = 16) -> list[FileRecord]:
+        """The files whose blob is absent or of the wrong size.
+
+        Up to :data:`LIST_THRESHOLD` blobs are checked one request each, concurrently; more are
+        checked against one paginated listing of ``blobs/`` (1,000 keys per S3 request).
+        """
+        unique = list({e.digest: e for e in files}.values())
+        if len(unique) > LIST_THRESHOLD:
+            sizes = self.backend.list_sizes(self.layout.folder("blobs"))
+            return [e for e in unique if sizes.get(self.layout.blob(e.digest)) != e.size]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            present = list(pool.map(self.has_blob, unique))
+        return [e for e, ok in zip(unique, present, strict=True) if not ok]
+
+    def put_file(self, local_path: str | Path) -> tuple[str, int]:
+        """Store a local file's bytes as a blob; returns ``(digest, size in bytes)``.
+
+        The file is hashed first and uploaded only when the store lacks that blob; its stored
+        size is checked after the upload, so a blob is never stored under the wrong digest.
+        """
+        digest, size = hash_file(local_path)
+        file = FileRecord("blob", digest, size)
+        for _ in range(UPLOAD_ATTEMPTS):
+            if self.has_blob(file):
+                return digest, size
+            self.backend.put_file(local_path, self.layout.blob(digest))
+        if not self.has_blob(file):
+            raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
+        return digest, size
+
+    def put_files(self, paths: list[Path], jobs: int = 8) -> list[tuple[str, int]]:
+        """Store many local files as blobs: hashed, one batched presence check, then only the
+        missing ones uploaded, ``jobs`` at a time. Returns ``(digest, size)`` per path."""
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            hashed = list(pool.map(hash_file, paths))
+            files = [FileRecord(str(p), d, s) for p, (d, s) in zip(paths, hashed, strict=True)]
+            missing = {e.digest for e in self.missing_blobs(files)}
+            todo = {e.digest: Path(e.path) for e in files if e.digest in missing}
+            list(pool.map(self.put_file, todo.values()))
+        return hashed
+
+    def put_verified(self, local: Path, file: FileRecord) -> None:
+        """Store a local file whose bytes were just verified against ``file``: renamed into place
+        on a folder store on the same file system (no second copy), uploaded elsewhere."""
+        if isinstance(self.backend, FolderBackend):
+            self.backend.move_in(local, self.layout.blob(file.digest))
+        else:
+            self.put_file(local)
+
+    def delete_blob(self, file: FileRecord) -> None:
+        """Remove a blob (a corrupt copy in a local tier, before fetching it again)."""
+        self.backend.delete(self.layout.blob(file.digest))
+
+    def local_blob_path(self, file: FileRecord) -> Path | None:
+        """The blob's file on this machine's disk (folder stores only; None elsewhere)."""
+        return Path(self.layout.blob(file.digest)) if self.is_folder else None
+
+    def fetch_blob(self, file: FileRecord, dest: str | Path) -> None:
+        """Copy a blob to the local file ``dest``, verifying its sha256 and size on the way and
+        reading at most its size + 1 bytes.
+
+        Raises:
+            StoreDataInvalid: the blob is missing, not a regular file, or its bytes do not match
+                (its URL is named); ``dest`` is not written.
+            StoreError: the store failed while reading.
+        """
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.part")
+        url = self.blob_url(file.digest)
+        try:
+            src = self.backend.open_read(self.layout.blob(file.digest))
+            with src, open(tmp, "xb") as out:
+                copy_verified(src, out, file.digest, file.size, url)
+            tmp.replace(dest)
+        except FileNotFoundError:
+            raise StoreDataInvalid(f"{url} is missing") from None
+        except (StoreDataInvalid, StoreError):
+            raise
+        except OSError as exc:
+            raise StoreError(f"{url}: {exc}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+    def check_blob(self, file: FileRecord) -> str | None:
+        """Re-hash a stored blob: None when intact, else a one-line problem naming its URL."""
+        url = self.blob_url(file.digest)
+        try:
+            with self.backend.open_read(self.layout.blob(file.digest)) as f:
+                copy_verified(f, None, file.digest, file.size, url)
+        except FileNotFoundError:
+            return f"{url}: missing ({file.path})"
+        except StoreDataInvalid as exc:
+            return str(exc)
+        return None
+
+    # Unit records.
+
+    def get_unit(self, key: str) -> UnitRecord | None:
+        """The unit record stored for ``key``, or None."""
+        data = self.backend.read(self.layout.unit(key), MAX_RECORD_BYTES)
+        if data is None:
+            return None
+        what = f"{self.url}: unit {key}"
+        record = UnitRecord.from_bytes(data, what)
+        if record.key != key:
+            raise StoreDataInvalid(f"{what} holds the record of {record.key}")
+        return record
+
+    def has_unit(self, key: str) -> bool:
+        """Whether a unit record exists for ``key`` (not whether its blobs do)."""
+        return self.backend.exists(self.layout.unit(key))
+
+    def built_units(self, keys: Iterable[str]) -> set[str]:
+        """The subset of ``keys`` whose unit record is stored and whose blobs are all present:
+        a graph is built only then."""
+        built = set()
+        for key in keys:
+            record = self.get_unit(key)
+            if record is not None and not self.missing_blobs(record.files):
+                built.add(key)
+        return built
+
+    def put_unit(self, record: UnitRecord) -> UnitRecord:
+        """Publish ``record`` after checking its blobs are present. The first record for a key
+        wins and a later builder adopts (and returns) it, unless its blobs are gone: then this
+        build repairs it by replacing it.
+
+        Raises:
+            StoreError: a blob of ``record`` is missing, or the stored record cannot be read.
+        """
+        missing = self.missing_blobs(record.files)
+        if missing:
+            raise StoreError(f"{self.url}: unit {record.key} lacks blobs for {missing[0].path}")
+        path = self.layout.unit(record.key)
+        if self.backend.create(path, record.to_bytes()):
+            return record
+        stored = self.get_unit(record.key)
+        if stored is None:
+            raise StoreError(f"{self.url}: unit {record.key} exists but cannot be read")
+        if self.missing_blobs(stored.files):
+            self.backend.put(path, record.to_bytes())
+            return record
+        return stored
+
+    # Manifests.
+
+    def put_manifest(self, manifest: Manifest) -> str:
+        """Seal ``manifest``: check every unit record and blob is present, then write it under
+        its own digest (exclusive create). Returns ``sha256:<hex>``."""
+        for unit in manifest.units:
+            if not self.has_unit(unit.key):
+                raise StoreError(
+                    f"{self.url}: cannot seal, unit {unit.key} is not published; "
+                    "compile (or push) the recipe again"
+                )
+        missing = self.missing_blobs(manifest.files())
+        if missing:
+            raise StoreError(
+                f"{self.url}: cannot seal, the blob of {missing[0].path} is missing; "
+                "compile (or push) the recipe again"
+            )
+        digest = manifest.digest
+        self.backend.create(self.layout.manifest(digest), manifest.to_bytes())
+        return digest
+
+    def has_manifest(self, digest: str) -> bool:
+        """Whether the manifest ``digest`` is stored (not whether it is sound)."""
+        return self.backend.exists(self.layout.manifest(digest))
+
+    def get_manifest(self, digest: str) -> Manifest:
+        """The manifest named ``digest`` (bytes verified against it).
+
+        Raises:
+            UserError: no such manifest in this store.
+            StoreDataInvalid: it is malformed, hostile or does not match its name.
+        """
+        data = self.backend.read(self.layout.manifest(digest), MAX_RECORD_BYTES)
+        if data is None:
+            raise UserError(f"{self.url}: no manifest {digest}")
+        return Manifest.from_bytes(data, f"{self.url}: manifest {digest}", digest)
+
+    def delete_manifest(self, digest: str) -> None:
+        """Remove a manifest (a corrupt copy in a local tier, before copying it again)."""
+        self.backend.delete(self.layout.manifest(digest))
+
+    def manifest_digests(self) -> list[str]:
+        """Every manifest digest the store holds (stray objects under ``manifests/`` skipped)."""
+        paths = self.backend.find(self.layout.folder("manifests"))
+        found = (self.layout.digest_of("manifests", p) for p in paths)
+        return [d for d in found if d is not None]
+
+    # Refs.
+
+    def get_ref(self, name: str, tag: str) -> str | None:
+        """The manifest digest ``<name>/<tag>`` points at, or None."""
+        data = self.backend.read(self.layout.ref(name, tag), MAX_SMALL_BYTES)
+        if data is None:
+            return None
+        return check_digest(data.decode(errors="replace").strip(), f"ref {name}/{tag}")
+
+    def move_ref(self, name: str, tag: str, digest: str, expected: str | None) -> None:
+        """Point ``<name>/<tag>`` at ``digest`` if it still points at ``expected`` (None: absent),
+        by compare-and-swap.
+
+        The move's history entry is written first, then the manifest's presence is checked, then
+        the ref swapped: a crash or a failed write in between leaves an entry of a move that never
+        happened, which :meth:`ref_history` skips, never a move without its entry; and ``gc``,
+        which re-reads history after its sweep, sees every move that may land (see
+        :mod:`neuronbuild.store.gc`).
+
+        Raises:
+            RefConflict: the ref points elsewhere (another builder moved it first).
+            StoreError: ``digest`` is not a manifest of this store.
+        """
+        path = self.layout.ref(name, tag)
+        data, token = self.backend.read_versioned(path, MAX_SMALL_BYTES)
+        current = None if data is None else data.decode(errors="replace").strip()
+        if current != expected:
+            raise RefConflict(f"{name}/{tag} points at {current}, not {expected}")
+        if current == digest:
+            return
+        move = RefMove(time.time(), digest, current)
+        intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
+        self.backend.create(intent, move.to_bytes())
+        try:
+            if not self.has_manifest(digest):
+                raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
+            self.backend.swap(path, (digest + "\n").encode(), token)
+        except SwapConflict:
+            self._forget(intent)
+            raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
+        except StoreError:
+            self._forget(intent)
+            raise
+
+    def _forget(self, intent: str) -> None:
+        """Best effort: remove the history entry of a move that did not happen (readers skip it
+        anyway)."""
+        with contextlib.suppress(StoreError, UserError):
+            self.backend.delete(intent)
+
+    def set_ref(self, name: str, tag: str, digest: str, attempts: int = 5) -> None:
+        """Move ``<name>/<tag>`` to ``digest`` by compare-and-swap, re-reading and retrying when
+        another writer moved it in between (the last writer wins, no move is lost from history).
+
+        Raises:
+            RefConflict: still contended after ``attempts`` tries.
+        """
+        for attempt in range(attempts):
+            try:
+                self.move_ref(name, tag, digest, self.get_ref(name, tag))
+                return
+            except RefConflict:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def refs(self) -> dict[str, str]:
+        """Every ref ``<name>/<tag>`` and the manifest it points at."""
+        out = {}
+        for path in self.backend.find(self.layout.folder("refs")):
+            parsed = self.layout.ref_of(path)
+            if parsed is not None:
+                digest = self.get_ref(*parsed)
+                if digest is not None:
+                    out["/".join(parsed)] = digest
+        return out
+
+    def history_entries(self, name: str, tag: str) -> list[tuple[str, RefMove]]:
+        """Every history object of ``<name>/<tag>`` with its path, oldest first, including
+        entries of moves that never happened."""
+        return self._entries(self.backend.find(self.layout.history(name, tag)))
+
+    def history_entries_at(self, path: str) -> list[tuple[str, RefMove]]:
+        """The history object at ``path`` (as :meth:`history_entries` returns it)."""
+        return self._entries([path])
+
+    def _entries(self, paths: list[str]) -> list[tuple[str, RefMove]]:
+        moves = []
+        for path in paths:
+            data = self.backend.read(path, MAX_SMALL_BYTES)
+            if data is not None:
+                what = f"{self.url}: ref history {path}"
+                moves.append((path, RefMove.from_bytes(data, what)))
+        return moves
+
+    def ref_chain(self, name: str, tag: str) -> tuple[list[tuple[str, RefMove]], list[str]]:
+        """The moves of ``<name>/<tag>`` that happened, oldest first, with their paths, and the
+        paths of entries of moves that never happened.
+
+        The chain is walked back from where the ref points now: the newest entry naming that
+        manifest, then the newest older one naming its ``previous``, and so on. An entry off the
+        chain was written by a writer that failed or died before moving the ref. Where no older
+        entry names the manifest wanted, the ref got there without a recorded move (written by
+        hand, or by a version that kept no history) and the walk resumes at the next entry.
+        """
+        want = self.get_ref(name, tag)
+        newest_first = self.history_entries(name, tag)[::-1]
+        chain: list[tuple[str, RefMove]] = []
+        off: list[str] = []
+        for i, (path, move) in enumerate(newest_first):
+            gap = want is not None and all(m.manifest != want for _, m in newest_first[i:])
+            if want is not None and (move.manifest == want or gap):
+                chain.append((path, move))
+                want = move.previous
+            else:
+                off.append(path)
+        return chain[::-1], off[::-1]
+
+    def ref_history(self, name: str, tag: str) -> list[RefMove]:
+        """Every move of ``<name>/<tag>`` that happened, oldest first (see :meth:`ref_chain`)."""
+        return [move for _, move in self.ref_chain(name, tag)[0]]
+
+    def overview(self) -> dict[str, Any]:
+        """The store's URL, refs, and the counts of :meth:`summary` (``ls`` and ``status``)."""
+        return {"store": self.url, "refs": self.refs(), **self.summary()}
+
+    def summary(self) -> dict[str, int]:
+        """Counts of manifests, unit records, blobs, node layouts, and the blobs' bytes."""
+        blobs = self.backend.list_sizes(self.layout.folder("blobs"))
+        return {
+            "manifests": len(self.backend.find(self.layout.folder("manifests"))),
+            "units": len(self.backend.find(self.layout.folder("units"))),
+            "blobs": len(blobs),
+            "bytes": sum(blobs.values()),
+            "layouts": len(self.backend.find(self.layout.folder("layouts"))),
+        }
+
+    def resolve(self, ref_or_digest: str) -> str:
+        """A manifest digest from ``sha256:<hex>`` or ``<name>/<tag>``.
+
+        Raises:
+            UserError: a ref that does not exist, or text that is neither.
+        """
+        if ref_or_digest.startswith("sha256:"):
+            try:
+                return check_digest(ref_or_digest, "manifest")
+            except StoreDataInvalid as exc:
+                raise UserError(str(exc)) from None
+        name, tag = parse_ref(ref_or_digest)
+        digest = self.get_ref(name, tag)
+        if digest is None:
+            raise UserError(f"{self.url}: no ref {name}/{tag}; compile its recipe first")
+        return digest

@@ -1,0 +1,125 @@
+"""The store's layout: every kind of object it holds and the one place that spells their paths.
+
+```
+<root>/blobs/sha256/<2 hex>/<64 hex>            file bytes, named by their sha256
+<root>/units/<unit key hex>.json                UnitRecord (the first one written for a key wins)
+<root>/manifests/<sha256 hex>.json              Manifest, named by the hash of its canonical bytes
+<root>/refs/<name>/<tag>                        manifest digest (a mutable name)
+<root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
+<root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
+<root>/tmp/                                     temporary files of atomic writes
+<root>/locks/refs/<name>/<tag>.lock             the lock of a ref's compare-and-swap (folders)
+```
+
+As bazel-remote's ``cache/`` owns its kinds, nothing outside this package builds a store path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuronbuild import envs
+from neuronbuild.errors import UserError
+from neuronbuild.store.digest import hex_of
+
+REF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""One segment of a ref: a recipe name or a tag."""
+
+MAX_RECORD_BYTES = 64 << 20
+"""Largest unit record, manifest or layout record read (bytes); a bigger object is hostile."""
+MAX_SMALL_BYTES = 4096
+"""Largest ref or ref-history object read (bytes)."""
+
+NODE_STAMP = ".neuronbuild/layout.json"
+"""In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
+
+KINDS = ("blobs", "units", "manifests", "refs", "history", "layouts", "tmp", "locks")
+"""Every top-level folder of a store; anything else under the root is not ours."""
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``<name>/<tag>`` -> ``(name, tag)``.
+
+    Raises:
+        UserError: anything else (the message shows the expected form).
+    """
+    name, sep, tag = ref.partition("/")
+    if not sep or not REF_PART.match(name) or not REF_PART.match(tag):
+        raise UserError(f"ref {ref!r}: expected <name>/<tag>, e.g. cpu-tiny-llama/latest")
+    return name, tag
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one store whose root is ``root`` (a path of its fsspec file system)."""
+
+    root: str
+
+    def folder(self, kind: str) -> str:
+        """The folder of one of :data:`KINDS`."""
+        if kind not in KINDS:
+            raise ValueError(f"not a store kind: {kind}")
+        return f"{self.root}/{kind}"
+
+    def blob(self, digest: str) -> str:
+        """A blob's path, fanned out by its first two hex digits (Raises StoreDataInvalid for a
+        value that is no sha256 digest, as every method here)."""
+        hexdigest = hex_of(digest)
+        return f"{self.root}/blobs/sha256/{hexdigest[:2]}/{hexdigest}"
+
+    def unit(self, key: str) -> str:
+        """The unit record of unit key ``key``."""
+        return f"{self.root}/units/{hex_of(key)}.json"
+
+    def manifest(self, digest: str) -> str:
+        """The manifest named ``digest``."""
+        return f"{self.root}/manifests/{hex_of(digest)}.json"
+
+    def ref(self, name: str, tag: str) -> str:
+        """The ref ``<name>/<tag>`` (both checked by :func:`parse_ref`)."""
+        return f"{self.root}/refs/{name}/{tag}"
+
+    def history(self, name: str, tag: str) -> str:
+        """The folder of the ref's moves."""
+        return f"{self.root}/history/{name}/{tag}"
+
+    def history_entry(self, name: str, tag: str, time_ns: int, digest: str) -> str:
+        """One move's object; names sort by time, so a listing is the history in order."""
+        return f"{self.history(name, tag)}/{time_ns:020d}-{hex_of(digest)[:16]}.json"
+
+    def layout_record(self, manifest: str) -> str:
+        """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""
+        return f"{self.root}/layouts/{hex_of(manifest)}.json"
+
+    def tmp(self, name: str) -> str:
+        """A temporary object (``""``: the folder itself)."""
+        return f"{self.root}/tmp/{name}"
+
+    def ref_lock(self, ref_path: str) -> str:
+        """The lock file guarding compare-and-swap of ``ref_path`` (folder stores)."""
+        return f"{self.root}/locks/{ref_path.removeprefix(self.root + '/')}.lock"
+
+    def digest_of(self, kind: str, path: str) -> str | None:
+        """The digest a blob, unit record, manifest or layout path names; None for a stray
+        object (a name that is no digest, e.g. a leftover editor file)."""
+        name = path.rsplit("/", 1)[-1]
+        if kind != "blobs":
+            if not name.endswith(".json"):
+                return None
+            name = name.removesuffix(".json")
+        if not re.fullmatch(r"[0-9a-f]{64}", name):
+            return None
+        return "sha256:" + name
+
+    def ref_of(self, path: str) -> tuple[str, str] | None:
+        """``(name, tag)`` of a path under ``refs/``; None for anything that is not a ref."""
+        name, _, tag = path.removeprefix(self.folder("refs") + "/").partition("/")
+        return (name, tag) if REF_PART.match(name) and REF_PART.match(tag) else None
+
+
+def node_layout_root(manifest: str) -> Path:
+    """Where ``serve`` lays a manifest out on this node: ``$VLLM_CACHE_ROOT`` when set, else
+    ``<user cache>/neuronbuild/layouts/<manifest hex, 16 digits>`` (node-local, never a store)."""
+    return envs.CACHE_ROOT.get() or envs.user_cache() / "layouts" / hex_of(manifest)[:16]

@@ -1,0 +1,187 @@
+"""Lay a manifest's files out in a node-local folder for vLLM (its ``VLLM_CACHE_ROOT``).
+
+Files are hard-linked from the local tier where the file system allows (a node then holds each
+byte once) and copied, verified, elsewhere. Every file is checked against its digest before it is
+laid out; then a stamp records each file's size, mtime and inode, so the next start on the same
+node re-verifies cheaply from ``stat`` alone (``deep`` re-hashes). The local tier keeps a small
+record of each folder it laid out (``layouts/``), which ``ls``, ``status`` and ``gc`` count and
+sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.store.digest import canonical_json, hash_file, parse_canonical
+from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
+from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.store.tiered import TieredStore
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    """A manifest laid out under ``root``: files and bytes, how many were hard-linked, and
+    whether the stamp alone re-verified it (``cheap``)."""
+
+    root: Path
+    files: int
+    bytes: int
+    linked: int
+    cheap: bool
+
+
+def inside(root: Path, rel: str) -> Path:
+    """``root / rel``, refusing a path that resolves outside ``root`` (a symlink planted in the
+    folder, say).
+
+    Raises:
+        StoreDataInvalid: the path escapes ``root``.
+    """
+    dest = (root / rel).resolve()
+    if not dest.is_relative_to(root.resolve()):
+        raise StoreDataInvalid(f"manifest path {rel!r} escapes {root}")
+    return dest
+
+
+def _stat_of(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _read_stamp(root: Path, digest: str) -> dict[str, list[int]] | None:
+    stamp = root / NODE_STAMP
+    try:
+        if not stamp.is_file() or stamp.stat().st_size > MAX_RECORD_BYTES:
+            return None
+        value = parse_canonical(stamp.read_bytes(), str(stamp))
+    except (OSError, StoreDataInvalid):
+        return None
+    if not isinstance(value, dict) or value.get("manifest") != digest:
+        return None
+    files = value.get("files")
+    return files if isinstance(files, dict) else None
+
+
+def _stamp_holds(root: Path, manifest: Manifest, stamp: dict[str, list[int]]) -> bool:
+    """Whether every file is where the stamp saw it: same size, mtime and inode."""
+    for file in manifest.files():
+        dest = root / file.path
+        try:
+            if dest.is_symlink() or stamp.get(file.path) != _stat_of(dest):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _write_stamp(root: Path, manifest: Manifest, digest: str) -> None:
+    files = {e.path: _stat_of(root / e.path) for e in manifest.files()}
+    stamp = root / NODE_STAMP
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(f".{uuid.uuid4().hex}.part")
+    tmp.write_bytes(canonical_json({"manifest": digest, "files": files}))
+    tmp.replace(stamp)
+
+
+def _intact(dest: Path, file: FileRecord) -> bool:
+    if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != file.size:
+        return False
+    return hash_file(dest) == (file.digest, file.size)
+
+
+def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
+    """Hard-link the local tier's verified blob to ``dest``; False where links cannot be made
+    (another file system, a store this user may not link from)."""
+    blob = tiers.local.local_blob_path(file)
+    if blob is None:
+        return False
+    problem = tiers.local.check_blob(file)
+    if problem is not None:
+        tiers.fetch_blob(file, dest)  # fetches it again from the remote, noted
+        return False
+    tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.link")
+    try:
+        os.link(blob, tmp)
+        tmp.replace(dest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def lay_out(
+    manifest: Manifest,
+    digest: str,
+    tiers: TieredStore,
+    root: Path,
+    *,
+    deep: bool = False,
+    last: tuple[str, ...] = (),
+) -> LaidOut:
+    """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
+
+    Files named in ``last`` (an engine's completion markers, e.g. vLLM-Neuron's
+    ``.compilation_complete``) are laid out after all others, so an interrupted lay-out never
+    leaves an entry that looks complete.
+
+    A stamp left by an earlier lay-out whose sizes, mtimes and inodes still hold is enough
+    unless ``deep``; otherwise a file already there with the right bytes is kept. Files come
+    from the local tier of ``tiers`` (linked or copied), which must hold every blob.
+
+    Raises:
+        StoreDataInvalid: a blob is missing or corrupt in every tier, or a path escapes ``root``;
+            nothing of that file is written.
+        StoreError: ``root`` cannot be written.
+    """
+    files = manifest.files()
+    total = sum(e.size for e in files)
+    stamp = None if deep else _read_stamp(root, digest)
+    if stamp is not None and _stamp_holds(root, manifest, stamp):
+        return LaidOut(root, len(files), total, 0, True)
+    missing = tiers.local.missing_blobs(files)
+    if missing:
+        names = ", ".join(f"{f.path} ({f.digest[:19]})" for f in missing[:3])
+        raise StoreDataInvalid(
+            f"manifest {digest} is incomplete in {tiers.local.url}: {len(missing)} blob(s) "
+            f"missing, e.g. {names}; publish it again (neuronbuild compile) before serving"
+        )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / NODE_STAMP).unlink(missing_ok=True)
+        linked = 0
+        for file in sorted(files, key=lambda f: PurePosixPath(f.path).name in last):
+            dest = inside(root, file.path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if _intact(dest, file):
+                pass
+            elif _link(tiers, file, dest):
+                linked += 1
+            elif not _intact(dest, file):
+                tiers.fetch_blob(file, dest)
+            if file.executable and not os.access(dest, os.X_OK):
+                dest.chmod(dest.stat().st_mode | 0o111)
+        _write_stamp(root, manifest, digest)
+    except PermissionError as exc:
+        raise UserError(
+            f"cannot lay out under {root}: {exc.strerror}; pass --vllm-cache-root with a "
+            "folder this user may write"
+        ) from None
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
+            raise StoreDataInvalid(f"cannot lay out under {root}: {exc}") from None
+        raise StoreError(f"cannot lay out under {root}: {exc}") from None
+    return LaidOut(root, len(files), total, linked, False)
+
+
+def register(tiers: TieredStore, digest: str, root: Path) -> None:
+    """Record in the local tier that ``root`` holds manifest ``digest`` (for ``ls``, ``status``
+    and ``gc``); skipped, with a note, when the local tier cannot be written."""
+    path = tiers.local.layout.layout_record(digest)
+    try:
+        tiers.local.backend.put(path, canonical_json({"manifest": digest, "root": str(root)}))
+    except (StoreError, UserError, OSError) as exc:
+        tiers.notes.append(f"{tiers.local.url}: layout of {digest[:19]} not recorded ({exc})")

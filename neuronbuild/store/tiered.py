@@ -1,0 +1,94 @@
+"""A local folder store in front of a remote store: one policy object around any two stores.
+
+As sccache's ``multilevel`` cache, a fast level sits in front of a slow one and back-fills on a
+hit: reads go through the local tier (a manifest's blobs are fetched into it once, verified; a
+corrupt local blob is fetched again), writes go through to it after a compile, and a ref is read
+from the remote, or from the local copy when the remote cannot be reached. What it did that a
+user should hear about comes back as :attr:`TieredStore.notes`, which the CLI prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scratch_folder
+
+
+class TieredStore:
+    """``local`` (a folder store on this node) in front of ``remote`` (any store; None when
+    the local store is the only one)."""
+
+    def __init__(self, local: Store, remote: Store | None = None) -> None:
+        if remote is not None and remote.url == local.url:
+            remote = None
+        self.local, self.remote = local, remote
+        self.notes: list[str] = []
+
+    @property
+    def url(self) -> str:
+        """The store a user named (the remote, else the local one), for messages."""
+        return (self.remote or self.local).url
+
+    def get_ref(self, name: str, tag: str) -> str | None:
+        """The remote ref; the local tier's copy only when the remote cannot be reached."""
+        if self.remote is None:
+            return self.local.get_ref(name, tag)
+        try:
+            return self.remote.get_ref(name, tag)
+        except StoreError as exc:
+            digest = self.local.get_ref(name, tag)
+            if digest is None:
+                raise
+            self.notes.append(
+                f"{self.remote.url} unreachable ({exc}); using the pulled {name}/{tag}"
+            )
+            return digest
+
+    def get_manifest(self, digest: str) -> Manifest:
+        """Manifests are immutable: the local tier's copy is as good as the remote's, once it
+        parses and hashes to its name; a bad local copy is noted and read from the remote."""
+        if self.remote is None:
+            return self.local.get_manifest(digest)
+        if self.local.has_manifest(digest):
+            try:
+                return self.local.get_manifest(digest)
+            except StoreDataInvalid as exc:
+                self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
+        return self.remote.get_manifest(digest)
+
+    def fill(self, digest: str, *, jobs: int = 8, recheck: bool = False) -> CopyReport | None:
+        """Read-through: copy the manifest and the blobs the local tier lacks from the remote
+        (``recheck``: also re-hash what it holds). None when there is no remote."""
+        if self.remote is None:
+            return None
+        report = copy_manifest(self.remote, self.local, digest, jobs=jobs, recheck=recheck)
+        self.notes += report.notes
+        return report
+
+    def write_through(self, digest: str, name: str, tag: str) -> None:
+        """After a compile into the remote: keep the sealed build and its ref locally too."""
+        if self.remote is not None:
+            self.fill(digest)
+        self.local.set_ref(name, tag, digest)
+
+    def fetch_blob(self, file: FileRecord, dest: Path) -> None:
+        """Copy a blob to ``dest`` from the local tier, verified; a corrupt local copy is noted,
+        fetched again from the remote and then copied.
+
+        Raises:
+            StoreDataInvalid: the blob is missing or corrupt in every tier.
+        """
+        try:
+            self.local.fetch_blob(file, dest)
+            return
+        except StoreDataInvalid as exc:
+            if self.remote is None:
+                raise
+            self.notes.append(f"{exc}; fetching it again from {self.remote.url}")
+        self.local.delete_blob(file)
+        with scratch_folder(self.local) as scratch:
+            copy_blob(self.remote, self.local, file, Path(scratch))
+        self.local.fetch_blob(file, dest)

@@ -1,0 +1,126 @@
+"""Copy one manifest and everything it references between two stores (``push``, ``pull``, a
+local tier's read-through and write-through).
+
+Copies in publish order (blobs the target lacks, unit records, the manifest), so an interrupted
+copy leaves the target consistent, and a rerun resumes: blobs already present are skipped. Every
+blob is verified against its digest on the way; with ``recheck``, so are the blobs and the
+manifest the target already holds (a local tier never reports success it cannot back).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.store.cas import Store
+from neuronbuild.store.digest import hex_of
+from neuronbuild.store.records import FileRecord
+
+DISK_MARGIN_BYTES = 64 << 20
+"""Free space (bytes) a pull keeps beyond what the blobs need."""
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    """What a copy did: blobs copied and skipped, bytes moved, and notes (e.g. a corrupt copy
+    in the target that was replaced), for the CLI to print."""
+
+    manifest: str
+    copied: int
+    skipped: int
+    bytes: int
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "manifest": self.manifest,
+            "blobs_copied": self.copied,
+            "blobs_present": self.skipped,
+            "bytes": self.bytes,
+            "notes": list(self.notes),
+        }
+
+
+def check_free_space(store: Store, needed: int) -> None:
+    """Raise UserError when the folder store lacks ``needed`` bytes (plus a margin)."""
+    if not store.is_folder:
+        return
+    free = shutil.disk_usage(store.root).free
+    if free < needed + DISK_MARGIN_BYTES:
+        raise UserError(
+            f"{store.url}: {needed / 2**30:.2f} GiB of blobs to fetch but only "
+            f"{free / 2**30:.2f} GiB free; free space or pick another --local-cache"
+        )
+
+
+def scratch_folder(dst: Store) -> tempfile.TemporaryDirectory[str]:
+    """A temporary local folder for verified copies: in the target's ``tmp/`` when it is a
+    folder (so a verified blob is renamed into place, not copied twice), else the system's."""
+    parent = None
+    if dst.is_folder:
+        parent = Path(dst.layout.tmp(""))
+        parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.TemporaryDirectory(dir=parent, prefix="copy-")
+
+
+def copy_blob(src: Store, dst: Store, file: FileRecord, scratch: Path) -> None:
+    """Copy one blob, verified, through a temporary file in the local folder ``scratch``."""
+    tmp = scratch / f"{hex_of(file.digest)}.{uuid.uuid4().hex[:8]}"
+    try:
+        src.fetch_blob(file, tmp)  # hashed on the way: only verified bytes reach ``dst``
+        dst.put_verified(tmp, file)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def copy_manifest(
+    src: Store, dst: Store, digest: str, *, jobs: int = 8, recheck: bool = False
+) -> CopyReport:
+    """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``.
+
+    ``recheck``: re-hash the blobs ``dst`` already holds and re-read its copy of the manifest;
+    a corrupt one is replaced from ``src`` (and noted).
+
+    Raises:
+        UserError: no such manifest, or not enough disk space on a folder ``dst``.
+        StoreDataInvalid: a blob in ``src`` is corrupt or a record malformed; nothing of it is
+            written to ``dst``.
+        StoreError: either store failed after retries.
+    """
+    manifest = src.get_manifest(digest)
+    notes: list[str] = []
+    files = manifest.blobs()
+    missing = dst.missing_blobs(files)
+    if recheck:
+        held = [e for e in files if e not in missing]
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            problems = list(pool.map(dst.check_blob, held))
+        for file, problem in zip(held, problems, strict=True):
+            if problem is not None:
+                notes.append(f"{problem}; fetching it again from {src.url}")
+                dst.delete_blob(file)
+                missing.append(file)
+        if dst.has_manifest(digest):
+            try:
+                dst.get_manifest(digest)
+            except StoreDataInvalid as exc:
+                notes.append(f"{exc}; replacing it with the copy of {src.url}")
+                dst.delete_manifest(digest)
+    check_free_space(dst, sum(e.size for e in missing))
+    with scratch_folder(dst) as scratch, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch)), missing))
+    for unit in manifest.units:
+        dst.put_unit(unit)
+    dst.put_manifest(manifest)
+    return CopyReport(
+        digest,
+        len(missing),
+        len(files) - len(missing),
+        sum(e.size for e in missing),
+        tuple(notes),
+    )

@@ -1,0 +1,107 @@
+"""The shape of the code: the store wing keeps its insides, and the import graph has no cycle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PRODUCT = [REPO / "neuronbuild", REPO / "runtime", REPO / "bench"]
+WING = REPO / "neuronbuild" / "store"
+
+
+def product_modules() -> Iterator[Path]:
+    for folder in PRODUCT:
+        yield from sorted(folder.rglob("*.py"))
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for node in ast.walk(stmt)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_module_outside_the_wing_imports_the_storage_backends() -> None:
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in product_modules()
+        if not path.is_relative_to(WING)
+        and any(m.startswith("neuronbuild.store.backends") for m in runtime_imports(path))
+    ]
+    assert not offenders
+
+
+def test_no_module_outside_the_wing_reaches_into_a_stores_backend_or_spells_its_folders() -> None:
+    offenders = []
+    for path in product_modules():
+        if path.is_relative_to(WING):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("backend", "storage", "_path"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.Constant) and node.value in ("tmp", "locks", "blobs/sha256"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
+    assert not offenders
+
+
+def test_engines_import_neither_the_planner_nor_the_recipe_parser() -> None:
+    offenders = {
+        str(path.relative_to(REPO)): sorted(
+            m
+            for m in runtime_imports(path)
+            if m.startswith(("neuronbuild.plan", "neuronbuild.recipe"))
+        )
+        for path in sorted((REPO / "neuronbuild" / "engines").glob("*.py"))
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_wing_imports_nothing_above_it() -> None:
+    above = ("neuronbuild.plan", "neuronbuild.recipe", "neuronbuild.engines", "neuronbuild.build")
+    offenders = {
+        str(path.relative_to(REPO)): sorted(m for m in runtime_imports(path) if m.startswith(above))
+        for path in sorted(WING.glob("*.py"))
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_the_demo_is_a_package_run_with_python_dash_m() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "neuronbuild.demo", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--recipe" in result.stdout
+
+
+def test_each_side_of_the_old_cycles_imports_alone() -> None:
+    for module in (
+        "neuronbuild.engines.compiler",
+        "neuronbuild.engines.neuron",
+        "neuronbuild.recipe",
+        "neuronbuild.keys",
+        "neuronbuild.store.records",
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
+        )
+        assert result.returncode == 0, (module, result.stderr[-500:])
