@@ -18,15 +18,17 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
 from neuronbuild.engines.neuron import speculative_tokens
 from neuronbuild.errors import UserError
-from neuronbuild.plan import CompileUnit
-from neuronbuild.recipe import Recipe
+from neuronbuild.graph import CompileUnit
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
 
 COMPILE_CACHE = Path("neuron") / "compile_cache"
 """Where vLLM-Neuron writes its entries, relative to ``VLLM_CACHE_ROOT`` (compilation_cache.md
