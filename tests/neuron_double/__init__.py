@@ -25,6 +25,7 @@ its inputs, tensor parallelism, keyed variables; never the bucket lists), skips 
 
 Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compiled),
 ``NEURON_DOUBLE_HELPERS`` (a file; the pid of the engine helper process each run leaves behind),
+``NEURON_DOUBLE_GRAPH_SECONDS`` (seconds one graph's "compile" takes, for bench/),
 ``NEURON_DOUBLE_DEVICE`` (the Neuron target this "node" has, for serve), ``NEURON_DOUBLE_FAIL``
 (fail like neuronx-cc: ``exit70-once:<state file>``, ``ncc:<prefill tokens>``,
 ``oom-above:<workers>``, ``hang``).

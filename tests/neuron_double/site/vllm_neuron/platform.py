@@ -192,6 +192,7 @@ class NeuronPlatform:
                         "disabled."
                     )
                 fail_like_neuronx_cc(graph)
+                time.sleep(float(os.environ.get("NEURON_DOUBLE_GRAPH_SECONDS", "0")))
                 write_entry(root, key, graph)
                 record = os.environ.get("NEURON_DOUBLE_RECORD")
                 if record:
