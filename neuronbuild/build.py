@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from neuronbuild.console import format_table
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
@@ -89,10 +90,14 @@ class CompileReport:
 
 def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
     """The unit records the store holds for the plan's units, by key, whose blobs are all
-    present: a unit whose blobs are gone is compiled again, and its record replaced."""
+    present: a unit whose blobs are gone, or whose record is unreadable (malformed, or written
+    before records had one canonical form), is compiled again and its record replaced."""
     records: dict[str, UnitRecord] = {}
     for unit in plan.units:
-        record = store.get_unit(unit.key.digest)
+        try:
+            record = store.get_unit(unit.key.digest)
+        except StoreDataInvalid:
+            continue
         if record is not None and not store.missing_blobs(record.files):
             records[unit.key.digest] = record
     return records
@@ -226,7 +231,8 @@ def compile_recipe(
     compile (status ``missing``) without compiling.
 
     Raises:
-        UserError: broken install, toolchain or host mismatch (before anything runs).
+        UserError: broken install, toolchain or host mismatch, model not on this host (before
+            anything runs).
         StoreError: the store failed while publishing (a unit's outage is not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
@@ -238,6 +244,7 @@ def compile_recipe(
         compiler.check_install()
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
+        check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
     except UserError as exc:
         if not dry_run:
             raise

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from neuronbuild import build
+from neuronbuild import build, start_env
 from neuronbuild.build import compile_recipe
 from neuronbuild.errors import UserError
 from neuronbuild.plan import build_plan
@@ -30,18 +30,31 @@ from tests.conftest import neuron_recipe
 from tests.neuron_double import SITE
 
 
+def setenv(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) -> None:
+    """Set (None: unset) a variable in this process and in the environment neuronbuild records
+    as the one the command started with."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delitem(start_env._STARTED_WITH, name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+        monkeypatch.setitem(start_env._STARTED_WITH, name, value)
+
+
 @pytest.fixture
 def double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The double installed for this test; returns the file it records compiled graphs in."""
     monkeypatch.syspath_prepend(str(SITE))
     importlib.invalidate_caches()
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")]))
+    setenv(
+        monkeypatch, "PYTHONPATH", os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")])
+    )
     record = tmp_path / "compiled.txt"
-    monkeypatch.setenv("NEURON_DOUBLE_RECORD", str(record))
-    monkeypatch.setenv("NEURON_DOUBLE_HELPERS", str(tmp_path / "helpers.txt"))
-    monkeypatch.setenv("NEURONBUILD_NEURON_COMPILE_GIB", "0.5")
+    setenv(monkeypatch, "NEURON_DOUBLE_RECORD", str(record))
+    setenv(monkeypatch, "NEURON_DOUBLE_HELPERS", str(tmp_path / "helpers.txt"))
+    setenv(monkeypatch, "NEURONBUILD_NEURON_COMPILE_GIB", "0.5")
     for name in ("NEURON_DOUBLE_FAIL", "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS"):
-        monkeypatch.delenv(name, raising=False)
+        setenv(monkeypatch, name, None)
     monkeypatch.setattr(build, "RETRY_BACKOFF_SECONDS", 0.1)
     return record
 
@@ -60,8 +73,11 @@ def small_recipe(
     config["neuron_config"].update(neuron_config or {})
     if not vision:
         del config["vision_neuron_config"]
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")  # the compile host needs the config
     data = neuron_recipe(
         name="small",
+        model="./model",
         max_model_len=1024,
         max_num_seqs=4,
         max_num_batched_tokens=1024,
@@ -139,7 +155,7 @@ def test_a_transient_neuronx_cc_exit_70_is_retried_once(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = tmp_path / "failed-once"
-    monkeypatch.setenv("NEURON_DOUBLE_FAIL", f"exit70-once:{state}")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", f"exit70-once:{state}")
     recipe = small_recipe(tmp_path)
     report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path, jobs=1)
     assert state.exists()
@@ -150,7 +166,7 @@ def test_a_transient_neuronx_cc_exit_70_is_retried_once(
 def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("NEURON_DOUBLE_FAIL", "ncc:256")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "ncc:256")
     recipe = small_recipe(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
@@ -166,7 +182,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     held = {u.phase: store.get_unit(u.key.digest) is not None for u in units}
     assert held == {"prefill": False, "decode": True, "vision": True}
     assert report.manifest is None and store.get_ref("small", "latest") is None
-    monkeypatch.delenv("NEURON_DOUBLE_FAIL")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", None)
     again = compile_small(recipe, store, tmp_path)
     assert [u["status"] for u in again.units] == ["compiled", "cached", "cached"]
     assert again.manifest is not None
@@ -175,7 +191,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
 def test_compile_exits_1_and_names_the_failing_phase(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("NEURON_DOUBLE_FAIL", "ncc:128")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "ncc:128")
     recipe = small_recipe(tmp_path)
     result = subprocess.run(
         [
@@ -207,11 +223,11 @@ def test_an_oom_kill_is_retried_with_fewer_workers(
     producer = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
     recipe = small_recipe(tmp_path, vision=False, kv_transfer_config=producer)
     assert [u.phase for u in build_plan(recipe).units] == ["prefill"]
-    monkeypatch.setenv("NEURON_DOUBLE_FAIL", "oom-above:1")
-    monkeypatch.setenv("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "4")  # 4, then 2, then 1
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "oom-above:1")
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "4")  # 4, then 2, then 1
     report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
     assert report.failed == 0, report.units
-    monkeypatch.setenv("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")  # 8, 4, 2: never enough
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")  # 8, 4, 2: never enough
     report = compile_small(recipe, Store(str(tmp_path / "other"), create=True), tmp_path)
     [unit] = report.units
     assert (unit["status"], unit["code"]) == ("failed", "SIGKILL")
@@ -220,7 +236,7 @@ def test_an_oom_kill_is_retried_with_fewer_workers(
 def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("NEURON_DOUBLE_FAIL", "hang")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "hang")
     recipe = small_recipe(tmp_path)
     start = time.monotonic()
     report = compile_small(
@@ -253,6 +269,7 @@ def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
     report = compile_small(recipe, store, tmp_path)
     assert report.manifest is not None
     root = tmp_path / "serve-cache"
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")  # this "node" is a trn2
     prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
     manifest = store.get_manifest(report.manifest)
     laid_out = sorted(

@@ -21,8 +21,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import envs
+from neuronbuild.engines.arg_classes import normalise
 from neuronbuild.engines.base import Engine, UnitSpec
-from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
+from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
+from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
@@ -123,25 +127,6 @@ def check_unknown_keys(
     return errors, warnings
 
 
-DROPPED_ENV = frozenset(
-    {
-        "VLLM_NEURON_CPU_MODE",
-        "VLLM_NEURON_CPU_COMPILE",
-        "NEURON_PLATFORM_TARGET_OVERRIDE",
-        "NEURON_LIBTORCH_REMOTE_CACHE",
-        "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
-        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
-        *envs.VLLM_NEURON_SKIP_WARMUP.values(),
-        envs.VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP,
-    }
-)
-"""Inherited variables that must not reach vLLM-Neuron: the compile half and the serve half set
-the mode switches themselves (CPU compile vs. no-compile serve, the phase skips, the target), and
-``VLLM_NEURON_CPU_MODE`` "cannot be enabled together" with CPU compile (S2
-``vllm-neuron/docs/design/compilation/cpu_compilation.md`` lines 34-36, aws-neuron-sdk
-@81ce03ae)."""
-
-
 def kv_role(recipe: Recipe) -> str | None:
     """``kv_transfer_config.kv_role`` (``kv_producer`` builds prefill only, ``kv_consumer``
     decode only: S2 ``design/vllm/disaggregated-inference.md`` lines 234-235, 301-302)."""
@@ -213,14 +198,8 @@ class NeuronEngine(Engine):
     half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron_compile`."""
 
     name: ClassVar[str] = "neuron"
-    key_env: ClassVar[tuple[str, ...]] = (
-        "NEURON_CC_FLAGS",
-        "VLLM_NEURON_BACKEND",
-        "VLLM_NEURON_DISABLE_NKI_KERNELS",
-        # Sets the KV block count, an input shape of every graph (contract 7a.6).
-        "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION",
-        "TORCH_CACHING_PRECOMPILE",
-    )
+    env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
     required_toolchain: ClassVar[tuple[str, ...]] = (
         "vllm",
         "vllm-neuron",
@@ -381,6 +360,9 @@ class NeuronEngine(Engine):
             for phase, graphs in self.phase_graphs(recipe).items()
         ]
 
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return target_differences(str(factors.get("target")))
+
     def serve_env(self, cache_root: str) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
         # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae).
@@ -389,9 +371,6 @@ class NeuronEngine(Engine):
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
         }
-
-    def drops_env(self, name: str) -> bool:
-        return name in DROPPED_ENV
 
     def compiler(self) -> UnitCompiler:
         if importlib.util.find_spec("vllm_neuron") is None:
@@ -425,4 +404,5 @@ class NeuronEngine(Engine):
             additional["vision_neuron_config"] = vnc
         args["additional_config"] = additional
         args["max_num_batched_tokens"] = b.max_num_batched_tokens
-        return args
+        resolved: dict[str, Any] = normalise(args)  # one spelling per value
+        return resolved

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from neuronbuild import envs
+from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
 from neuronbuild.engines.neuron import speculative_tokens
@@ -87,7 +87,7 @@ def compile_gib() -> float:
     Raises:
         UserError: the variable is not a positive number.
     """
-    raw = os.environ.get(envs.NEURONBUILD_NEURON_COMPILE_GIB)
+    raw = start_env.environ().get(envs.NEURONBUILD_NEURON_COMPILE_GIB)
     if raw is None:
         return DEFAULT_COMPILE_GIB
     try:
@@ -213,8 +213,9 @@ class NeuronCompiler(UnitCompiler):
     def command(
         self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
     ) -> EngineCommand:
-        env = self.engine.engine_env(os.environ, unit.key.factors["env"])
-        workers = int(os.environ.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)
+        started_with = start_env.environ()
+        env = self.engine.engine_env(started_with, unit.key.factors["env"])
+        workers = int(started_with.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)
         workers = max(1, (workers or self.workers) >> pressure)
         env.update(
             {
