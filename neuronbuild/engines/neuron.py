@@ -214,10 +214,14 @@ class NeuronEngine(Engine):
     )
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
-        errors, warnings = toolchain_rules(recipe.toolchain)
-        if recipe.toolchain.get("vllm-neuron") is None or warnings:
+        generic_errors, warnings = super().validate(recipe)
+        errors, release_warnings = toolchain_rules(recipe.toolchain)
+        warnings += release_warnings
+        if recipe.toolchain.get("vllm-neuron") is None or release_warnings:
             # No known release set to name the versions: the generic "must pin" check.
-            errors += super().validate(recipe)[0]
+            errors += generic_errors
+        else:
+            errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
         if recipe.cpu_isa is not None:
             errors.append(
                 RecipeError("cpu_isa", recipe.cpu_isa, "only applies to target cpu; remove it")
