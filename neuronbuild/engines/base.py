@@ -17,7 +17,12 @@ from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resol
 from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
-from neuronbuild.model_files import is_pinned_revision, local_folder, looks_like_path
+from neuronbuild.model_files import (
+    hub_id_problem,
+    is_pinned_revision,
+    local_folder,
+    looks_like_path,
+)
 from neuronbuild.vllm_data import engine_arg_defaults
 
 if TYPE_CHECKING:
@@ -72,7 +77,24 @@ class Engine(ABC):
         is_hub = local_folder(recipe.model, recipe.workdir) is None and not looks_like_path(
             recipe.model
         )
-        if is_hub and not is_pinned_revision(revision):
+        problem = hub_id_problem(recipe.model) if is_hub else None
+        if problem:
+            errors.append(
+                RecipeError(
+                    "model",
+                    recipe.model,
+                    f"is neither a local folder nor a valid Hugging Face hub id ({problem}); "
+                    "set it to an existing folder or an id like org/name",
+                )
+            )
+        # A non-string revision is already a recipe error (recipe._Fields, StrictStr); the
+        # pinning advice is for a well-typed one only.
+        if (
+            is_hub
+            and not problem
+            and (revision is None or isinstance(revision, str))
+            and not (is_pinned_revision(revision))
+        ):
             warnings.append(
                 f"revision={revision or '(absent)'}: hub model {recipe.model} needs a commit "
                 "hash for a fleet build (a branch moves while the key stays); set revision: "
