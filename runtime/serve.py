@@ -54,7 +54,8 @@ class Prepared:
     """A laid-out manifest and the vLLM process that serves it: ``argv`` run in ``cwd`` with
     exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
     them); ``started_with``: the environment the user started ``serve`` in, so :meth:`command`
-    can show what differs from it; ``allowed``: node mismatches the operator allowed."""
+    can show what differs from it; ``allowed``: node mismatches the operator allowed;
+    ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each."""
 
     manifest: str
     cache_root: Path
@@ -66,6 +67,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     started_with: dict[str, str] = field(default_factory=dict)
     allowed: tuple[Mismatch, ...] = ()
+    env_warnings: tuple[str, ...] = ()
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -269,7 +271,10 @@ def prepare(
     env = engine.engine_env(environ, keyed)
     env.update(engine.serve_env(str(root)))
     unique = tuple(dict.fromkeys(allowed))
-    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique)
+    warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
+    return Prepared(
+        digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique, warnings
+    )
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -104,7 +104,6 @@ def test_a_neuron_manifest_on_a_node_of_another_family_is_refused(
 ) -> None:
     (tmp_path / PRODUCT_NAME).parent.mkdir(parents=True)
     (tmp_path / PRODUCT_NAME).write_text("trn1.32xlarge\n")
-    monkeypatch.setattr("neuronbuild.engines.neuron_node.Path", lambda _: tmp_path, raising=False)
     from neuronbuild.engines import neuron_node
 
     assert neuron_node.target_differences("trn2", tmp_path, {}) == [("target", "trn2", "trn1")]

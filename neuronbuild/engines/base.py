@@ -142,6 +142,29 @@ class Engine(ABC):
         removed = (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE)
         return sorted(k for k in environ if self.classify_env(k) in removed)
 
+    def env_warnings(
+        self, environ: Mapping[str, str], built: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """One warning per variable of the user's ``environ`` that the engine process will not
+        get as set, for compile and serve alike. ``built``: at serve, the keyed values the build
+        was compiled with (a keyed variable is then replaced by the build's value, or unset);
+        None at compile, where the user's keyed values enter the unit key."""
+        out = []
+        for name in sorted(environ):
+            env_class = self.classify_env(name)
+            if env_class in (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE):
+                out.append(
+                    f"{name} is not passed to the engine (it would change vLLM's output unkeyed)"
+                )
+            elif (
+                env_class is EnvClass.KEYED
+                and built is not None
+                and built.get(name) != environ[name]
+            ):
+                value = "unset" if name not in built else repr(str(built[name]))
+                out.append(f"{name} is replaced by the build's value ({value})")
+        return out
+
     def refused_at_serve(self, environ: Mapping[str, str]) -> list[str]:
         """Variables of ``environ`` that would make a serving node compile or mis-target."""
         return sorted(k for k in environ if self.classify_env(k) is EnvClass.REFUSED_AT_SERVE)
