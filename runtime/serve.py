@@ -108,14 +108,22 @@ def _graphs(unit: Any) -> tuple[Any, ...]:
     return tuple(g.identity for g in unit.graphs)
 
 
+def _recipe_factors(factors: Any) -> dict[str, Any]:
+    return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
+
+
 def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """The recipe's unit keys must be exactly the manifest's.
+    """The recipe must plan the manifest's graphs with the same factors drawn from the recipe
+    (:data:`RECIPE_FACTORS`), as :func:`check_manifest_plans` compares. Factors drawn from
+    this host (model files, instruction set, environment, installed versions) are the node
+    checks' business, where ``--allow-mismatch`` applies.
 
     Raises:
         UserError: naming each differing factor (e.g. ``engine_args.max_model_len``).
     """
     plan = build_plan(recipe)
-    if [u.key.digest for u in plan.units] == [u.key for u in manifest.units]:
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    if planned == [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]:
         return
     by_graphs = {_graphs(u): u for u in manifest.units}
     diffs: list[str] = []
@@ -123,8 +131,10 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
         theirs = by_graphs.get(_graphs(unit))
         if theirs is None:
             diffs.append(f"graph {unit.label()}: in the recipe, not in the manifest")
-        elif theirs.key != unit.key.digest:
-            diffs += factor_differences(dict(unit.key.factors), theirs.factors)
+        else:
+            diffs += factor_differences(
+                _recipe_factors(unit.key.factors), _recipe_factors(theirs.factors)
+            )
     ours = {_graphs(u) for u in plan.units}
     diffs += [
         f"graph {', '.join(g.label() for g in u.graphs)}: in the manifest, not in the recipe"
@@ -164,11 +174,8 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
     plan: Plan = build_plan(recipe)
 
-    def keyed(factors: Any) -> dict[str, Any]:
-        return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
-
-    planned = [(_graphs(u), keyed(u.key.factors)) for u in plan.units]
-    sealed = [(_graphs(u), keyed(u.factors)) for u in manifest.units]
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
             f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
