@@ -234,6 +234,7 @@ def compile_recipe(
         UserError: broken install, toolchain or host mismatch, model not on this host (before
             anything runs).
         StoreError: the store failed while publishing (a unit's outage is not its failure).
+        StoreDataInvalid: the store holds bad data where a unit was ingested (not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -267,7 +268,9 @@ def compile_recipe(
     if todo:
         store.check_writable()
     log_dir.mkdir(parents=True, exist_ok=True)
-    outages: list[StoreError] = []
+    # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
+    # raised as itself once the other units are done.
+    store_errors: list[StoreError | StoreDataInvalid] = []
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = log_dir / f"{unit.key.hex}.log"
@@ -279,8 +282,8 @@ def compile_recipe(
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
-        except StoreError as exc:
-            outages.append(exc)
+        except (StoreError, StoreDataInvalid) as exc:
+            store_errors.append(exc)
             raise
         except UnitFailed as exc:
             details = {"phase": unit.phase, "log": str(log), **exc.details}
@@ -303,8 +306,8 @@ def compile_recipe(
         results = run_units(todo, work, at_once, progress) if todo else []
     finally:
         progress.close()
-    if outages:
-        raise outages[0]
+    if store_errors:
+        raise store_errors[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
         row: dict[str, Any] = {
