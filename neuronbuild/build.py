@@ -9,6 +9,7 @@ manifest or ref that points at missing data, whatever happens to this process.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+
+RETRY_BACKOFF_SECONDS = 30.0
+"""Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
+
+MAX_MEMORY_RETRIES = 2
+"""Runs of a unit killed for memory that are retried, each with less parallelism."""
 
 
 class ToolchainMismatch(UserError):
@@ -117,6 +124,96 @@ def ingest(
     return store.put_unit(record)
 
 
+def seed_scratch(
+    store: Store, recipe: Recipe, unit: CompileUnit, compiler: UnitCompiler, cache_root: Path
+) -> set[str]:
+    """Lay the previous build's entries for this unit into its scratch ``cache_root``, so the
+    engine's own per-graph cache check skips every graph that did not change.
+
+    The previous build is the manifest ``<name>/latest`` points at; its unit records for the same
+    engine, target, toolchain and phase are used, only their files under the engine's
+    ``cache_dir``. An entry whose graph changed has another key (the platform's key covers the
+    graph, compiler and versions), so it is never hit, only carried. Returns the names of the
+    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full).
+    """
+    if not compiler.seeds_from_previous:
+        return set()
+    try:
+        digest = store.get_ref(recipe.name, LATEST)
+        manifest = store.get_manifest(digest) if digest is not None else None
+    except StoreDataInvalid:
+        return set()
+    if manifest is None:
+        return set()
+    same = ("engine", "target", "toolchain", "phase")
+    files = {
+        f.path: f
+        for record in manifest.units
+        if all(record.factors.get(k) == unit.key.factors.get(k) for k in same)
+        for f in record.files
+        if Path(f.path).is_relative_to(compiler.cache_dir)
+    }
+    for entry in files.values():
+        store.fetch_blob(entry, cache_root / entry.path)
+    return {entry_name(compiler, Path(p)) for p in files}
+
+
+def entry_name(compiler: UnitCompiler, rel: Path) -> str:
+    """The entry (a folder under the engine's ``cache_dir``) a cache file belongs to."""
+    return rel.relative_to(compiler.cache_dir).parts[0]
+
+
+def run_unit(
+    groups: ProcessGroups,
+    compiler: UnitCompiler,
+    recipe: Recipe,
+    unit: CompileUnit,
+    cache_root: Path,
+    log: Path,
+    timeout: float | None,
+) -> None:
+    """Run ``unit``'s engine until it succeeds, retrying what its engine calls retryable: a
+    transient failure once after :data:`RETRY_BACKOFF_SECONDS`, a run killed for memory up to
+    :data:`MAX_MEMORY_RETRIES` times with less parallelism. Every run appends to ``log``.
+
+    Raises:
+        UnitFailed: the engine failed for good; the message names the phase, the failing bucket
+            and error code where the log names them, and the log; ``details`` holds them.
+    """
+    backoffs = pressure = 0
+    while True:
+        command = compiler.command(recipe, unit, cache_root, pressure=pressure)
+        start = log.stat().st_size if log.exists() else 0
+        code = groups.run(command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout)
+        if code == 0:
+            return
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        failure = compiler.classify(code, text)
+        if failure.retry == "backoff" and backoffs < 1:
+            backoffs += 1
+            wait = RETRY_BACKOFF_SECONDS
+        elif failure.retry == "fewer_workers" and pressure < MAX_MEMORY_RETRIES:
+            pressure += 1
+            wait = 0.0
+        else:
+            details = {
+                "phase": unit.phase,
+                "bucket": failure.bucket,
+                "code": failure.code,
+                "reason": failure.reason,
+                "log": str(log),
+            }
+            where = f"{unit.phase} phase" if unit.phase else "unit"
+            bucket = f" at {failure.bucket}" if failure.bucket else ""
+            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}; log: {log}", details)
+        with open(log, "a") as f:
+            f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
+        if groups.cancelled.wait(wait):
+            raise UnitFailed("cancelled")
+
+
 def compile_recipe(
     recipe: Recipe,
     store: Store,
@@ -137,6 +234,7 @@ def compile_recipe(
         UserError: broken install, toolchain or host mismatch, model not on this host (before
             anything runs).
         StoreError: the store failed while publishing (a unit's outage is not its failure).
+        StoreDataInvalid: the store holds bad data where a unit was ingested (not its failure).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -170,42 +268,46 @@ def compile_recipe(
     if todo:
         store.check_writable()
     log_dir.mkdir(parents=True, exist_ok=True)
-    outages: list[StoreError] = []
+    # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
+    # raised as itself once the other units are done.
+    store_errors: list[StoreError | StoreDataInvalid] = []
 
-    def work(unit: CompileUnit, groups: ProcessGroups) -> UnitRecord:
+    def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = log_dir / f"{unit.key.hex}.log"
         log.unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
+        cache_root = scratch / "vllm-cache"
         try:
-            command = compiler.command(recipe, unit, scratch / "vllm-cache")
-            code = groups.run(
-                command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout
-            )
-            if code != 0:
-                raise UnitFailed(f"engine exited with {code}; log: {log}")
-            files = compiler.harvest(scratch / "vllm-cache")
-            record = ingest(store, unit, scratch / "vllm-cache", files, toolchain)
-        except StoreError as exc:
-            outages.append(exc)
+            seeded = seed_scratch(store, recipe, unit, compiler, cache_root)
+            run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
+            files = compiler.harvest(cache_root)
+            record = ingest(store, unit, cache_root, files, toolchain)
+        except (StoreError, StoreDataInvalid) as exc:
+            store_errors.append(exc)
             raise
         except UnitFailed as exc:
+            details = {"phase": unit.phase, "log": str(log), **exc.details}
             if "log:" not in str(exc):
-                raise UnitFailed(f"{exc}; log: {log}") from None
+                raise UnitFailed(f"{exc}; log: {log}", details) from None
             raise
         except Exception as exc:
             raise UnitFailed(f"{exc}; log: {log}") from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.unlink(missing_ok=True)
-        return record
+        entries = {entry_name(compiler, f) for f in files}
+        return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
+    at_once, note = compiler.concurrency(recipe, len(todo), jobs) if todo else (jobs, None)
+    if note:
+        print(f"neuronbuild: {note}", file=stream or sys.stderr)
     progress = Progress(len(todo), stream)
     try:
-        results = run_units(todo, work, jobs, progress) if todo else []
+        results = run_units(todo, work, at_once, progress) if todo else []
     finally:
         progress.close()
-    if outages:
-        raise outages[0]
+    if store_errors:
+        raise store_errors[0]
     by_key = {r.unit.key.digest: r for r in results}
     for unit in plan.units:
         row: dict[str, Any] = {
@@ -216,10 +318,12 @@ def compile_recipe(
         if result is None:
             row["status"] = "cached"
         elif result.ok:
-            row.update(status="compiled", seconds=round(result.seconds, 1))
-            records[unit.key.digest] = result.value
+            record, entries = result.value
+            row.update(status="compiled", seconds=round(result.seconds, 1), entries=entries)
+            records[unit.key.digest] = record
         else:
             row.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
+            row.update({k: v for k, v in result.details.items() if v is not None})
         report.units.append(row)
 
     if not report.failed:

@@ -43,8 +43,8 @@ def warn_removed_env(recipe: Recipe) -> None:
     """Name every variable of the user's environment kept from the engine process."""
     from neuronbuild.engines import engine_for
 
-    for name in engine_for(recipe).removed_env(start_env.environ()):
-        warn(f"{name} is not passed to the engine (it would change vLLM's output unkeyed)")
+    for line in engine_for(recipe).env_warnings(start_env.environ()):
+        warn(line)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -255,6 +255,12 @@ def compile_(
         for unit in report.units:
             if unit["status"] == "failed":
                 click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+            elif unit.get("entries", {}).get("reused"):
+                entries = unit["entries"]
+                click.echo(
+                    f"{unit['key'][:19]}: {entries['compiled']} entries compiled, "
+                    f"{entries['reused']} reused from the previous build"
+                )
         totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
         click.echo(f"{recipe.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s")
         if report.manifest:

@@ -10,6 +10,7 @@ files, and every blob.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -54,7 +55,8 @@ class Prepared:
     """A laid-out manifest and the vLLM process that serves it: ``argv`` run in ``cwd`` with
     exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
     them); ``started_with``: the environment the user started ``serve`` in, so :meth:`command`
-    can show what differs from it; ``allowed``: node mismatches the operator allowed."""
+    can show what differs from it; ``allowed``: node mismatches the operator allowed;
+    ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each."""
 
     manifest: str
     cache_root: Path
@@ -66,6 +68,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     started_with: dict[str, str] = field(default_factory=dict)
     allowed: tuple[Mismatch, ...] = ()
+    env_warnings: tuple[str, ...] = ()
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -106,14 +109,22 @@ def _graphs(unit: Any) -> tuple[Any, ...]:
     return tuple(g.identity for g in unit.graphs)
 
 
+def _recipe_factors(factors: Any) -> dict[str, Any]:
+    return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
+
+
 def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """The recipe's unit keys must be exactly the manifest's.
+    """The recipe must plan the manifest's graphs with the same factors drawn from the recipe
+    (:data:`RECIPE_FACTORS`), as :func:`check_manifest_plans` compares. Factors drawn from
+    this host (model files, instruction set, environment, installed versions) are the node
+    checks' business, where ``--allow-mismatch`` applies.
 
     Raises:
         UserError: naming each differing factor (e.g. ``engine_args.max_model_len``).
     """
     plan = build_plan(recipe)
-    if [u.key.digest for u in plan.units] == [u.key for u in manifest.units]:
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    if planned == [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]:
         return
     by_graphs = {_graphs(u): u for u in manifest.units}
     diffs: list[str] = []
@@ -121,8 +132,10 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
         theirs = by_graphs.get(_graphs(unit))
         if theirs is None:
             diffs.append(f"graph {unit.label()}: in the recipe, not in the manifest")
-        elif theirs.key != unit.key.digest:
-            diffs += factor_differences(dict(unit.key.factors), theirs.factors)
+        else:
+            diffs += factor_differences(
+                _recipe_factors(unit.key.factors), _recipe_factors(theirs.factors)
+            )
     ours = {_graphs(u) for u in plan.units}
     diffs += [
         f"graph {', '.join(g.label() for g in u.graphs)}: in the manifest, not in the recipe"
@@ -162,17 +175,30 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
     plan: Plan = build_plan(recipe)
 
-    def keyed(factors: Any) -> dict[str, Any]:
-        return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
-
-    planned = [(_graphs(u), keyed(u.key.factors)) for u in plan.units]
-    sealed = [(_graphs(u), keyed(u.factors)) for u in manifest.units]
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
             f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
             f"{len(sealed)} sealed unit(s); it was edited after sealing or is hostile"
         )
     return recipe
+
+
+def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
+    """Every phase the recipe's plan needs must be in the manifest (one sealed by hand or by an
+    older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
+
+    Raises:
+        UserError: naming the missing phase, before vLLM starts.
+    """
+    held = {u.factors.get("phase") for u in manifest.units}
+    for unit in build_plan(recipe).units:
+        if unit.phase is not None and unit.phase not in held:
+            raise UserError(
+                f"manifest {digest} lacks the {unit.phase} phase ({len(unit.graphs)} graphs) "
+                f"that {recipe.name} needs; compile it (neuronbuild compile) before serving"
+            )
 
 
 def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
@@ -203,6 +229,8 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
             raise UserError(f"{tiers.url} has no {name}/{tag}: {hint}")
         digest = found
     manifest = tiers.get_manifest(digest)
+    with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
+        check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
     sealed_recipe = check_manifest_plans(manifest, digest)
     if recipe_file is not None:
         check_recipe_matches(recipe_file, manifest, digest)
@@ -256,7 +284,7 @@ def prepare(
     else:
         if tiers.local.missing_blobs(manifest.files()):
             tiers.fill(digest)  # read-through: the node keeps what it fetched
-        laid = lay_out(manifest, digest, tiers, root, deep=deep)
+        laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
@@ -269,7 +297,10 @@ def prepare(
     env = engine.engine_env(environ, keyed)
     env.update(engine.serve_env(str(root)))
     unique = tuple(dict.fromkeys(allowed))
-    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique)
+    warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
+    return Prepared(
+        digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique, warnings
+    )
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -11,9 +11,10 @@ sweep.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.digest import canonical_json, hash_file, parse_canonical
@@ -97,8 +98,8 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
     """Hard-link the local tier's verified blob to ``dest``; False where links cannot be made
     (another file system, a store this user may not link from)."""
     blob = tiers.local.local_blob_path(file)
-    if blob is None:
-        return False
+    if blob is None or (file.executable and not os.access(blob, os.X_OK)):
+        return False  # a link shares its mode with the blob: an executable file gets a copy
     problem = tiers.local.check_blob(file)
     if problem is not None:
         tiers.fetch_blob(file, dest)  # fetches it again from the remote, noted
@@ -114,9 +115,19 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
 
 
 def lay_out(
-    manifest: Manifest, digest: str, tiers: TieredStore, root: Path, *, deep: bool = False
+    manifest: Manifest,
+    digest: str,
+    tiers: TieredStore,
+    root: Path,
+    *,
+    deep: bool = False,
+    last: tuple[str, ...] = (),
 ) -> LaidOut:
     """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
+
+    Files named in ``last`` (an engine's completion markers, e.g. vLLM-Neuron's
+    ``.compilation_complete``) are laid out after all others, so an interrupted lay-out never
+    leaves an entry that looks complete.
 
     A stamp left by an earlier lay-out whose sizes, mtimes and inodes still hold is enough
     unless ``deep``; otherwise a file already there with the right bytes is kept. Files come
@@ -143,7 +154,7 @@ def lay_out(
         root.mkdir(parents=True, exist_ok=True)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
-        for file in files:
+        for file in sorted(files, key=lambda f: PurePosixPath(f.path).name in last):
             dest = inside(root, file.path)
             dest.parent.mkdir(parents=True, exist_ok=True)
             if _intact(dest, file):
@@ -153,6 +164,12 @@ def lay_out(
             elif not _intact(dest, file):
                 tiers.fetch_blob(file, dest)
             if file.executable and not os.access(dest, os.X_OK):
+                if dest.stat().st_nlink > 1:
+                    # Kept from an earlier lay-out, hard-linked to the local tier's blob (and
+                    # maybe other lay-outs): chmod would change them all through the inode.
+                    tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
+                    shutil.copyfile(dest, tmp)
+                    tmp.replace(dest)
                 dest.chmod(dest.stat().st_mode | 0o111)
         _write_stamp(root, manifest, digest)
     except PermissionError as exc:
