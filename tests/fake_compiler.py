@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
 from neuronbuild.graph import CompileUnit
@@ -41,6 +41,8 @@ class FakeCompiler(UnitCompiler):
     """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang`` or ``incomplete``.
     ``started`` collects the labels of the units it was asked to compile, in order."""
 
+    cache_dir: ClassVar[Path] = Path("fake")
+
     def __init__(self, behaviour: dict[str, str] | None = None) -> None:
         self.behaviour = behaviour or {}
         self.started: list[str] = []
@@ -51,7 +53,9 @@ class FakeCompiler(UnitCompiler):
 
         return {d: NEURON_TOOLCHAIN.get(d) for d in distributions}
 
-    def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
+    def command(
+        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+    ) -> EngineCommand:
         label = unit.label()
         self.started.append(label)
         behaviour = self.behaviour.get(label, "ok")

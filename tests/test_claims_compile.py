@@ -55,16 +55,16 @@ def test_every_unit_compiles_publishes_seals_and_moves_the_ref(
 ) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_(recipe, store, tmp_path)
-    assert sorted(compiler.started) == sorted(LABELS) and len(LABELS) == 4
-    assert [u["status"] for u in report.units] == ["compiled"] * 4  # type: ignore[attr-defined]
+    assert sorted(compiler.started) == sorted(LABELS) and len(LABELS) >= 2
+    assert [u["status"] for u in report.units] == ["compiled"] * len(LABELS)  # type: ignore[attr-defined]
     assert store.get_ref("fake", "latest") == report.manifest  # type: ignore[attr-defined]
     manifest = store.get_manifest(report.manifest)  # type: ignore[attr-defined]
     assert [u.key for u in manifest.units] == [u.key.digest for u in build_plan(recipe).units]
     assert audit(store) == []
     again = compile_(recipe, store, tmp_path)
-    assert [u["status"] for u in again.units] == ["cached"] * 4  # type: ignore[attr-defined]
+    assert [u["status"] for u in again.units] == ["cached"] * len(LABELS)  # type: ignore[attr-defined]
     assert again.manifest == report.manifest  # type: ignore[attr-defined]
-    assert len(compiler.started) == 4  # nothing compiled twice
+    assert len(compiler.started) == len(LABELS)  # nothing compiled twice
 
 
 @pytest.mark.parametrize("failure", ["exit70", "incomplete", "hang"])
@@ -78,7 +78,7 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
     # The kill grace after SIGTERM is shortened: what is tested here is the orchestration.
     monkeypatch.setattr(scheduler, "end_group", functools.partial(scheduler.end_group, grace=0.5))
     store = Store(str(tmp_path / "store"), create=True)
-    bad = LABELS[2]
+    bad = LABELS[-1]
     compiler.behaviour = {bad: failure}
     report = compile_(recipe, store, tmp_path, timeout=2.0)
     status = {u["key"]: u for u in report.units}  # type: ignore[attr-defined]

@@ -48,7 +48,14 @@ ENGINES: dict[str, dict[str, Any]] = {
         # This host has no Neuron SDK and no Trainium: the operator accepts that, explicitly.
         "serve_args": [
             arg
-            for name in ("neuronx-cc", "torch-neuronx", "vllm-neuron", "target")
+            for name in (
+                "neuronx-cc",
+                "vllm-neuron",
+                "target",
+                "libtorch-neuronx-lite",
+                "nki",
+                "vllm",
+            )
             for arg in ("--allow-mismatch", name)
         ],
     },
