@@ -26,6 +26,11 @@ NEURONBUILD_S3_READ_TIMEOUT = "NEURONBUILD_S3_READ_TIMEOUT"
 NEURONBUILD_VLLM_COMPAT = "NEURONBUILD_VLLM_COMPAT"
 """``0`` turns off the vLLM compatibility plugin (``neuronbuild_runtime.vllm_compat``)."""
 
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+"""The index of a Kubernetes indexed Job's pod (from 0): ``compile --shard auto/N``."""
+AWS_BATCH_JOB_ARRAY_INDEX = "AWS_BATCH_JOB_ARRAY_INDEX"
+"""The index of an AWS Batch array job's child (from 0): ``compile --shard auto/N``."""
+
 # Set by neuronbuild for vLLM (names as vLLM and vLLM-Neuron spell them).
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
 VLLM_FORCE_AOT_LOAD = "VLLM_FORCE_AOT_LOAD"

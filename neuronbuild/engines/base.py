@@ -47,6 +47,17 @@ out of unit keys."""
 
 
 @dataclass(frozen=True)
+class UnitEstimate:
+    """What compiling one unit is expected to take: wall ``seconds``, ``cpus`` (cores kept busy)
+    and ``memory_gib`` (peak host memory, GiB). Used to balance shards (largest first) and as
+    the per-task resources of the Ray executor."""
+
+    seconds: float
+    cpus: float
+    memory_gib: float
+
+
+@dataclass(frozen=True)
 class UnitSpec:
     """One compile unit as an engine sees it: its graphs and its engine-specific key factors."""
 
@@ -60,7 +71,9 @@ class Engine(ABC):
     Subclasses set :attr:`name`, :attr:`key_env` and :attr:`key_env_prefixes` (environment
     variables that change compiler output or vLLM's own keys: part of every unit key, and set
     identically for the engine at compile and at serve), :attr:`required_toolchain`
-    (distributions a recipe must pin) and :attr:`note` (a line the text plan prints).
+    (distributions a recipe must pin), :attr:`note` (a line the text plan prints), and the
+    estimate of one unit (:meth:`estimate`): :attr:`graph_seconds` per graph it compiles,
+    :attr:`unit_cpus` and :attr:`unit_memory_gib`.
     """
 
     name: ClassVar[str]
@@ -68,6 +81,9 @@ class Engine(ABC):
     key_env_prefixes: ClassVar[tuple[str, ...]] = ()
     required_toolchain: ClassVar[tuple[str, ...]] = ()
     note: ClassVar[str] = ""
+    graph_seconds: ClassVar[float] = 60.0
+    unit_cpus: ClassVar[float] = 1.0
+    unit_memory_gib: ClassVar[float] = 4.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         """Every error and warning of ``recipe`` for this engine (errors name field, value, fix)."""
@@ -128,3 +144,10 @@ class Engine(ABC):
         model and revision (keyed on their own)."""
         skip = SERVING_ONLY_ARGS | {"model", "revision"}
         return {k: v for k, v in recipe.engine_args.items() if k not in skip}
+
+    def estimate(self, graphs: int) -> UnitEstimate:
+        """The expected cost of a unit that compiles ``graphs`` graphs: seconds grow with the
+        graphs (compiled one after another in one engine process), cores and memory do not."""
+        return UnitEstimate(
+            self.graph_seconds * max(1, graphs), self.unit_cpus, self.unit_memory_gib
+        )

@@ -104,6 +104,12 @@ class NeuronEngine(Engine):
     )
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-neuron", "neuronx-cc", "torch-neuronx")
     note: ClassVar[str] = "one NEFF per graph; each graph is its own compile unit"
+    # A large model's bucket NEFF takes minutes of neuronx-cc and several GiB of host memory
+    # (users report OOM kills from too many concurrent neuronx-cc processes); rough defaults that
+    # measured durations of earlier builds replace when balancing shards.
+    graph_seconds: ClassVar[float] = 300.0
+    unit_cpus: ClassVar[float] = 4.0
+    unit_memory_gib: ClassVar[float] = 16.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         errors, warnings = super().validate(recipe)
