@@ -111,7 +111,7 @@ def ingest(
     uploads), then its unit record (the first record for a key wins; the stored one is
     returned)."""
     paths = [cache_root / rel for rel in files]
-    entries = [
+    records = [
         FileRecord(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
         for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
     ]
@@ -119,7 +119,7 @@ def ingest(
         key=unit.key.digest,
         factors=dict(unit.key.factors),
         graphs=unit.graphs,
-        files=tuple(entries),
+        files=tuple(records),
         toolchain=toolchain,
     )
     return store.put_unit(record)
@@ -281,7 +281,7 @@ def compile_recipes(
     todo = [union[k].unit for k in union if k in mine and k not in held]
     result = RunReport([run.report for run in runs], shard, len(union), len(mine))
 
-    def entry(unit: CompileUnit, status: str) -> dict[str, Any]:
+    def row(unit: CompileUnit, status: str) -> dict[str, Any]:
         data: dict[str, Any] = {
             "key": unit.key.digest,
             "graphs": [g.to_json() for g in unit.graphs],
@@ -296,7 +296,7 @@ def compile_recipes(
             for unit in run.plan.units:
                 key = unit.key.digest
                 status = "cached" if key in held else "missing" if key in mine else "skipped"
-                run.report.units.append(entry(unit, status))
+                run.report.units.append(row(unit, status))
             run.report.seconds = time.monotonic() - start
         result.seconds = time.monotonic() - start
         return result
@@ -324,14 +324,14 @@ def compile_recipes(
             key = unit.key.digest
             done = by_key.get(key)
             if done is None:
-                report.units.append(entry(unit, "cached" if key in held else "skipped"))
+                report.units.append(row(unit, "cached" if key in held else "skipped"))
             elif done.ok:
-                report.units.append({**entry(unit, "compiled"), "seconds": round(done.seconds, 1)})
+                report.units.append({**row(unit, "compiled"), "seconds": round(done.seconds, 1)})
                 run.records[key] = done.value
             else:
                 report.units.append(
                     {
-                        **entry(unit, "failed"),
+                        **row(unit, "failed"),
                         "seconds": round(done.seconds, 1),
                         "error": done.error,
                     }

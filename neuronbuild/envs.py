@@ -76,7 +76,15 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def absolute_path(text: str) -> Path | None:
+    """A folder, made absolute against the current folder (vLLM later runs elsewhere)."""
+    return Path(text).absolute()
+
+
 S3_READ_TIMEOUT = Var(NEURONBUILD_S3_READ_TIMEOUT, positive_seconds, 20.0)
+CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
+"""Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
+STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
 
 
 def user_cache() -> Path:
@@ -91,6 +99,4 @@ def default_log_dir(name: str) -> Path:
 
 def default_cache_url() -> str:
     """``$NEURONBUILD_CACHE``, else ``$XDG_CACHE_HOME/neuronbuild/store`` (``~/.cache`` default)."""
-    if value := os.environ.get(NEURONBUILD_CACHE):
-        return value
-    return str(user_cache() / "store")
+    return STORE_URL.get() or str(user_cache() / "store")

@@ -58,7 +58,8 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     tiers = TieredStore(Store(local_cache, create=True), remote)
     digest = remote.resolve(target)
     report = tiers.fill(digest, jobs=jobs, recheck=True)
-    assert report is not None  # a distinct remote: the tier is filled from it
+    if report is None:
+        raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     if not target.startswith("sha256:"):
         tiers.local.set_ref(*parse_ref(target), digest)
     echo_notes(tiers.notes)

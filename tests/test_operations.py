@@ -16,6 +16,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, publish_build
+from tests.conftest import neuronbuild as nb
 
 LATER = time.time() + 10 * 86400
 
@@ -93,12 +94,6 @@ def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_r
         info = json.loads(result.stdout)["recipe"]
         assert info["graphs"] == {"dynamic": {"built": built, "missing": 1 - built}}
         assert info["latest"] == digest
-
-
-def nb(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args], capture_output=True, text=True
-    )
 
 
 def test_a_young_unreferenced_manifest_keeps_its_old_blobs(tmp_path: Path) -> None:

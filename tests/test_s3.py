@@ -26,7 +26,7 @@ from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.verify import verify_manifest
-from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
+from tests.conftest import cpu_recipe, neuronbuild, publish_build, serve_without_vllm
 from tests.faulty_proxy import FaultyProxy
 
 BUCKET = "neuronbuild-test"
@@ -76,15 +76,6 @@ def demo_recipe(tmp_path: Path) -> dict[str, Any]:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
-
-
-def neuronbuild(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def serve_dry_run(
@@ -396,3 +387,26 @@ def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -
         assert pushed.returncode == 0, pushed.stderr
         assert proxy.stalled > 0
     assert not verify_manifest(Store(url), local.get_ref("remote-demo", "latest") or "").problems
+
+
+def test_a_missing_bucket_or_an_unreachable_endpoint_exits_3_never_reads_as_empty(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    missing = neuronbuild("ls", "--cache", "s3://neuronbuild-no-such-bucket/x")
+    assert missing.returncode == 3, missing.stderr
+    assert "bucket neuronbuild-no-such-bucket does not exist" in missing.stderr
+    assert "0 manifests" not in missing.stdout
+
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once the socket is closed
+    unreachable = neuronbuild(
+        "status",
+        "--cache",
+        f"s3://{BUCKET}/x",
+        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{closed}"},
+    )
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert "cannot reach bucket" in unreachable.stderr

@@ -144,17 +144,17 @@ class Store:
 
     # Blobs.
 
-    def has_blob(self, entry: FileRecord) -> bool:
+    def has_blob(self, file: FileRecord) -> bool:
         """Whether the blob is present with the expected size (bytes)."""
-        return self.backend.size(self.layout.blob(entry.digest)) == entry.size
+        return self.backend.size(self.layout.blob(file.digest)) == file.size
 
-    def missing_blobs(self, entries: Iterable[FileRecord], workers: int = 16) -> list[FileRecord]:
-        """The entries whose blob is absent or of the wrong size.
+    def missing_blobs(self, files: Iterable[FileRecord], workers: int = 16) -> list[FileRecord]:
+        """The files whose blob is absent or of the wrong size.
 
         Up to :data:`LIST_THRESHOLD` blobs are checked one request each, concurrently; more are
         checked against one paginated listing of ``blobs/`` (1,000 keys per S3 request).
         """
-        unique = list({e.digest: e for e in entries}.values())
+        unique = list({e.digest: e for e in files}.values())
         if len(unique) > LIST_THRESHOLD:
             sizes = self.backend.list_sizes(self.layout.folder("blobs"))
             return [e for e in unique if sizes.get(self.layout.blob(e.digest)) != e.size]
@@ -169,12 +169,12 @@ class Store:
         size is checked after the upload, so a blob is never stored under the wrong digest.
         """
         digest, size = hash_file(local_path)
-        entry = FileRecord("blob", digest, size)
+        file = FileRecord("blob", digest, size)
         for _ in range(UPLOAD_ATTEMPTS):
-            if self.has_blob(entry):
+            if self.has_blob(file):
                 return digest, size
             self.backend.put_file(local_path, self.layout.blob(digest))
-        if not self.has_blob(entry):
+        if not self.has_blob(file):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
         return digest, size
 
@@ -183,29 +183,29 @@ class Store:
         missing ones uploaded, ``jobs`` at a time. Returns ``(digest, size)`` per path."""
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             hashed = list(pool.map(hash_file, paths))
-            entries = [FileRecord(str(p), d, s) for p, (d, s) in zip(paths, hashed, strict=True)]
-            missing = {e.digest for e in self.missing_blobs(entries)}
-            todo = {e.digest: Path(e.path) for e in entries if e.digest in missing}
+            files = [FileRecord(str(p), d, s) for p, (d, s) in zip(paths, hashed, strict=True)]
+            missing = {e.digest for e in self.missing_blobs(files)}
+            todo = {e.digest: Path(e.path) for e in files if e.digest in missing}
             list(pool.map(self.put_file, todo.values()))
         return hashed
 
-    def put_verified(self, local: Path, entry: FileRecord) -> None:
-        """Store a local file whose bytes were just verified against ``entry``: renamed into place
+    def put_verified(self, local: Path, file: FileRecord) -> None:
+        """Store a local file whose bytes were just verified against ``file``: renamed into place
         on a folder store on the same file system (no second copy), uploaded elsewhere."""
         if isinstance(self.backend, FolderBackend):
-            self.backend.move_in(local, self.layout.blob(entry.digest))
+            self.backend.move_in(local, self.layout.blob(file.digest))
         else:
             self.put_file(local)
 
-    def delete_blob(self, entry: FileRecord) -> None:
+    def delete_blob(self, file: FileRecord) -> None:
         """Remove a blob (a corrupt copy in a local tier, before fetching it again)."""
-        self.backend.delete(self.layout.blob(entry.digest))
+        self.backend.delete(self.layout.blob(file.digest))
 
-    def local_blob_path(self, entry: FileRecord) -> Path | None:
+    def local_blob_path(self, file: FileRecord) -> Path | None:
         """The blob's file on this machine's disk (folder stores only; None elsewhere)."""
-        return Path(self.layout.blob(entry.digest)) if self.is_folder else None
+        return Path(self.layout.blob(file.digest)) if self.is_folder else None
 
-    def fetch_blob(self, entry: FileRecord, dest: str | Path) -> None:
+    def fetch_blob(self, file: FileRecord, dest: str | Path) -> None:
         """Copy a blob to the local file ``dest``, verifying its sha256 and size on the way and
         reading at most its size + 1 bytes.
 
@@ -217,11 +217,11 @@ class Store:
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.part")
-        url = self.blob_url(entry.digest)
+        url = self.blob_url(file.digest)
         try:
-            src = self.backend.open_read(self.layout.blob(entry.digest))
+            src = self.backend.open_read(self.layout.blob(file.digest))
             with src, open(tmp, "xb") as out:
-                copy_verified(src, out, entry.digest, entry.size, url)
+                copy_verified(src, out, file.digest, file.size, url)
             tmp.replace(dest)
         except FileNotFoundError:
             raise StoreDataInvalid(f"{url} is missing") from None
@@ -233,14 +233,14 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
 
-    def check_blob(self, entry: FileRecord) -> str | None:
+    def check_blob(self, file: FileRecord) -> str | None:
         """Re-hash a stored blob: None when intact, else a one-line problem naming its URL."""
-        url = self.blob_url(entry.digest)
+        url = self.blob_url(file.digest)
         try:
-            with self.backend.open_read(self.layout.blob(entry.digest)) as f:
-                copy_verified(f, None, entry.digest, entry.size, url)
+            with self.backend.open_read(self.layout.blob(file.digest)) as f:
+                copy_verified(f, None, file.digest, file.size, url)
         except FileNotFoundError:
-            return f"{url}: missing ({entry.path})"
+            return f"{url}: missing ({file.path})"
         except StoreDataInvalid as exc:
             return str(exc)
         return None
@@ -414,24 +414,24 @@ class Store:
         if current == digest:
             return
         move = RefMove(time.time(), digest, current)
-        entry = self.layout.history_entry(name, tag, time.time_ns(), digest)
-        self.backend.create(entry, move.to_bytes())
+        intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
+        self.backend.create(intent, move.to_bytes())
         try:
             if not self.has_manifest(digest):
                 raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
             self.backend.swap(path, (digest + "\n").encode(), token)
         except SwapConflict:
-            self._forget(entry)
+            self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
         except StoreError:
-            self._forget(entry)
+            self._forget(intent)
             raise
 
-    def _forget(self, entry: str) -> None:
+    def _forget(self, intent: str) -> None:
         """Best effort: remove the history entry of a move that did not happen (readers skip it
         anyway)."""
         with contextlib.suppress(StoreError, UserError):
-            self.backend.delete(entry)
+            self.backend.delete(intent)
 
     def set_ref(self, name: str, tag: str, digest: str, attempts: int = 5) -> None:
         """Move ``<name>/<tag>`` to ``digest`` by compare-and-swap, re-reading and retrying when

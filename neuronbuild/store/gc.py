@@ -17,11 +17,16 @@ abandoned before the grace period (a publisher killed mid-upload) are aborted to
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from neuronbuild import envs
+from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.cas import Store
+from neuronbuild.store.digest import parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
@@ -165,9 +170,29 @@ def collect_garbage(
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:
+            folder = node_folder(store, path)
             sweep.delete("layouts", path)
+            if folder is not None and not dry_run:
+                shutil.rmtree(folder, ignore_errors=True)
 
     uploads = store.backend.abort_abandoned_uploads(sweep.cutoff, dry_run)
     if uploads:
         report.deleted["multipart uploads"] = uploads
     return report
+
+
+def node_folder(store: Store, record_path: str) -> Path | None:
+    """The folder a layout record names, when ``serve`` chose it (under the node's default
+    layouts folder) and it may go with the record; None for a folder the user named (their
+    ``$VLLM_CACHE_ROOT``), which gc never removes, or an unreadable record."""
+    try:
+        data = store.backend.read(record_path, MAX_RECORD_BYTES) or b""
+        value = parse_canonical(data, record_path)
+    except StoreDataInvalid:
+        return None
+    root = value.get("root") if isinstance(value, dict) else None
+    if not isinstance(root, str):
+        return None
+    folder = Path(root)
+    default = envs.user_cache() / "layouts"
+    return folder if folder.is_relative_to(default) and folder != default else None

@@ -17,7 +17,6 @@ As bazel-remote's ``cache/`` owns its kinds, nothing outside this package builds
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +130,4 @@ class Layout:
 def node_layout_root(manifest: str) -> Path:
     """Where ``serve`` lays a manifest out on this node: ``$VLLM_CACHE_ROOT`` when set, else
     ``<user cache>/neuronbuild/layouts/<manifest hex, 16 digits>`` (node-local, never a store)."""
-    if value := os.environ.get(envs.VLLM_CACHE_ROOT):
-        return Path(value)
-    return envs.user_cache() / "layouts" / hex_of(manifest)[:16]
+    return envs.CACHE_ROOT.get() or envs.user_cache() / "layouts" / hex_of(manifest)[:16]

@@ -68,10 +68,10 @@ def _read_stamp(root: Path, digest: str) -> dict[str, list[int]] | None:
 
 def _stamp_holds(root: Path, manifest: Manifest, stamp: dict[str, list[int]]) -> bool:
     """Whether every file is where the stamp saw it: same size, mtime and inode."""
-    for entry in manifest.files():
-        dest = root / entry.path
+    for file in manifest.files():
+        dest = root / file.path
         try:
-            if dest.is_symlink() or stamp.get(entry.path) != _stat_of(dest):
+            if dest.is_symlink() or stamp.get(file.path) != _stat_of(dest):
                 return False
         except OSError:
             return False
@@ -87,21 +87,21 @@ def _write_stamp(root: Path, manifest: Manifest, digest: str) -> None:
     tmp.replace(stamp)
 
 
-def _intact(dest: Path, entry: FileRecord) -> bool:
-    if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != entry.size:
+def _intact(dest: Path, file: FileRecord) -> bool:
+    if dest.is_symlink() or not dest.is_file() or dest.stat().st_size != file.size:
         return False
-    return hash_file(dest) == (entry.digest, entry.size)
+    return hash_file(dest) == (file.digest, file.size)
 
 
-def _link(tiers: TieredStore, entry: FileRecord, dest: Path) -> bool:
+def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
     """Hard-link the local tier's verified blob to ``dest``; False where links cannot be made
     (another file system, a store this user may not link from)."""
-    blob = tiers.local.local_blob_path(entry)
+    blob = tiers.local.local_blob_path(file)
     if blob is None:
         return False
-    problem = tiers.local.check_blob(entry)
+    problem = tiers.local.check_blob(file)
     if problem is not None:
-        tiers.fetch_blob(entry, dest)  # fetches it again from the remote, noted
+        tiers.fetch_blob(file, dest)  # fetches it again from the remote, noted
         return False
     tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.link")
     try:
@@ -143,16 +143,16 @@ def lay_out(
         root.mkdir(parents=True, exist_ok=True)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
-        for entry in files:
-            dest = inside(root, entry.path)
+        for file in files:
+            dest = inside(root, file.path)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            if _intact(dest, entry):
+            if _intact(dest, file):
                 pass
-            elif _link(tiers, entry, dest):
+            elif _link(tiers, file, dest):
                 linked += 1
-            elif not _intact(dest, entry):
-                tiers.fetch_blob(entry, dest)
-            if entry.executable and not os.access(dest, os.X_OK):
+            elif not _intact(dest, file):
+                tiers.fetch_blob(file, dest)
+            if file.executable and not os.access(dest, os.X_OK):
                 dest.chmod(dest.stat().st_mode | 0o111)
         _write_stamp(root, manifest, digest)
     except PermissionError as exc:

@@ -294,10 +294,10 @@ class RefMove:
     def from_bytes(cls, data: bytes, what: str) -> RefMove:
         raw = _fields(parse_canonical(data, what), {"time", "manifest", "previous"}, what)
         when, previous = raw["time"], raw["previous"]
-        if isinstance(when, bool) or not isinstance(when, int | float) or when < 0:
+        if not isinstance(when, float) or when < 0:
             raise StoreDataInvalid(f"{what}: impossible time {ascii(when)[:40]}")
         return cls(
-            float(when),
+            when,
             check_digest(raw["manifest"], what),
             None if previous is None else check_digest(previous, what),
         )

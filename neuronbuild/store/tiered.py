@@ -74,7 +74,7 @@ class TieredStore:
             self.fill(digest)
         self.local.set_ref(name, tag, digest)
 
-    def fetch_blob(self, entry: FileRecord, dest: Path) -> None:
+    def fetch_blob(self, file: FileRecord, dest: Path) -> None:
         """Copy a blob to ``dest`` from the local tier, verified; a corrupt local copy is noted,
         fetched again from the remote and then copied.
 
@@ -82,13 +82,13 @@ class TieredStore:
             StoreDataInvalid: the blob is missing or corrupt in every tier.
         """
         try:
-            self.local.fetch_blob(entry, dest)
+            self.local.fetch_blob(file, dest)
             return
         except StoreDataInvalid as exc:
             if self.remote is None:
                 raise
             self.notes.append(f"{exc}; fetching it again from {self.remote.url}")
-        self.local.delete_blob(entry)
+        self.local.delete_blob(file)
         with scratch_folder(self.local) as scratch:
-            copy_blob(self.remote, self.local, entry, Path(scratch))
-        self.local.fetch_blob(entry, dest)
+            copy_blob(self.remote, self.local, file, Path(scratch))
+        self.local.fetch_blob(file, dest)

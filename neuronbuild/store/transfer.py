@@ -68,12 +68,12 @@ def scratch_folder(dst: Store) -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(dir=parent, prefix="copy-")
 
 
-def copy_blob(src: Store, dst: Store, entry: FileRecord, scratch: Path) -> None:
+def copy_blob(src: Store, dst: Store, file: FileRecord, scratch: Path) -> None:
     """Copy one blob, verified, through a temporary file in the local folder ``scratch``."""
-    tmp = scratch / f"{hex_of(entry.digest)}.{uuid.uuid4().hex[:8]}"
+    tmp = scratch / f"{hex_of(file.digest)}.{uuid.uuid4().hex[:8]}"
     try:
-        src.fetch_blob(entry, tmp)  # hashed on the way: only verified bytes reach ``dst``
-        dst.put_verified(tmp, entry)
+        src.fetch_blob(file, tmp)  # hashed on the way: only verified bytes reach ``dst``
+        dst.put_verified(tmp, file)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -94,17 +94,17 @@ def copy_manifest(
     """
     manifest = src.get_manifest(digest)
     notes: list[str] = []
-    entries = manifest.blobs()
-    missing = dst.missing_blobs(entries)
+    files = manifest.blobs()
+    missing = dst.missing_blobs(files)
     if recheck:
-        held = [e for e in entries if e not in missing]
+        held = [e for e in files if e not in missing]
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             problems = list(pool.map(dst.check_blob, held))
-        for entry, problem in zip(held, problems, strict=True):
+        for file, problem in zip(held, problems, strict=True):
             if problem is not None:
                 notes.append(f"{problem}; fetching it again from {src.url}")
-                dst.delete_blob(entry)
-                missing.append(entry)
+                dst.delete_blob(file)
+                missing.append(file)
         if dst.has_manifest(digest):
             try:
                 dst.get_manifest(digest)
@@ -120,7 +120,7 @@ def copy_manifest(
     return CopyReport(
         digest,
         len(missing),
-        len(entries) - len(missing),
+        len(files) - len(missing),
         sum(e.size for e in missing),
         tuple(notes),
     )

@@ -40,17 +40,17 @@ def verify_manifest(
             describes a layout no folder can hold (the same checks ``serve`` applies).
     """
     manifest = store.get_manifest(digest)
-    entries = manifest.blobs()
-    report = VerifyReport(digest, len(entries), sum(e.size for e in entries), deep)
+    files = manifest.blobs()
+    report = VerifyReport(digest, len(files), sum(e.size for e in files), deep)
     for unit in manifest.units:
         if not store.has_unit(unit.key):
             report.problems.append(f"{store.url}: unit record {unit.key} is missing")
-    missing = store.missing_blobs(entries, workers=jobs)
+    missing = store.missing_blobs(files, workers=jobs)
     report.problems += [
         f"{store.blob_url(e.digest)}: missing or not {e.size} bytes ({e.path})" for e in missing
     ]
     if deep:
-        present = [e for e in entries if e not in missing]
+        present = [e for e in files if e not in missing]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             report.problems += [p for p in pool.map(store.check_blob, present) if p]
     return report
