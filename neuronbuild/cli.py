@@ -291,7 +291,7 @@ def compile_(
             if report.manifest:
                 click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
             elif report.blocked:
-                click.echo(f"compiling {report.name} here would fail: {report.blocked}", err=True)
+                click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
         if dry_run:
             click.echo("dry run: nothing compiled")
         elif shard is not None and not run.failed:
