@@ -402,3 +402,23 @@ def test_a_local_ray_cluster_builds_two_recipes_to_sealed_manifests(tmp_path: Pa
     store = Store(cache)
     assert set(store.refs()) == {"seqs-1/latest", "seqs-2/latest"}
     assert builds(tmp_path) == {1: 1, 2: 1}
+
+
+def test_seal_lists_blobs_and_never_reads_one(tmp_path: Path) -> None:
+    from neuronbuild.seal import seal_plans
+
+    paths = four_recipes(tmp_path / "recipes")
+    cache = str(tmp_path / "store")
+    result = neuronbuild(
+        "compile", *paths, "--cache", cache, "--shard", "0/1", env=double_env(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    store = Store(cache)
+
+    def no_reads(path: str) -> Any:
+        raise AssertionError(f"seal read {path}")
+
+    store.backend.open_read = no_reads  # type: ignore[method-assign]
+    report = seal_plans([build_plan(load_recipe(p)) for p in paths], store, tag="latest")
+    assert [s["name"] for s in report.sealed] == [f"seqs-{n}" for n in SEQS]
+    assert not report.missing
