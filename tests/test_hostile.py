@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -342,18 +344,30 @@ def test_pull_re_checks_the_blobs_and_manifest_the_local_tier_holds(
     assert verified.returncode == 0, verified.stderr
 
 
-def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback(
-    published: tuple[Store, str],
-) -> None:
-    store, _ = published
+def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback() -> None:
+    # Outside pytest's tmp folders: removing them recurses and would fail on this tree.
+    top = Path(tempfile.mkdtemp(prefix="neuronbuild-deep-"))
     here = os.getcwd()
-    os.chdir(store.layout.folder("refs"))
     try:
-        for _ in range(1500):  # deeper than the interpreter recurses, within PATH_MAX per step
+        os.chdir(top)
+        os.mkdir("refs")
+        os.chdir("refs")
+        for _ in range(1500):  # deeper than Python recurses; one level per call, within PATH_MAX
             os.mkdir("a")
             os.chdir("a")
         Path("tag").write_text("x")
-    finally:
         os.chdir(here)
-    for args in (["ls"], ["gc", "--dry-run"], ["status"]):
-        assert_bad_data(nb(*args, "--cache", store.url), "nested too deeply")
+        for args in (["ls"], ["gc", "--dry-run"], ["status"]):
+            assert_bad_data(nb(*args, "--cache", str(top)), "nested too deeply")
+    finally:  # the same way back, one level at a time
+        os.chdir(top / "refs")
+        levels = 0
+        while os.path.isdir("a"):
+            os.chdir("a")
+            levels += 1
+        Path("tag").unlink(missing_ok=True)
+        for _ in range(levels):
+            os.chdir("..")
+            os.rmdir("a")
+        os.chdir(here)
+        shutil.rmtree(top)

@@ -359,6 +359,7 @@ class Store:
         return digest
 
     def has_manifest(self, digest: str) -> bool:
+        """Whether the manifest ``digest`` is stored (not whether it is sound)."""
         return self.backend.exists(self.layout.manifest(digest))
 
     def get_manifest(self, digest: str) -> Manifest:

@@ -119,6 +119,7 @@ def collect_garbage(
     listed = store.manifest_digests()
     doomed = [d for d in listed if d not in live and sweep.old(layout.manifest(d))]
     kept = (set(listed) | live) - set(doomed)
+    live_units, live_blobs = sweep.uses({d for d in kept if d in listed})
     report.live_manifests = len(live)
     if after_mark is not None:
         after_mark()
@@ -139,9 +140,11 @@ def collect_garbage(
         kept.add(digest)
         if not dry_run:
             store.backend.create(layout.manifest(digest), saved[digest])
+    restored_units, restored_blobs = sweep.uses(set(report.restored))
+    live_units |= restored_units
+    live_blobs |= restored_blobs
 
     # Sweep unit records and blobs that no kept manifest (nor a young unit record) uses.
-    live_units, live_blobs = sweep.uses({d for d in kept if store.has_manifest(d)})
     for path in store.backend.find(layout.folder("units")):
         key = layout.digest_of("units", path)
         if key in live_units:

@@ -65,19 +65,25 @@ class Layout:
         return f"{self.root}/{kind}"
 
     def blob(self, digest: str) -> str:
+        """A blob's path, fanned out by its first two hex digits (Raises StoreDataInvalid for a
+        value that is no sha256 digest, as every method here)."""
         hexdigest = hex_of(digest)
         return f"{self.root}/blobs/sha256/{hexdigest[:2]}/{hexdigest}"
 
     def unit(self, key: str) -> str:
+        """The unit record of unit key ``key``."""
         return f"{self.root}/units/{hex_of(key)}.json"
 
     def manifest(self, digest: str) -> str:
+        """The manifest named ``digest``."""
         return f"{self.root}/manifests/{hex_of(digest)}.json"
 
     def ref(self, name: str, tag: str) -> str:
+        """The ref ``<name>/<tag>`` (both checked by :func:`parse_ref`)."""
         return f"{self.root}/refs/{name}/{tag}"
 
     def history(self, name: str, tag: str) -> str:
+        """The folder of the ref's moves."""
         return f"{self.root}/history/{name}/{tag}"
 
     def history_entry(self, name: str, tag: str, time_ns: int, digest: str) -> str:
@@ -85,6 +91,7 @@ class Layout:
         return f"{self.history(name, tag)}/{time_ns:020d}-{hex_of(digest)[:16]}.json"
 
     def layout_record(self, manifest: str) -> str:
+        """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""
         return f"{self.root}/layouts/{hex_of(manifest)}.json"
 
     def timing(self, shape: str, key: str) -> str:
@@ -103,6 +110,7 @@ class Layout:
         return "sha256:" + shape, "sha256:" + name.removesuffix(".json")
 
     def tmp(self, name: str) -> str:
+        """A temporary object (``""``: the folder itself)."""
         return f"{self.root}/tmp/{name}"
 
     def ref_lock(self, ref_path: str) -> str:
