@@ -139,14 +139,18 @@ def seal_figure() -> None:
             ingest(store, unit, work, [rel], {})
         print(f"published {SEAL_UNITS} unit records and blobs in {time.monotonic() - start:.0f} s")
         reads = 0
-        open_read = store.backend.open_read
+        fetch, check = store.fetch_blob, store.check_blob
 
-        def counting(path: str) -> Any:
-            nonlocal reads
-            reads += 1
-            return open_read(path)
+        def counted(read: Any) -> Any:
+            def wrapper(*args: Any) -> Any:
+                nonlocal reads
+                reads += 1
+                return read(*args)
 
-        store.backend.open_read = counting  # type: ignore[method-assign]
+            return wrapper
+
+        # The only two ways the store reads a blob's bytes.
+        store.fetch_blob, store.check_blob = counted(fetch), counted(check)  # type: ignore[method-assign]
         report = seal_plans([big], store, tag="latest")
         assert report.sealed and not report.missing
         print(

@@ -247,11 +247,13 @@ def s3_env() -> Iterator[dict[str, str]]:
     os.environ.update(env)  # this process reads the store too
     import s3fs
 
+    s3fs.S3FileSystem.clear_instance_cache()  # an instance cached by another module's server
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir("shards")
     try:
         yield env
     finally:
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
