@@ -6,7 +6,7 @@ build writes it (``$VLLM_CACHE_ROOT/torch_compile_cache/torch_aot_compile/<key>/
 written last), with a key derived from the engine arguments, in a fraction of a second.
 
 Knobs (environment): ``CPU_DOUBLE_BUILDS`` a file each build appends one JSON line to (its
-engine arguments and process id), so a test can count builds across processes;
+engine arguments, process id and parent's), so a test can count builds across processes;
 ``CPU_DOUBLE_SECONDS`` how long a build takes; ``CPU_DOUBLE_FAIL_SEQS`` a ``max_num_seqs``
 value whose build fails (exit 1 from the worker).
 """
@@ -38,7 +38,10 @@ class LLM:
         (entry / "rank_0_0").mkdir(exist_ok=True)
         (entry / "rank_0_0" / "model").write_bytes(text.encode())
         if builds := os.environ.get("CPU_DOUBLE_BUILDS"):
-            line = json.dumps({"engine_args": engine_args, "pid": os.getpid()}) + "\n"
+            line = (
+                json.dumps({"engine_args": engine_args, "pid": os.getpid(), "ppid": os.getppid()})
+                + "\n"
+            )
             fd = os.open(builds, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line.encode())  # one short O_APPEND write: whole lines only
