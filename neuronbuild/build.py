@@ -20,8 +20,9 @@ from neuronbuild import envs
 from neuronbuild.console import format_table
 from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed
@@ -95,10 +96,14 @@ class CompileReport:
 
 def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
     """The unit records the store holds for the plan's units, by key, whose blobs are all
-    present: a unit whose blobs are gone is compiled again, and its record replaced."""
+    present: a unit whose blobs are gone, or whose record is unreadable (malformed, or written
+    before records had one canonical form), is compiled again and its record replaced."""
     records: dict[str, UnitRecord] = {}
     for unit in plan.units:
-        record = store.get_unit(unit.key.digest)
+        try:
+            record = store.get_unit(unit.key.digest)
+        except StoreDataInvalid:
+            continue
         if record is not None and not store.missing_blobs(record.files):
             records[unit.key.digest] = record
     return records
@@ -178,7 +183,8 @@ def prepare_recipe(
     ``outages``).
 
     Raises:
-        UserError: broken install, toolchain or host mismatch (only reported in a dry run).
+        UserError: broken install, toolchain or host mismatch, model not on this host (only
+            reported in a dry run).
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
@@ -187,6 +193,7 @@ def prepare_recipe(
         compiler.check_install()
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
+        check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
     except UserError as exc:
         if not dry_run:
             raise

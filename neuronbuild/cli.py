@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from neuronbuild import __version__, envs
+from neuronbuild import __version__, envs, start_env
 from neuronbuild.console import format_table, run
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid, UnitsFailed, UserError
@@ -40,6 +40,14 @@ def load_or_exit(path: str) -> Recipe:
     return recipe
 
 
+def warn_removed_env(recipe: Recipe) -> None:
+    """Name every variable of the user's environment kept from the engine process."""
+    from neuronbuild.engines import engine_for
+
+    for name in engine_for(recipe).removed_env(start_env.environ()):
+        warn(f"{name} is not passed to the engine (it would change vLLM's output unkeyed)")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="neuronbuild")
 def cli() -> None:
@@ -59,11 +67,13 @@ def cli() -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object per recipe, as a list."
 )
-def validate(recipes: tuple[str, ...], as_json: bool) -> None:
+@click.option("--strict", is_flag=True, help="Treat every warning as an error (fleet builds).")
+def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
     """Check each RECIPE with the rules vLLM-Neuron applies at start.
 
     Every problem is reported, one line each, naming the field, its value and the fix. Exits 2 if
-    any recipe is invalid.
+    any recipe is invalid (with --strict, also if any has a warning, e.g. a hub model whose
+    revision is a branch name).
     """
     results: list[dict[str, Any]] = []
     for path in recipes:
@@ -80,6 +90,16 @@ def validate(recipes: tuple[str, ...], as_json: bool) -> None:
             )
             continue
         plan = build_plan(recipe)
+        if strict and recipe.warnings:
+            results.append(
+                {
+                    "recipe": path,
+                    "valid": False,
+                    "errors": [f"{w} (--strict)" for w in recipe.warnings],
+                    "warnings": [],
+                }
+            )
+            continue
         results.append(
             {
                 "recipe": path,
@@ -247,9 +267,11 @@ def compile_(
 
     shard = parse_shard(shard_text) if shard_text is not None else None
     if shard is not None and local_cache:
-        raise UserError("--local-cache: a shard seals nothing to keep; give it to seal instead")
+        raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
     runner = executor_for(executor, address)
     recipes = [load_or_exit(path) for path in recipe_paths]
+    for recipe in recipes:
+        warn_removed_env(recipe)
     # A missing folder reads as empty and is created by the first write, after every check.
     store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
     run = compile_recipes(
@@ -541,6 +563,9 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
         if unit.differences:
             click.echo(f"     differs from {unit.compared_with}:")
             for line in unit.differences:
+                click.echo(f"       {line}")
+            click.echo("     why it misses:")
+            for line in unit.explanations:
                 click.echo(f"       {line}")
         elif not unit.held:
             click.echo("     no sealed build of this graph to compare with; compile it")

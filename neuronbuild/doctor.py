@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronbuild.graph import Graph
-from neuronbuild.keys import factor_differences
+from neuronbuild.keys import explain_differences, factor_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
@@ -21,7 +21,7 @@ from neuronbuild.store.records import UnitRecord
 @dataclass
 class UnitDiagnosis:
     """One unit: its key, graphs, factors, whether it is built (its record and every blob
-    present), and the differing factors."""
+    present), the differing factors, and why each makes a miss (``explanations``)."""
 
     key: str
     graphs: list[dict[str, Any]]
@@ -29,6 +29,7 @@ class UnitDiagnosis:
     held: bool
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
+    explanations: list[str] = field(default_factory=list)
 
 
 def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
@@ -68,6 +69,7 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
         if not diagnosis.held and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
             diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
+            diagnosis.explanations = explain_differences(diagnosis.differences)
         out.append(diagnosis)
     return out
 

@@ -25,6 +25,9 @@ NEURONBUILD_S3_READ_TIMEOUT = "NEURONBUILD_S3_READ_TIMEOUT"
 """Seconds an S3 read may take before it is retried (default 20)."""
 NEURONBUILD_VLLM_COMPAT = "NEURONBUILD_VLLM_COMPAT"
 """``0`` turns off the vLLM compatibility plugin (``neuronbuild_runtime.vllm_compat``)."""
+NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
+"""A serving node's Neuron target family when a container hides its instance type
+(``neuronbuild.engines.neuron_node``)."""
 
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 """The index of a Kubernetes indexed Job's pod (from 0): ``compile --shard auto/N``."""

@@ -18,7 +18,7 @@ from neuronbuild.store.digest import canonical_json, hex_of, sha256_digest
 
 __all__ = ["SCHEMA", "UnitKey", "canonical_json", "factor_differences", "sha256_digest"]
 
-SCHEMA = "neuronbuild.unit/1"
+SCHEMA = "neuronbuild.unit/2"
 """Schema salt of every unit key; bump it when the factors change meaning."""
 
 
@@ -71,3 +71,28 @@ def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str
         else:
             out.append(f"{name}: recipe {_describe(a)}, manifest {_describe(b)}")
     return out
+
+
+FACTOR_MEANINGS = {
+    "schema": "neuronbuild's key schema changed (a newer neuronbuild); compile again",
+    "engine": "another engine compiles this target",
+    "target": "another target (device family or cpu)",
+    "model": "the model string differs; vLLM keys it verbatim, so spell it as at compile",
+    "revision": "another hub revision of the model",
+    "model_files": "the model folder's content (config, tokenizer, generation config or weight "
+    "index) changed under the same path",
+    "engine_args": "a keyed engine argument differs after resolving vLLM's defaults",
+    "toolchain": "a pinned distribution version differs",
+    "env": "a keyed environment variable differs from the build's; start the command with the "
+    "same value (or unset it)",
+    "cpu_isa": "another CPU instruction set",
+    "graph": "another graph (bucket)",
+}
+"""Why each unit key factor makes a miss, as ``doctor`` explains it."""
+
+
+def explain_differences(differences: list[str]) -> list[str]:
+    """``factor: why`` once for each factor named in ``differences`` (lines of
+    :func:`factor_differences`), in their order."""
+    names = dict.fromkeys(line.split(":", 1)[0].split(".", 1)[0] for line in differences)
+    return [f"{n}: {FACTOR_MEANINGS.get(n, 'an engine factor differs')}" for n in names]

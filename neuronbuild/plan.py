@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from neuronbuild import start_env
 from neuronbuild.engines import Engine, engine_for
 from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
+from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
 
 __all__ = ["CompileUnit", "Plan", "build_plan"]
@@ -53,11 +55,16 @@ class Plan:
         }
 
 
-def build_plan(recipe: Recipe) -> Plan:
+def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan:
     """Plan a valid recipe: the engine's units, each keyed by :data:`~neuronbuild.keys.SCHEMA`,
-    engine, target, model, revision, engine args, toolchain pins, allow-listed environment and the
-    engine's own factors. The environment is read now, so a plan made under ``NEURON_CC_FLAGS``
-    differs from one made without it."""
+    engine, target, model, revision, the model folder's content (``model_files``, when ``model``
+    is a local folder), the resolved keyed engine args, toolchain pins, the keyed environment and
+    the engine's own factors.
+
+    ``environ`` is the environment keys are read from: by default the one the user started the
+    command with (:func:`neuronbuild.start_env.environ`), so a plan made under
+    ``NEURON_CC_FLAGS`` differs from one made without it, and no variable this process set
+    itself (Inductor's ``TORCHINDUCTOR_CACHE_DIR``) can enter a key."""
     engine = engine_for(recipe)
     base: dict[str, Any] = {
         "schema": SCHEMA,
@@ -67,8 +74,11 @@ def build_plan(recipe: Recipe) -> Plan:
         "revision": recipe.engine_args.get("revision"),
         "engine_args": engine.key_engine_args(recipe),
         "toolchain": dict(recipe.toolchain),
-        "env": engine.key_env_values(os.environ),
+        "env": engine.key_env_values(start_env.environ() if environ is None else environ),
     }
+    folder = local_folder(recipe.model, recipe.workdir)
+    if folder is not None:
+        base["model_files"] = content_digest(folder)
     units = tuple(
         CompileUnit(spec.graphs, UnitKey({**base, **spec.factors})) for spec in engine.units(recipe)
     )

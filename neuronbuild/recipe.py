@@ -12,8 +12,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
+from neuronbuild.vllm_data import engine_arg_names, server_options
 
 TARGET_ENGINES: dict[str, str] = {
     "trn1": "neuron",
@@ -33,22 +32,14 @@ TARGET_ENGINES: dict[str, str] = {
 }
 """Each target and the engine that compiles for it (DESIGN.md, "Vocabulary")."""
 
-OWN_KEYS = ("name", "target", "engine", "cpu_isa", "toolchain")
-"""Recipe keys that are neuronbuild's, not vLLM's."""
+OWN_KEYS = ("name", "target", "engine", "cpu_isa", "toolchain", "serve")
+"""Recipe keys that are neuronbuild's, not vLLM's (``serve``: options of vLLM's server that
+``serve`` passes and keys ignore)."""
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """A recipe name is one path segment of a ref (``<name>/<tag>``)."""
 
 EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
-
-
-@cache
-def vllm_engine_args() -> frozenset[str]:
-    """The pinned vLLM's engine argument names (``EngineArgs`` fields), from the checked-in list."""
-    text = resources.files("neuronbuild.data").joinpath("vllm_engine_args.txt").read_text()
-    return frozenset(
-        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
-    )
 
 
 class _Fields(BaseModel):
@@ -112,7 +103,9 @@ class Recipe:
 
     ``engine_args`` holds vLLM's engine arguments exactly as the recipe gives them, with
     ``additional_config`` parsed to a mapping when the recipe pasted it as a JSON string.
-    ``warnings`` lists keys vLLM-Neuron may know but the pinned reference does not.
+    ``warnings`` lists keys vLLM-Neuron may know but the pinned reference does not. ``serve``
+    holds the recipe's ``serve:`` section: options of vLLM's server by their ``dest`` names,
+    serving-only, passed by ``serve`` and left out of every key.
     """
 
     name: str
@@ -123,6 +116,7 @@ class Recipe:
     engine_args: dict[str, Any]
     source: str = "<recipe>"
     warnings: tuple[str, ...] = field(default=())
+    serve: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -155,6 +149,8 @@ class Recipe:
         if self.cpu_isa is not None:
             out["cpu_isa"] = self.cpu_isa
         out["toolchain"] = dict(self.toolchain)
+        if self.serve:
+            out["serve"] = dict(self.serve)
         return out
 
     def canonical(self) -> dict[str, Any]:
@@ -163,7 +159,7 @@ class Recipe:
 
 
 def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
-    known = set(OWN_KEYS) | vllm_engine_args()
+    known = set(OWN_KEYS) | engine_arg_names()
     errors = []
     for key in data:
         if key in known:
@@ -181,6 +177,37 @@ def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
                 f"neuronbuild's ({', '.join(OWN_KEYS)}); remove it"
             )
         errors.append(RecipeError(str(key), MISSING, hint))
+    return errors
+
+
+def check_serve_section(value: Any, serving_only: frozenset[str]) -> list[RecipeError]:
+    """The ``serve:`` section: a mapping of vLLM server options (by ``dest``, e.g.
+    ``chat_template``) that cannot change what was compiled: frontend options and the engine
+    arguments in ``serving_only``."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [RecipeError("serve", value, "must be a mapping of vLLM server options")]
+    dests = {o.dest for o in server_options().values()}
+    engine_args = engine_arg_names()
+    errors = []
+    for key in value:
+        name = str(key).replace("-", "_")
+        if name in engine_args and name not in serving_only:
+            errors.append(
+                RecipeError(
+                    f"serve.{key}",
+                    value[key],
+                    "changes what is compiled, so it enters the unit key; move it to the top "
+                    "level of the recipe",
+                )
+            )
+        elif name not in dests:
+            close = did_you_mean(name, sorted(dests))
+            hint = f"did you mean '{close}'?" if close else "remove it"
+            errors.append(
+                RecipeError(f"serve.{key}", value[key], f"not an option of vLLM's server; {hint}")
+            )
     return errors
 
 
@@ -280,11 +307,14 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         engine_args=args,
         source=source,
     )
-    engine_errors, warnings = engine_for(recipe).validate(recipe)
+    engine = engine_for(recipe)
+    engine_errors, warnings = engine.validate(recipe)
     errors += engine_errors
+    errors += check_serve_section(data.get("serve"), engine.serving_only_args)
     if errors:
         raise RecipeInvalid(source, errors)
-    return dataclasses.replace(recipe, warnings=tuple(warnings))
+    serve = {str(k).replace("-", "_"): v for k, v in (data.get("serve") or {}).items()}
+    return dataclasses.replace(recipe, warnings=tuple(warnings), serve=serve)
 
 
 def load_recipe(path: str | Path) -> Recipe:

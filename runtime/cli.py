@@ -8,15 +8,12 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
-from neuronbuild.engines.base import SERVING_ONLY_ARGS
 from neuronbuild.errors import StoreError, UserError
-from neuronbuild.recipe import vllm_engine_args
 from neuronbuild.store.cas import Store, parse_ref
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, exec_vllm, prepare
-
-SERVING_FLAGS = {"--host", "--port", "--api-key", "--served-model-name", "--log-level"}
+from .serve_options import split_serve_args
 
 
 def echo_notes(notes: list[str]) -> None:
@@ -25,22 +22,25 @@ def echo_notes(notes: list[str]) -> None:
         click.echo(f"note: {note}", err=True)
 
 
-def refuse_engine_options(extra: list[str]) -> None:
-    """Only pure serving options pass through; an engine argument is fixed by the recipe (and,
-    unless it is serving-only, part of the unit key)."""
-    for arg in extra:
-        name = arg.lstrip("-").split("=", 1)[0].replace("-", "_").removeprefix("no_")
-        if arg.startswith("--") and name in SERVING_ONLY_ARGS:
-            raise UserError(f"{arg}: {name} is set in the recipe, not on the serve command line")
-        if arg.startswith("--") and name in vllm_engine_args():
-            raise UserError(
-                f"{arg}: {name} is part of the unit key and fixed by the recipe; change the "
-                "recipe and compile it, then serve"
-            )
-        raise UserError(f"{arg}: not a serving option; use one of {sorted(SERVING_FLAGS)}")
+HELP = {"help_option_names": ["-h", "--help"]}
 
 
-@click.command()
+class ServeCommand(click.Command):
+    """``serve``: vLLM server options are split off before click parses its own (see
+    :func:`~.serve_options.split_serve_args`) and kept in ``ctx.meta["vllm_options"]``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        own: dict[str, bool] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for spelling in (*param.opts, *param.secondary_opts):
+                    own[spelling] = not param.is_flag
+        mine, passed = split_serve_args(args, own)
+        ctx.meta["vllm_options"] = passed
+        return super().parse_args(ctx, mine)
+
+
+@click.command(context_settings=HELP)
 @click.argument("target", metavar="REF|MANIFEST")
 @click.option("--cache", default=envs.default_cache_url, help="The remote store to pull from.")
 @click.option(
@@ -92,7 +92,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     return TieredStore(Store(local_url, create=not dry_run), remote)
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.command(cls=ServeCommand, context_settings=HELP)
 @click.argument("recipe", required=False, type=click.Path(dir_okay=False))
 @click.option("--ref", help="Serve the manifest a ref points at: <name>/<tag>.")
 @click.option("--manifest", "manifest_digest", help="Serve one manifest: sha256:<64 hex>.")
@@ -117,20 +117,18 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
 @click.option(
     "--deep", is_flag=True, help="Re-hash laid-out files even when their recorded stat holds."
 )
-@click.option("--host", help="vLLM server host.")
-@click.option("--port", type=int, help="vLLM server port.")
-@click.option("--api-key", help="vLLM server API key.")
-@click.option("--served-model-name", help="Model name the server answers to.")
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="vLLM's log level.",
-)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, exists=True),
     help="Folder vLLM runs in, where a relative model path resolves (default: the recipe's "
     "folder for RECIPE, else the current folder).",
+)
+@click.option(
+    "--allow-mismatch",
+    multiple=True,
+    metavar="NAME",
+    help="Serve although this node differs from the build in NAME (a distribution, target, "
+    "cpu_isa, model_files); repeatable. For operators who know the artifacts still run.",
 )
 @click.option(
     "--dry-run",
@@ -139,9 +137,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     "write nothing, start nothing.",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the result as JSON.")
-@click.pass_context
 def serve(
-    ctx: click.Context,
     recipe: str | None,
     ref: str | None,
     manifest_digest: str | None,
@@ -149,42 +145,44 @@ def serve(
     local_cache: str | None,
     vllm_cache_root: str | None,
     deep: bool,
-    host: str | None,
-    port: int | None,
-    api_key: str | None,
-    served_model_name: str | None,
-    log_level: str | None,
     workdir: str | None,
+    allow_mismatch: tuple[str, ...],
     dry_run: bool,
     as_json: bool,
 ) -> None:
     """Serve RECIPE (its <name>/latest), --ref NAME/TAG or --manifest sha256:... from prebuilt
     artifacts alone, with vLLM's compilation forbidden.
 
-    Exits 2 before vLLM starts when the manifest is missing or incomplete, when RECIPE no longer
-    matches it, or when an option would change what was compiled.
+    Any option of vLLM's OpenAI server that cannot change what was compiled (--host, --port,
+    --chat-template, --log-level, ...) is passed to vLLM. Exits 2 before vLLM starts when the
+    manifest is missing or incomplete, when RECIPE no longer matches it, when this node differs
+    from the build (installed versions, target, instruction set, model files), or when an
+    option would change what was compiled.
     """
-    refuse_engine_options(list(ctx.args))
     if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
         raise UserError("give exactly one of RECIPE, --ref NAME/TAG or --manifest sha256:...")
-    serving: list[str] = []
-    for option, value in (("--host", host), ("--port", port), ("--api-key", api_key)):
-        if value is not None:
-            serving += [option, str(value)]
-    if served_model_name:
-        serving += ["--served-model-name", served_model_name]
-    env = {envs.VLLM_LOGGING_LEVEL: log_level.upper()} if log_level else {}
+    serving = list(click.get_current_context().meta.get("vllm_options", []))
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
         node_tiers(cache, local_cache, dry_run),
         cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
         serving_args=serving,
-        serving_env=env,
         workdir=Path(workdir).resolve() if workdir else None,
         deep=deep,
         dry_run=dry_run,
+        allow_mismatch=allow_mismatch,
     )
     echo_notes(prepared.notes)
+    for name in prepared.env_changes()[1]:
+        click.echo(
+            f"warning: {name} is not passed to vLLM (it would change its output unkeyed)", err=True
+        )
+    for m in prepared.allowed:
+        click.echo(
+            f"WARNING: --allow-mismatch {m.name}: serving artifacts built for {m.built_for} on a "
+            f"node with {m.node}; they may fail or misbehave",
+            err=True,
+        )
     if dry_run:
         if as_json:
             click.echo(json.dumps(prepared.to_json(), indent=2))
@@ -193,7 +191,8 @@ def serve(
                 f"manifest {prepared.manifest}: {prepared.files} files, {prepared.bytes} bytes"
             )
             click.echo(f"laid out under {prepared.cache_root}")
-            click.echo("would run: " + " ".join(prepared.argv))
+            click.echo("would run:")
+            click.echo(prepared.command())
         return
     click.echo(
         f"neuronbuild: serving {prepared.manifest} ({prepared.files} files verified) from "

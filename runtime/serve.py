@@ -3,21 +3,26 @@ them out in a node-local ``VLLM_CACHE_ROOT``, and exec vLLM's OpenAI-compatible 
 recipe's exact engine arguments and the engine's "never compile" environment.
 
 Everything that can fail is checked before vLLM starts: the manifest (present, well formed, its
-recipe planning exactly its units, the recipe file's unit keys equal to its own), the node (e.g.
-its CPU instruction set) and every blob.
+recipe planning exactly its units, the recipe file's unit keys equal to its own), the node
+(installed versions, target, instruction set, model content: :mod:`.node_checks`), the model's
+files, and every blob.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from neuronbuild import start_env
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
-from neuronbuild.keys import factor_differences
+from neuronbuild.keys import SCHEMA, factor_differences
+from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST, parse_ref
@@ -27,6 +32,7 @@ from neuronbuild.store.node import lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
+from .node_checks import Mismatch, check_node
 from .vllm_args import vllm_cli_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -45,8 +51,10 @@ class ServeSource:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A laid-out manifest and the vLLM process that serves it; ``notes``: what the tiers did
-    that a user should hear about (the CLI prints them)."""
+    """A laid-out manifest and the vLLM process that serves it: ``argv`` run in ``cwd`` with
+    exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
+    them); ``started_with``: the environment the user started ``serve`` in, so :meth:`command`
+    can show what differs from it; ``allowed``: node mismatches the operator allowed."""
 
     manifest: str
     cache_root: Path
@@ -56,15 +64,36 @@ class Prepared:
     files: int
     bytes: int
     notes: list[str] = field(default_factory=list)
+    started_with: dict[str, str] = field(default_factory=dict)
+    allowed: tuple[Mismatch, ...] = ()
+
+    def env_changes(self) -> tuple[dict[str, str], list[str]]:
+        """(variables set or changed from the starting environment, variables removed)."""
+        changed = {k: v for k, v in sorted(self.env.items()) if self.started_with.get(k) != v}
+        removed = sorted(k for k in self.started_with if k not in self.env)
+        return changed, removed
+
+    def command(self) -> str:
+        """One shell command that, pasted into the shell ``serve`` was started from, runs vLLM
+        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV``."""
+        changed, removed = self.env_changes()
+        env = ["env", *(arg for name in removed for arg in ("-u", name))]
+        env += [f"{k}={v}" for k, v in changed.items()]
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join([*env, *self.argv])}"
 
     def to_json(self) -> dict[str, Any]:
+        changed, removed = self.env_changes()
         return {
             "manifest": self.manifest,
             "vllm_cache_root": str(self.cache_root),
             "files": self.files,
             "bytes": self.bytes,
-            "argv": self.argv,
             "cwd": str(self.cwd),
+            "argv": self.argv,
+            "env": changed,
+            "unset": removed,
+            "command": self.command(),
+            "allowed_mismatches": [vars(m) for m in self.allowed],
             "notes": self.notes,
         }
 
@@ -115,10 +144,18 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     instruction set) are the node checks' business.
 
     Raises:
+        UserError: the manifest was sealed under another unit key schema (compile again).
         StoreDataInvalid: the recipe is invalid, or plans other units (none at all, or a
             recipe edited after sealing).
     """
     what = f"manifest {digest}"
+    schemas = {dict(u.factors).get("schema") for u in manifest.units} - {SCHEMA}
+    if schemas:
+        # Keys changed meaning since it was sealed: its recipe cannot plan its units here.
+        raise UserError(
+            f"{what} was sealed with unit key schema {sorted(map(str, schemas))[0]}, this "
+            f"neuronbuild uses {SCHEMA}; compile the recipe again with this version"
+        )
     try:
         recipe = parse_recipe(manifest.recipe, source=what)
     except RecipeInvalid as exc:
@@ -142,7 +179,8 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     """The recipe, manifest and manifest digest to serve.
 
     Raises:
-        UserError: no such ref or manifest, or a recipe that does not match its manifest.
+        UserError: no such ref or manifest, a manifest of another key schema, or a recipe
+            that does not match its manifest.
         StoreDataInvalid: a malformed or hostile manifest, or one whose recipe does not plan
             its units.
     """
@@ -178,27 +216,33 @@ def prepare(
     *,
     cache_root: Path | None = None,
     serving_args: list[str] | None = None,
-    serving_env: dict[str, str] | None = None,
     workdir: Path | None = None,
     deep: bool = False,
     dry_run: bool = False,
+    allow_mismatch: tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> Prepared:
-    """Resolve, check, fetch, verify and lay out; return the vLLM command to exec.
+    """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
+    command to exec.
 
-    ``cache_root``: where to lay out (default :func:`node_layout_root`); ``deep``: re-hash
-    every laid-out file even when its stamp holds; ``dry_run``: check that every blob is in a
-    tier and write nothing.
+    ``cache_root``: where to lay out (default :func:`node_layout_root`); ``serving_args``:
+    vLLM server options (serving-only), after the recipe's arguments and its ``serve:``
+    section; ``deep``: re-hash every laid-out file even when its stamp holds; ``dry_run``:
+    check that every blob is in a tier and write nothing; ``allow_mismatch``: node differences
+    the operator accepts (:mod:`.node_checks`); ``environ``: the environment the user started
+    the command with (default :func:`neuronbuild.start_env.environ`).
+
+    Raises:
+        UserError: see :func:`resolve`; this node differs from the build (a table) or would
+            compile; the model is not on this node.
     """
+    environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers)
     engine = engine_for(recipe)
-    for unit in manifest.units:
-        engine.check_node(unit.factors)
     cwd = workdir or recipe.workdir
-    if recipe.model.startswith(("./", "../")) and not (cwd / recipe.model).exists():
-        raise UserError(
-            f"model {recipe.model} is a path relative to the recipe's folder and is not found "
-            f"from {cwd}; pass --workdir with the folder the recipe was compiled from"
-        )
+    factors = [unit.factors for unit in manifest.units]
+    allowed = check_node(recipe, engine, factors, cwd, environ, allow_mismatch)
+    check_model_present(recipe.model, recipe.engine_args.get("revision"), cwd)
     root = cache_root or node_layout_root(digest)
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
@@ -216,14 +260,16 @@ def prepare(
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
+    argv += vllm_cli_args(recipe.serve, first=())
     argv += serving_args or []
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     if not isinstance(keyed, dict):
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
-    env = engine.engine_env(os.environ, keyed)
-    env.update({**(serving_env or {}), **engine.serve_env(str(root))})
-    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes))
+    env = engine.engine_env(environ, keyed)
+    env.update(engine.serve_env(str(root)))
+    unique = tuple(dict.fromkeys(allowed))
+    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique)
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from neuronbuild import start_env
 from neuronbuild.build import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
@@ -68,10 +70,13 @@ def cpu_recipe(**args: Any) -> dict[str, Any]:
     return overridden(data, args)
 
 
-def publish_build(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
+def publish_build(
+    store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str, source: str = "<recipe>"
+) -> str:
     """Publish one build of the recipe (as compile does after its engine ran): files whose bytes
-    depend on ``seed``, like two cold compiles that are not byte-identical."""
-    recipe = parse_recipe(recipe_data)
+    depend on ``seed``, like two cold compiles that are not byte-identical. ``source``: the
+    recipe's file, where a relative model folder resolves (default: the current folder)."""
+    recipe = parse_recipe(recipe_data, source)
     records = []
     for unit in build_plan(recipe).units:
         root = tmp_path / f"build-{seed}"
@@ -135,8 +140,24 @@ def published_with_model(tmp_path: Path, **recipe: Any) -> tuple[Store, str]:
     folder exists, as serve needs; returns the store and the manifest digest."""
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")  # serve checks the model is there
     data = cpu_recipe(**{"cpu_isa": "host", "model": str(tmp_path / "model"), **recipe})
     return store, publish_build(store, data, tmp_path, "a")
+
+
+@pytest.fixture
+def started_with(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Set (or, with None, unset) variables of the environment neuronbuild records as the one
+    the command was started with (keys and engine environments read it, not ``os.environ``)."""
+
+    def start(**env: str | None) -> None:
+        for name, value in env.items():
+            if value is None:
+                monkeypatch.delitem(start_env._STARTED_WITH, name, raising=False)
+            else:
+                monkeypatch.setitem(start_env._STARTED_WITH, name, value)
+
+    return start
 
 
 @pytest.fixture

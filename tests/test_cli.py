@@ -102,11 +102,27 @@ def test_compile_refuses_a_host_whose_instruction_set_differs(write_recipe: Any)
 
 def test_compile_dry_run_lists_what_would_compile(write_recipe: Any) -> None:
     path = write_recipe(cpu_recipe(cpu_isa="host"))
+    (path.parent / "build" / "tiny-llama").mkdir(parents=True)
+    (path.parent / "build" / "tiny-llama" / "config.json").write_text("{}")
     result = neuronbuild(
         "compile", str(path), "--cache", str(path.parent / "store"), "--dry-run", "--json"
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["totals"]["missing"] == 1
+
+
+def test_compile_and_its_dry_run_refuse_a_model_that_is_not_on_this_host(
+    write_recipe: Any,
+) -> None:
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="./no-such-model"))
+    for extra in ([], ["--dry-run"]):
+        result = neuronbuild("compile", str(path), "--cache", str(path.parent / "s"), *extra)
+        assert result.returncode == 2, result.stderr
+        assert "model ./no-such-model: no such folder" in result.stderr
+    hub = write_recipe(cpu_recipe(cpu_isa="host", model="nobody/none", revision="a" * 40))
+    result = neuronbuild("compile", str(hub), "--cache", str(path.parent / "s"), "--dry-run")
+    assert result.returncode == 2
+    assert "huggingface-cli download nobody/none --revision " + "a" * 40 in result.stderr
 
 
 def test_serve_refuses_an_option_that_is_part_of_the_unit_key() -> None:
@@ -130,15 +146,19 @@ def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_short_flags_and_stray_arguments() -> None:
-    for extra in (["-tp", "4"], ["stray"]):
+    for extra, message in (
+        (["-tp", "4"], "-tp: unknown option"),
+        (["stray"], "unexpected extra argument (stray)"),
+    ):
         result = neuronbuild("serve", str(RECIPES / "cpu-tiny-llama.yaml"), *extra)
         assert result.returncode == 2, extra
-        assert "not a serving option" in result.stderr
+        assert message in result.stderr
 
 
 def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> None:
     data = cpu_recipe(cpu_isa="host", model="./model")
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     store = tmp_path / "store"
     publish_build(Store(str(store), create=True), data, tmp_path, "a")
     elsewhere = tmp_path / "elsewhere"
@@ -150,6 +170,47 @@ def test_serve_by_ref_needs_the_workdir_of_a_relative_model(tmp_path: Path) -> N
     served = neuronbuild(*serve, "--workdir", str(tmp_path), cwd=elsewhere)
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["cwd"] == str(tmp_path)
+
+
+def test_a_hub_model_on_a_branch_warns_and_strict_makes_it_an_error(write_recipe: Any) -> None:
+
+    branch = write_recipe(neuron_recipe(revision="main"))
+    result = neuronbuild("validate", str(branch))
+    assert result.returncode == 0
+    assert "revision=main: hub model meta-llama/Llama-3.3-70B-Instruct needs a commit" in (
+        result.stderr
+    )
+    assert neuronbuild("validate", "--strict", str(branch)).returncode == 2
+    pinned = write_recipe(neuron_recipe(revision="0123456789" * 4), name="pinned.yaml")
+    assert neuronbuild("validate", "--strict", str(pinned)).returncode == 0
+
+
+def test_compile_and_serve_name_each_variable_they_keep_from_vllm(write_recipe: Any) -> None:
+    import os
+
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="./m"))
+    (path.parent / "m").mkdir()
+    (path.parent / "m" / "config.json").write_text("{}")
+    env = {**os.environ, "VLLM_NCCL_SO_PATH": "/x.so"}
+    store = str(path.parent / "store")
+    compiled = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "compile", str(path), "--cache", store, "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert "warning: VLLM_NCCL_SO_PATH is not passed to the engine" in compiled.stderr
+    publish_build(Store(store, create=True), cpu_recipe(cpu_isa="host", model="./m"), path.parent,
+                  "a", source=str(path))  # fmt: skip
+    served = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "serve", str(path), "--cache", store, "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert served.returncode == 0, served.stderr
+    assert "warning: VLLM_NCCL_SO_PATH is not passed to vLLM" in served.stderr
+    assert "env -u VLLM_NCCL_SO_PATH" in served.stdout
 
 
 def test_sigterm_ends_any_command_with_128_plus_15_and_one_line(tmp_path: Path) -> None:

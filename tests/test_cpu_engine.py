@@ -198,7 +198,11 @@ def test_sigterm_during_compile_ends_every_engine_process_and_publishes_nothing(
 
 def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) -> None:
     recipe = lay_out_demo(tmp_path)
-    recipe.write_text(recipe.read_text().replace("../build/tiny-llama", "./no-such-model"))
+    # A model folder that is there (compile checks that first, exit 2) but that vLLM cannot load.
+    broken = recipe.parent / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "nosuchmodeltype"}')
+    recipe.write_text(recipe.read_text().replace("../build/tiny-llama", "./broken-model"))
     store, logs = tmp_path / "store", tmp_path / "logs"
     result = neuronbuild(
         "compile", str(recipe), "--cache", str(store), "--log-dir", str(logs), "--json"
@@ -207,5 +211,5 @@ def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) 
     [unit] = json.loads(result.stdout)["units"]
     assert unit["status"] == "failed" and "log:" in unit["error"]
     [log] = logs.iterdir()
-    assert "no-such-model" in log.read_text(errors="replace")
+    assert "nosuchmodeltype" in log.read_text(errors="replace")
     assert not (store / "manifests").exists() and not (store / "refs").exists()

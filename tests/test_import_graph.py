@@ -49,8 +49,11 @@ def test_runtime_imports_no_compile_side_module(tmp_path: Path, write_recipe: An
     # A published build for the runtime to resolve, fetch, verify and lay out.
     data = cpu_recipe(cpu_isa="host", model="./model")
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     recipe = write_recipe(data)
-    publish_build(Store(str(tmp_path / "store"), create=True), data, tmp_path, "a")
+    publish_build(
+        Store(str(tmp_path / "store"), create=True), data, tmp_path, "a", source=str(recipe)
+    )
     script = SCRIPT.format(
         modules=runtime_modules,
         recipe=str(recipe),

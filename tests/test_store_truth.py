@@ -15,7 +15,7 @@ import pytest
 from neuronbuild.build import held_records
 from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
-from neuronbuild.plan import build_plan
+from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, UnitRecord
@@ -105,12 +105,17 @@ def test_a_graph_is_built_only_while_its_blobs_are_present(
     assert doctor.returncode == 0 and doctor.stdout.startswith("MISS")
 
 
-def test_compile_repairs_a_unit_whose_blobs_are_gone(tmp_path: Path) -> None:
+def one_unit_build(tmp_path: Path) -> tuple[Store, Plan, UnitRecord]:
+    """A store holding one build of the CPU recipe: its plan and its one unit record."""
     store = Store(str(tmp_path / "store"), create=True)
     data = cpu_recipe(cpu_isa="host")
     digest = publish_build(store, data, tmp_path, "a")
-    plan = build_plan(parse_recipe(data))
-    [old] = store.get_manifest(digest).units
+    [unit] = store.get_manifest(digest).units
+    return store, build_plan(parse_recipe(data)), unit
+
+
+def test_compile_repairs_a_unit_whose_blobs_are_gone(tmp_path: Path) -> None:
+    store, plan, old = one_unit_build(tmp_path)
     os.unlink(store.layout.blob(old.files[0].digest))
     assert held_records(store, plan) == {}  # so compile compiles it again
 
@@ -162,7 +167,9 @@ main()
 """
     import yaml
 
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host")))
+    (tmp_path / "model").mkdir()  # compile checks the model is on this host
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host", model="./model")))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 3, result.stderr
     assert "store error: s3://bucket: cannot upload" in result.stderr
@@ -273,3 +280,12 @@ def test_a_relative_vllm_cache_root_is_where_serve_lays_out_made_absolute(tmp_pa
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["vllm_cache_root"] == str(tmp_path / "here")
     assert all((tmp_path / "here" / f.path).is_file() for f in store.get_manifest(digest).files())
+
+
+def test_compile_repairs_a_unit_record_it_cannot_read(tmp_path: Path) -> None:
+    store, plan, good = one_unit_build(tmp_path)
+    path = Path(store.layout.unit(good.key))
+    path.write_bytes(json.dumps(good.to_json(), indent=1).encode())  # not canonical
+    assert held_records(store, plan) == {}
+    assert store.put_unit(good) == good
+    assert path.read_bytes() == good.to_bytes()

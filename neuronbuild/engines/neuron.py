@@ -11,8 +11,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import envs
+from neuronbuild.engines.arg_classes import normalise
 from neuronbuild.engines.base import Engine, UnitSpec
-from neuronbuild.engines.neuron_buckets import NeuronBuckets, resolve_buckets
+from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
+from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.errors import RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
@@ -96,12 +100,8 @@ class NeuronEngine(Engine):
     (vLLM-Neuron in CPU compile mode) is not part of this version: :meth:`compiler` says so."""
 
     name: ClassVar[str] = "neuron"
-    key_env: ClassVar[tuple[str, ...]] = (
-        "NEURON_CC_FLAGS",
-        "VLLM_NEURON_BACKEND",
-        "VLLM_NEURON_DISABLE_NKI_KERNELS",
-        "TORCH_CACHING_PRECOMPILE",
-    )
+    env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-neuron", "neuronx-cc", "torch-neuronx")
     note: ClassVar[str] = "one NEFF per graph; each graph is its own compile unit"
     # A large model's bucket NEFF takes minutes of neuronx-cc and several GiB of host memory
@@ -190,6 +190,9 @@ class NeuronEngine(Engine):
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         return [UnitSpec((g,), {"graph": g.to_json()}) for g in self.graphs(recipe)]
 
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return target_differences(str(factors.get("target")))
+
     def serve_env(self, cache_root: str) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start.
         return {
@@ -209,10 +212,13 @@ class NeuronEngine(Engine):
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
         args = super().key_engine_args(recipe)
+        # Absent, vLLM-Neuron derives it from the largest bucket: both spellings key alike.
+        args.setdefault("max_num_batched_tokens", self.buckets(recipe).max_num_batched_tokens)
         additional = dict(args.get("additional_config") or {})
         for sub, keys in BUCKET_LIST_KEYS.items():
             if isinstance(additional.get(sub), Mapping):
                 additional[sub] = {k: v for k, v in additional[sub].items() if k not in keys}
         if "additional_config" in args:
             args["additional_config"] = additional
-        return args
+        resolved: dict[str, Any] = normalise(args)  # a bucket-less sub-config equals an absent one
+        return resolved

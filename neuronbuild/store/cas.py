@@ -274,11 +274,11 @@ class Store:
 
     def put_unit(self, record: UnitRecord) -> UnitRecord:
         """Publish ``record`` after checking its blobs are present. The first record for a key
-        wins and a later builder adopts (and returns) it, unless its blobs are gone: then this
-        build repairs it by replacing it.
+        wins and a later builder adopts (and returns) it, unless its blobs are gone or it cannot
+        be read as a record: then this build repairs it by replacing it.
 
         Raises:
-            StoreError: a blob of ``record`` is missing, or the stored record cannot be read.
+            StoreError: a blob of ``record`` is missing.
         """
         missing = self.missing_blobs(record.files)
         if missing:
@@ -286,10 +286,11 @@ class Store:
         path = self.layout.unit(record.key)
         if self.backend.create(path, record.to_bytes()):
             return record
-        stored = self.get_unit(record.key)
-        if stored is None:
-            raise StoreError(f"{self.url}: unit {record.key} exists but cannot be read")
-        if self.missing_blobs(stored.files):
+        try:
+            stored = self.get_unit(record.key)
+        except StoreDataInvalid:  # unreadable or hostile: this build repairs it
+            stored = None
+        if stored is None or self.missing_blobs(stored.files):
             self.backend.put(path, record.to_bytes())
             return record
         return stored

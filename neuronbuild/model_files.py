@@ -1,0 +1,105 @@
+"""A recipe's model: a local folder identified by its content, or a hub id at a revision.
+
+vLLM treats ``model`` as a local folder when that path exists (from its working directory), else
+as a Hugging Face hub id. A folder enters unit keys by the digest of the files a compile reads
+(issue 9): swapping ``config.json`` under the same path must change every key. A hub id enters by
+its ``revision``, which must be a commit hash for a fleet build (a branch moves).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from neuronbuild.errors import UserError
+from neuronbuild.keys import sha256_digest
+
+READ_AT_COMPILE = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+"""Files of a model folder whose bytes a compile reads: the architecture, tokenizer and
+generation config, processors, and the weight index (which names every tensor and its file)."""
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+"""Weight files: without an index, their names and sizes stand in for it (hashing gigabytes of
+weights per plan would cost more than the graphs, which do not depend on weight values)."""
+
+COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
+"""A hub revision that names one commit (git's 40-hex object id)."""
+
+
+def local_folder(model: str, workdir: Path) -> Path | None:
+    """The folder ``model`` names, from ``workdir`` as vLLM resolves it, or None for a hub id."""
+    path = Path(model).expanduser()
+    path = path if path.is_absolute() else workdir / path
+    return path if path.is_dir() else None
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether ``model`` can only be a path (a hub id is ``name`` or ``org/name``)."""
+    return model.startswith(("/", "./", "../", "~")) or model.count("/") > 1
+
+
+def content_digest(folder: Path) -> dict[str, str]:
+    """``file name -> sha256:<hex>`` of each :data:`READ_AT_COMPILE` file in ``folder``; when it
+    has no weight index, ``weight file name -> size:<bytes>`` for each weight file too."""
+    out = {
+        name: sha256_digest((folder / name).read_bytes())
+        for name in READ_AT_COMPILE
+        if (folder / name).is_file()
+    }
+    if not any(name.endswith(".index.json") for name in out):
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and path.name.endswith(WEIGHT_SUFFIXES):
+                out[path.name] = f"size:{path.stat().st_size}"
+    return out
+
+
+def is_pinned_revision(revision: str | None) -> bool:
+    """Whether a hub ``revision`` names one commit, as a fleet build needs."""
+    return revision is not None and COMMIT_HASH.match(revision) is not None
+
+
+def check_model_present(model: str, revision: str | None, workdir: Path) -> None:
+    """Raise UserError, saying how to fetch it, unless the model vLLM will load is on this host:
+    the local folder with its ``config.json``, or the hub snapshot of ``revision`` (``main`` when
+    None) in the local Hugging Face cache. vLLM runs with ``HF_HUB_OFFLINE=1``, so a missing
+    snapshot would otherwise fail late, inside vLLM."""
+    folder = local_folder(model, workdir)
+    if folder is not None:
+        if not (folder / "config.json").is_file():
+            raise UserError(
+                f"model {model}: {folder} has no config.json; point model at a Hugging Face "
+                "model folder (config, tokenizer and weights)"
+            )
+        return
+    if looks_like_path(model):
+        raise UserError(
+            f"model {model}: no such folder from {workdir}; build or copy the model there, or, "
+            "for a relative path, pass --workdir with the folder the recipe was compiled from"
+        )
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(model, "config.json", revision=revision or "main")
+    if not isinstance(found, str):
+        at = f" --revision {revision}" if revision else ""
+        raise UserError(
+            f"model {model} (revision {revision or 'main'}) is not in the local Hugging Face "
+            f"cache, and vLLM runs offline (HF_HUB_OFFLINE=1); fetch it first with "
+            f"`huggingface-cli download {model}{at}`"
+        )

@@ -1,0 +1,112 @@
+"""Check, before vLLM starts, that this node can run a manifest's artifacts as they were built.
+
+A node differs from the build when an installed distribution differs from the recipe's toolchain
+pins, when the engine's target check fails (the Neuron device family, the CPU instruction set),
+or when a local model folder's content differs from what was compiled. Each difference is named
+(a distribution, ``target``, ``cpu_isa``, ``model_files``) so an operator who knows better can
+pass ``--allow-mismatch NAME``; any other difference is refused with a table (exit 2). Variables
+that would make a node compile are refused outright.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuronbuild.console import format_table
+from neuronbuild.engines import Engine
+from neuronbuild.errors import UserError
+from neuronbuild.model_files import content_digest, local_folder
+from neuronbuild.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One way this node differs from the build: ``name`` (what ``--allow-mismatch`` takes),
+    what the artifacts were built for, and what this node has."""
+
+    name: str
+    built_for: str
+    node: str
+
+
+class NodeMismatch(UserError):
+    """This node cannot run the artifacts as built; the message is a table of the differences."""
+
+
+def installed_version(distribution: str) -> str | None:
+    """The version of ``distribution`` installed here (``importlib.metadata``), None if absent."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def node_mismatches(
+    recipe: Recipe, engine: Engine, factors: Mapping[str, Any], workdir: Path
+) -> list[Mismatch]:
+    """Every difference between this node and the build of a unit with ``factors``: toolchain
+    pins against installed versions, the engine's own checks (:meth:`Engine.node_differences`)
+    and the model folder's content (when ``model`` is a local folder)."""
+    found = [
+        Mismatch(dist, pin, installed or "(not installed)")
+        for dist, pin in sorted(recipe.toolchain.items())
+        if (installed := installed_version(dist)) != pin
+    ]
+    found += [Mismatch(*d) for d in engine.node_differences(dict(factors))]
+    folder = local_folder(recipe.model, workdir)
+    built = factors.get("model_files")
+    if folder is not None and isinstance(built, dict):
+        here = content_digest(folder)
+        for name in sorted(set(built) | set(here)):
+            if built.get(name) != here.get(name):
+                found.append(
+                    Mismatch(
+                        "model_files",
+                        f"{name} {built.get(name, '(absent)')}"[:60],
+                        str(here.get(name, "(absent)"))[:60],
+                    )
+                )
+    return found
+
+
+def check_node(
+    recipe: Recipe,
+    engine: Engine,
+    units: Iterable[Mapping[str, Any]],
+    workdir: Path,
+    environ: Mapping[str, str],
+    allow: Iterable[str] = (),
+) -> list[Mismatch]:
+    """Refuse this node unless it runs the build (the factors of its ``units``) as built;
+    return the allowed mismatches, each once (the caller prints them loudly). ``workdir``: where
+    a relative model folder resolves.
+
+    Raises:
+        UserError: a variable of ``environ`` would make this node compile or mis-target.
+        NodeMismatch: a difference not named in ``allow``, with a table of every difference.
+    """
+    refused = engine.refused_at_serve(environ)
+    if refused:
+        raise UserError(
+            f"{', '.join(refused)} would make this node compile or build for another target "
+            f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
+        )
+    allowed = set(allow)
+    found = list(
+        dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
+    )
+    refusing = [m for m in found if m.name not in allowed]
+    if refusing:
+        rows = [["NAME", "BUILT FOR", "THIS NODE"]] + [[m.name, m.built_for, m.node] for m in found]
+        table = "\n".join(format_table(rows, indent="  "))
+        names = " ".join(f"--allow-mismatch {n}" for n in dict.fromkeys(m.name for m in refusing))
+        raise NodeMismatch(
+            f"this node differs from the build of {recipe.name}:\n{table}\n"
+            f"serve on a node that matches, or compile for this one; if you know the artifacts "
+            f"still run here, pass {names}"
+        )
+    return found

