@@ -90,7 +90,7 @@ def seal_plans(
     check_distinct_names(plans)
     report = SealReport()
     keys = [u.key.digest for plan in plans for u in plan.units]
-    records = store.get_units(keys)  # an unreadable record raises: compile replaces it
+    records = store.get_units(keys)
     gone = {e.digest for e in store.missing_blobs(f for r in records.values() for f in r.files)}
     for plan in plans:
         for unit in plan.units:

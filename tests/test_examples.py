@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from neuronbuild.cli import cli
+from neuronbuild.errors import UserError
+from neuronbuild_runtime.serve_options import split_serve_args
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "examples"
@@ -98,8 +100,15 @@ def problems(argv: list[str]) -> list[str]:
         return [f"no command {argv[1:2]}"]
     command: click.Command = cli.commands[argv[1]]  # type: ignore[attr-defined]
     known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+    args = argv[2:]
+    if argv[1] == "serve":  # vLLM server options pass through, checked as serve checks them
+        own = {o: not getattr(p, "is_flag", False) for p in command.params for o in p.opts}
+        try:
+            args, _ = split_serve_args(args, own)
+        except UserError as exc:
+            return [f"serve: {exc}"]
     out = []
-    for token in argv[2:]:
+    for token in args:
         if token.startswith("-") and not re.fullmatch(r"-?\d+", token):
             name = token.split("=", 1)[0]
             if name not in known:
@@ -146,3 +155,6 @@ def test_the_checker_catches_a_misspelt_option_and_command() -> None:
     ]
     assert problems(["neuronbuild", "seel", "r.yaml"]) == ["no command ['seel']"]
     assert not problems(["neuronbuild", "serve", "--ref", "a/b", "--port", "8000"])
+    assert problems(["neuronbuild", "serve", "--ref", "a/b", "--prot", "8000"]) == [
+        "serve: --prot: unknown option; did you mean --port?"
+    ]
