@@ -316,9 +316,12 @@ def compile_(
                 click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
         if dry_run:
             click.echo("dry run: nothing compiled")
-        elif shard is not None and not run.failed:
+        elif shard is not None and run.assigned and not run.failed:
             names = " ".join(recipe_paths)
-            click.echo(f"published; once every shard has run: neuronbuild seal {names} --cache ...")
+            click.echo(
+                f"published; once every shard has run: neuronbuild seal {names} "
+                f"--cache {store.url} --shards {shard.count}"
+            )
     if run.failed:
         what = "this shard's failed units" if shard else "them"
         raise UnitsFailed(f"not sealed: some units failed; fix {what} and run compile again")
