@@ -425,3 +425,10 @@ def test_seal_lists_blobs_and_never_reads_one(tmp_path: Path) -> None:
     report = seal_plans([build_plan(load_recipe(p)) for p in paths], store, tag="latest")
     assert [s["name"] for s in report.sealed] == [f"seqs-{n}" for n in SEQS]
     assert not report.missing
+
+
+def test_address_without_the_ray_executor_is_refused() -> None:
+    from neuronbuild.executor import executor_for
+
+    with pytest.raises(UserError, match="--address: only --executor ray"):
+        executor_for("local", "ray://head:10001")
