@@ -9,6 +9,7 @@ manifest or ref that points at missing data, whatever happens to this process.
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -30,6 +31,12 @@ from neuronbuild.seal import check_distinct_names
 from neuronbuild.shard import Shard, assign_units
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+
+RETRY_BACKOFF_SECONDS = 30.0
+"""Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
+
+MAX_MEMORY_RETRIES = 2
+"""Runs of a unit killed for memory that are retried, each with less parallelism."""
 
 
 class ToolchainMismatch(UserError):
@@ -130,6 +137,96 @@ def ingest(
     return store.put_unit(record)
 
 
+def seed_scratch(
+    store: Store, recipe: Recipe, unit: CompileUnit, compiler: UnitCompiler, cache_root: Path
+) -> set[str]:
+    """Lay the previous build's entries for this unit into its scratch ``cache_root``, so the
+    engine's own per-graph cache check skips every graph that did not change.
+
+    The previous build is the manifest ``<name>/latest`` points at; its unit records for the same
+    engine, target, toolchain and phase are used, only their files under the engine's
+    ``cache_dir``. An entry whose graph changed has another key (the platform's key covers the
+    graph, compiler and versions), so it is never hit, only carried. Returns the names of the
+    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full).
+    """
+    if not compiler.seeds_from_previous:
+        return set()
+    try:
+        digest = store.get_ref(recipe.name, LATEST)
+        manifest = store.get_manifest(digest) if digest is not None else None
+    except StoreDataInvalid:
+        return set()
+    if manifest is None:
+        return set()
+    same = ("engine", "target", "toolchain", "phase")
+    files = {
+        f.path: f
+        for record in manifest.units
+        if all(record.factors.get(k) == unit.key.factors.get(k) for k in same)
+        for f in record.files
+        if Path(f.path).is_relative_to(compiler.cache_dir)
+    }
+    for entry in files.values():
+        store.fetch_blob(entry, cache_root / entry.path)
+    return {entry_name(compiler, Path(p)) for p in files}
+
+
+def entry_name(compiler: UnitCompiler, rel: Path) -> str:
+    """The entry (a folder under the engine's ``cache_dir``) a cache file belongs to."""
+    return rel.relative_to(compiler.cache_dir).parts[0]
+
+
+def run_unit(
+    groups: ProcessGroups,
+    compiler: UnitCompiler,
+    recipe: Recipe,
+    unit: CompileUnit,
+    cache_root: Path,
+    log: Path,
+    timeout: float | None,
+) -> None:
+    """Run ``unit``'s engine until it succeeds, retrying what its engine calls retryable: a
+    transient failure once after :data:`RETRY_BACKOFF_SECONDS`, a run killed for memory up to
+    :data:`MAX_MEMORY_RETRIES` times with less parallelism. Every run appends to ``log``.
+
+    Raises:
+        UnitFailed: the engine failed for good; the message names the phase, the failing bucket
+            and error code where the log names them, and the log; ``details`` holds them.
+    """
+    backoffs = pressure = 0
+    while True:
+        command = compiler.command(recipe, unit, cache_root, pressure=pressure)
+        start = log.stat().st_size if log.exists() else 0
+        code = groups.run(command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout)
+        if code == 0:
+            return
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        failure = compiler.classify(code, text)
+        if failure.retry == "backoff" and backoffs < 1:
+            backoffs += 1
+            wait = RETRY_BACKOFF_SECONDS
+        elif failure.retry == "fewer_workers" and pressure < MAX_MEMORY_RETRIES:
+            pressure += 1
+            wait = 0.0
+        else:
+            details = {
+                "phase": unit.phase,
+                "bucket": failure.bucket,
+                "code": failure.code,
+                "reason": failure.reason,
+                "log": str(log),
+            }
+            where = f"{unit.phase} phase" if unit.phase else "unit"
+            bucket = f" at {failure.bucket}" if failure.bucket else ""
+            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}; log: {log}", details)
+        with open(log, "a") as f:
+            f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
+        if groups.cancelled.wait(wait):
+            raise UnitFailed("cancelled")
+
+
 @dataclass
 class RecipeRun:
     """One recipe's part of a compile run: its plan, report, the records the store holds for
@@ -141,6 +238,7 @@ class RecipeRun:
     report: CompileReport
     records: dict[str, UnitRecord]
     work: Work | None
+    compiler: UnitCompiler | None = None
 
 
 @dataclass
@@ -200,35 +298,34 @@ def prepare_recipe(
         report.blocked = str(exc)
         return RecipeRun(recipe, plan, report, held_records(store, plan), None)
 
-    def work(unit: CompileUnit, groups: ProcessGroups) -> UnitRecord:
+    def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = log_dir / f"{unit.key.hex}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
+        cache_root = scratch / "vllm-cache"
         try:
-            command = compiler.command(recipe, unit, scratch / "vllm-cache")
-            code = groups.run(
-                command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout
-            )
-            if code != 0:
-                raise UnitFailed(f"engine exited with {code}; log: {log}")
-            files = compiler.harvest(scratch / "vllm-cache")
-            record = ingest(store, unit, scratch / "vllm-cache", files, toolchain)
+            seeded = seed_scratch(store, recipe, unit, compiler, cache_root)
+            run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
+            files = compiler.harvest(cache_root)
+            record = ingest(store, unit, cache_root, files, toolchain)
         except StoreError as exc:
             outages.append(exc)
             raise
         except UnitFailed as exc:
+            details = {"phase": unit.phase, "log": str(log), **exc.details}
             if "log:" not in str(exc):
-                raise UnitFailed(f"{exc}; log: {log}") from None
+                raise UnitFailed(f"{exc}; log: {log}", details) from None
             raise
         except Exception as exc:
             raise UnitFailed(f"{exc}; log: {log}") from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.unlink(missing_ok=True)
-        return record
+        entries = {entry_name(compiler, f) for f in files}
+        return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
-    return RecipeRun(recipe, plan, report, held_records(store, plan), work)
+    return RecipeRun(recipe, plan, report, held_records(store, plan), work, compiler)
 
 
 def compile_recipes(
@@ -314,10 +411,20 @@ def compile_recipes(
         return works[unit.key.digest](unit, groups)
 
     estimates = {k: planned.estimate for k, planned in union.items()}
+    at_once = jobs
+    for run in runs:  # each engine may lower parallelism for its units (e.g. host memory)
+        count = sum(1 for u in todo if u.key.digest in {v.key.digest for v in run.plan.units})
+        if run.compiler is not None and count:
+            allowed, note = run.compiler.concurrency(run.recipe, count, jobs)
+            at_once = min(at_once, allowed)
+            if note:
+                print(f"neuronbuild: {note}", file=stream or sys.stderr)
     progress = Progress(len(todo), stream)
     try:
         results = (
-            (executor or LocalExecutor()).run(todo, work, jobs, progress, estimates) if todo else []
+            (executor or LocalExecutor()).run(todo, work, at_once, progress, estimates)
+            if todo
+            else []
         )
     finally:
         progress.close()
@@ -333,14 +440,19 @@ def compile_recipes(
             if done is None:
                 report.units.append(row(unit, "cached" if key in held else "skipped"))
             elif done.ok:
-                report.units.append({**row(unit, "compiled"), "seconds": round(done.seconds, 1)})
-                run.records[key] = done.value
+                record, entries = done.value
+                report.units.append(
+                    {**row(unit, "compiled"), "seconds": round(done.seconds, 1), "entries": entries}
+                )
+                run.records[key] = record
             else:
+                details = {k: v for k, v in done.details.items() if v is not None}
                 report.units.append(
                     {
                         **row(unit, "failed"),
                         "seconds": round(done.seconds, 1),
                         "error": done.error,
+                        **details,
                     }
                 )
         if shard is None and not report.failed:

@@ -306,6 +306,12 @@ def compile_(
             for unit in report.units:
                 if unit["status"] == "failed":
                     click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+                elif unit.get("entries", {}).get("reused"):
+                    entries = unit["entries"]
+                    click.echo(
+                        f"{unit['key'][:19]}: {entries['compiled']} entries compiled, "
+                        f"{entries['reused']} reused from the previous build"
+                    )
             totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
             click.echo(
                 f"{report.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s"

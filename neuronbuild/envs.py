@@ -43,6 +43,20 @@ VLLM_CPU_KVCACHE_SPACE = "VLLM_CPU_KVCACHE_SPACE"
 VLLM_LOGGING_LEVEL = "VLLM_LOGGING_LEVEL"
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"
 
+# The neuron engine's compile mode (vllm-neuron/docs/design/compilation/cpu_compilation.md).
+NEURONBUILD_NEURON_COMPILE_GIB = "NEURONBUILD_NEURON_COMPILE_GIB"
+"""Host memory (GiB) one neuronx-cc process may take; sizes compile parallelism (default 8)."""
+VLLM_NEURON_CPU_COMPILE = "VLLM_NEURON_CPU_COMPILE"
+NEURON_PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
+NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS = "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS"
+VLLM_NEURON_SKIP_WARMUP = {
+    "prefill": "VLLM_NEURON_SKIP_PREFILL_WARMUP",
+    "decode": "VLLM_NEURON_SKIP_DECODE_WARMUP",
+    "vision": "VLLM_NEURON_SKIP_ENCODER_WARMUP",
+}
+"""The switch that leaves each phase out of a vLLM-Neuron run (its graphs' keys unchanged)."""
+VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP = "VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP"
+
 
 @dataclass(frozen=True)
 class Var(Generic[T]):

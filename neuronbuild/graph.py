@@ -63,5 +63,14 @@ class CompileUnit:
     graphs: tuple[Graph, ...]
     key: UnitKey
 
+    @property
+    def phase(self) -> str | None:
+        """The engine phase the unit compiles (neuron: prefill, decode, vision), if any."""
+        phase = self.key.factors.get("phase")
+        return phase if isinstance(phase, str) else None
+
     def label(self) -> str:
+        """``prefill (6 graphs)`` for a phase unit, else its graphs' labels."""
+        if self.phase is not None:
+            return f"{self.phase} ({len(self.graphs)} graphs)"
         return ", ".join(g.label() for g in self.graphs)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -31,7 +31,12 @@ KILL_GRACE_SECONDS = 10.0
 
 
 class UnitFailed(Exception):
-    """A unit's compile failed; the message says why and where its log is."""
+    """A unit's compile failed; the message says why and where its log is. ``details``: what the
+    engine read from its log (phase, bucket, code, log path), for the summary."""
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or {}
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class UnitResult:
     seconds: float
     value: Any = None
     error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -53,7 +59,7 @@ class ProcessGroups:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._groups: set[int] = set()
+        self._groups: dict[int, subprocess.Popen[bytes]] = {}
         self.cancelled = threading.Event()
 
     def run(
@@ -83,37 +89,53 @@ class ProcessGroups:
                 start_new_session=True,
             )
             with self._lock:
-                self._groups.add(proc.pid)
+                self._groups[proc.pid] = proc
             try:
-                return proc.wait(timeout=timeout)
+                code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                end_group(proc.pid)
+                end_group(proc.pid, reap=proc.poll)
                 proc.wait()
                 raise UnitFailed(f"timed out after {timeout:.0f} s") from None
             finally:
                 with self._lock:
-                    self._groups.discard(proc.pid)
-                if self.cancelled.is_set():
-                    end_group(proc.pid)
+                    self._groups.pop(proc.pid, None)
+                # Helpers the engine left behind (vLLM-Neuron's engine processes do not exit
+                # after a compile) end with the run.
+                end_group(proc.pid, reap=proc.poll)
+            if self.cancelled.is_set():
+                raise UnitFailed("cancelled")
+            return code
 
     def end_all(self) -> None:
         """Cancel: no new process starts, and every running group is ended."""
         self.cancelled.set()
         with self._lock:
-            groups = list(self._groups)
-        threads = [threading.Thread(target=end_group, args=(pgid,)) for pgid in groups]
+            groups = list(self._groups.items())
+        threads = [
+            threading.Thread(target=end_group, args=(pgid,), kwargs={"reap": proc.poll})
+            for pgid, proc in groups
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
 
-def end_group(pgid: int, grace: float = KILL_GRACE_SECONDS) -> None:
-    """SIGTERM process group ``pgid``, then SIGKILL whatever is left after ``grace`` seconds."""
+def end_group(
+    pgid: int, grace: float = KILL_GRACE_SECONDS, reap: Callable[[], object] | None = None
+) -> None:
+    """SIGTERM process group ``pgid``, then SIGKILL whatever is left after ``grace`` seconds.
+
+    Returns as soon as the group is empty. ``reap`` (the leader's ``Popen.poll``) collects the
+    leader once it exits: an unreaped leader stays a zombie member of its group, so without it
+    the group would look alive for the whole grace period.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
+        if reap is not None:
+            reap()
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
@@ -217,6 +239,8 @@ def run_units(
         try:
             value = work(unit, groups)
             result = UnitResult(unit, time.monotonic() - start, value=value)
+        except UnitFailed as exc:
+            result = UnitResult(unit, time.monotonic() - start, error=str(exc), details=exc.details)
         except Exception as exc:  # a failing unit must not stop the others
             result = UnitResult(
                 unit, time.monotonic() - start, error=str(exc) or type(exc).__name__

@@ -10,6 +10,7 @@ files, and every blob.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -175,6 +176,22 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     return recipe
 
 
+def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
+    """Every phase the recipe's plan needs must be in the manifest (one sealed by hand or by an
+    older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
+
+    Raises:
+        UserError: naming the missing phase, before vLLM starts.
+    """
+    held = {u.factors.get("phase") for u in manifest.units}
+    for unit in build_plan(recipe).units:
+        if unit.phase is not None and unit.phase not in held:
+            raise UserError(
+                f"manifest {digest} lacks the {unit.phase} phase ({len(unit.graphs)} graphs) "
+                f"that {recipe.name} needs; compile it (neuronbuild compile) before serving"
+            )
+
+
 def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
     """The recipe, manifest and manifest digest to serve.
 
@@ -203,6 +220,8 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
             raise UserError(f"{tiers.url} has no {name}/{tag}: {hint}")
         digest = found
     manifest = tiers.get_manifest(digest)
+    with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
+        check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
     sealed_recipe = check_manifest_plans(manifest, digest)
     if recipe_file is not None:
         check_recipe_matches(recipe_file, manifest, digest)
@@ -256,7 +275,7 @@ def prepare(
     else:
         if tiers.local.missing_blobs(manifest.files()):
             tiers.fill(digest)  # read-through: the node keeps what it fetched
-        laid = lay_out(manifest, digest, tiers, root, deep=deep)
+        laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]

@@ -21,11 +21,19 @@ from neuronbuild.store.records import Manifest
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
 
-NEURON_TOOLCHAIN = {"vllm-neuron": "0.21.0", "neuronx-cc": "2.21.1", "torch-neuronx": "2.8.0"}
+NEURON_TOOLCHAIN = {
+    "vllm": "0.24.0",
+    "vllm-neuron": "0.24.0.1.1.0",
+    "neuronx-cc": "2.27.5334.0",
+    "nki": "0.6.0",
+    "libtorch-neuronx-lite": "2.11.0.1.0.1284",
+}
+"""The Neuron SDK 2.32.0 release set (what the test double in tests/neuron_double installs)."""
 
 
 def neuron_recipe(neuron_config: dict[str, Any] | None = None, **args: Any) -> dict[str, Any]:
-    """A valid trn2 recipe (single-shot prefill, 4096 tokens, 8 sequences) with overrides.
+    """A valid trn2 recipe (single-shot prefill, 4096 tokens, 8 sequences, so no prefix caching)
+    with overrides.
 
     A key set to ``None`` in ``args`` is removed.
     """
@@ -38,6 +46,7 @@ def neuron_recipe(neuron_config: dict[str, Any] | None = None, **args: Any) -> d
         "max_model_len": 4096,
         "max_num_seqs": 8,
         "max_num_batched_tokens": 4096,
+        "enable_prefix_caching": False,
     }
     if neuron_config is not None:
         data["additional_config"] = {"neuron_config": copy.deepcopy(neuron_config)}

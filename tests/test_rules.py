@@ -41,7 +41,6 @@ INVALID = [
     ("segment-block-size", neuron_recipe({"kv_segment_size_buckets": [2048], "num_batched_tokens_buckets": [2048]}, max_num_batched_tokens=2048, block_size=96), f"{NC}.kv_segment_size_buckets[0]", "block_size (96)"),
     ("segment-two-sizes", neuron_recipe({"kv_segment_size_buckets": [1024, 2048], "num_batched_tokens_buckets": [1024, 2048]}, max_num_batched_tokens=2048), f"{NC}.kv_segment_size_buckets", "one segment size"),
     ("segment-differs-from-nbt", neuron_recipe({"kv_segment_size_buckets": [2048], "num_batched_tokens_buckets": [1024, 2048]}, max_num_batched_tokens=2048), f"{NC}.num_batched_tokens_buckets", "identical"),
-    ("segment-default-nbt", neuron_recipe({"kv_segment_size_buckets": [2048]}, max_num_batched_tokens=2048), f"{NC}.num_batched_tokens_buckets", "set it to [2048]"),
     ("segment-last-bucket-not-max", neuron_recipe({"kv_segment_size_buckets": [2048], "num_batched_tokens_buckets": [2048]}, max_num_batched_tokens=1024), f"{NC}.num_batched_tokens_buckets", "max_num_batched_tokens (1024)"),
     ("mnbt-capped-message", neuron_recipe({"num_batched_tokens_buckets": [128, 2048]}, max_num_batched_tokens=8192), f"{NC}.num_batched_tokens_buckets", "capped at max_model_len (4096)"),
     ("nan-in-passed-through-arg", neuron_recipe(gpu_memory_utilization=float("nan")), "gpu_memory_utilization", "plain JSON"),

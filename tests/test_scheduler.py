@@ -81,3 +81,20 @@ def test_an_engine_log_collects_stdout_and_stderr(tmp_path: Path) -> None:
     )
     assert code == 0
     assert log.read_text().split() == ["out", "err"]
+
+
+def test_a_timeout_returns_once_sigterm_ended_the_process_not_after_the_kill_grace(
+    tmp_path: Path,
+) -> None:
+    # The engine leaves on the first SIGTERM; its unreaped exit must not look like a live group.
+    groups = ProcessGroups()
+    start = time.monotonic()
+    with pytest.raises(UnitFailed, match="timed out after 1 s"):
+        groups.run(
+            [sys.executable, "-c", "import time; time.sleep(300)"],
+            env=dict(os.environ),
+            cwd=tmp_path,
+            log=tmp_path / "log",
+            timeout=1,
+        )
+    assert time.monotonic() - start < 5

@@ -19,7 +19,14 @@ from neuronbuild.errors import UserError
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild_runtime import node_checks
-from tests.conftest import REPO, cpu_recipe, neuron_recipe, publish_build, serve_without_vllm
+from tests.conftest import (
+    NEURON_TOOLCHAIN,
+    REPO,
+    cpu_recipe,
+    neuron_recipe,
+    publish_build,
+    serve_without_vllm,
+)
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 
@@ -64,7 +71,8 @@ def test_a_node_whose_installed_versions_differ_from_the_pins_is_refused_with_a_
 def test_fake_installed_versions_are_compared_with_every_pin(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    versions = {"vllm-neuron": "0.21.0", "neuronx-cc": "2.21.0"}  # torch-neuronx absent
+    versions = {**NEURON_TOOLCHAIN, "neuronx-cc": "2.27.0"}
+    del versions["nki"]
 
     def version(dist: str) -> str:
         if dist not in versions:
@@ -76,8 +84,8 @@ def test_fake_installed_versions_are_compared_with_every_pin(
     recipe = parse_recipe(neuron_recipe())
     found = node_checks.node_mismatches(recipe, get_engine("neuron"), {"target": "trn2"}, REPO)
     assert [(m.name, m.built_for, m.node) for m in found] == [
-        ("neuronx-cc", "2.21.1", "2.21.0"),
-        ("torch-neuronx", "2.8.0", "(not installed)"),
+        ("neuronx-cc", "2.27.5334.0", "2.27.0"),
+        ("nki", "0.6.0", "(not installed)"),
     ]
 
 

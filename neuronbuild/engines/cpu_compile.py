@@ -33,6 +33,8 @@ KV_CACHE_GIB = "1"
 class CpuCompiler(UnitCompiler):
     """Builds ``vllm.LLM`` once per unit against a scratch ``VLLM_CACHE_ROOT``."""
 
+    cache_dir = AOT_DIR
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
@@ -58,7 +60,9 @@ class CpuCompiler(UnitCompiler):
                 f"with -march=native, so compile on a {wanted} host or set cpu_isa: {host}"
             )
 
-    def command(self, recipe: Recipe, unit: CompileUnit, cache_root: Path) -> EngineCommand:
+    def command(
+        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+    ) -> EngineCommand:
         env = self.engine.engine_env(start_env.environ(), unit.key.factors["env"])
         env.update(
             {

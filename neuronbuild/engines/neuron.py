@@ -1,11 +1,21 @@
-"""The ``neuron`` engine's planning half: vLLM-Neuron's rules, its graphs, one unit per graph.
+"""The ``neuron`` engine's planning half: vLLM-Neuron's rules, its graphs, one unit per phase.
 
-Each graph is its own compile unit, so shards and machines compile disjoint graphs and adding one
-bucket never invalidates the others: the bucket lists leave the key, the unit's own graph enters it.
+vLLM-Neuron has no switch that compiles one bucket: a run compiles whole phases of one
+configuration (prefill, decode, vision encoder), chosen with its skip switches
+(``VLLM_NEURON_SKIP_PREFILL_WARMUP`` / ``..._DECODE_WARMUP`` / ``..._ENCODER_WARMUP``, S4
+``vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``, AWShtokoyo/vllm-neuron @01c89e38),
+which only filter its job lists and leave each graph's own cache key unchanged. Carving one bucket
+out by editing the bucket lists is not equivalent (the last bucket must equal
+``max_num_batched_tokens`` / ``max_num_seqs``, which change the segmented decision and buffer
+sizes), so a unit is one phase of one recipe run with the full, unchanged configuration; its key
+covers that whole resolved configuration, and its graphs are listed in the unit for ``plan`` and
+``status``. Graphs that did not change between builds are not recompiled: the compile half seeds
+each unit's scratch cache with the previous build's entries (``build.seed_scratch``).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,7 +27,7 @@ from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_env import NEURON_ENV
 from neuronbuild.engines.neuron_node import target_differences
-from neuronbuild.errors import RecipeError, UserError, did_you_mean
+from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
@@ -54,16 +64,38 @@ ADDITIONAL_CONFIG_KEYS = (
 )
 """Top-level ``additional_config`` keys vLLM-Neuron reads (``override_neuron_config``: v0.2)."""
 
-BUCKET_LIST_KEYS = {
-    "neuron_config": (
-        "num_batched_tokens_buckets",
-        "num_seqs_buckets",
-        "kv_segment_size_buckets",
-        "decode_context_length_buckets",
-    ),
-    "vision_neuron_config": ("num_vision_tokens_buckets", "max_vision_seq_len"),
+PHASES = ("prefill", "decode", "vision")
+"""The phases of a vLLM-Neuron run, each a compile unit (in compile order)."""
+
+SDK_RELEASES: dict[str, dict[str, frozenset[str]]] = {
+    "2.32.0": {
+        "vllm": frozenset({"0.24.0"}),
+        "vllm-neuron": frozenset({"0.24.0.1.1.0"}),
+        "neuronx-cc": frozenset({"2.27.5334.0"}),
+        "nki": frozenset({"0.6.0"}),
+        "libtorch-neuronx-lite": frozenset({"2.11.0.1.0.1284", "2.12.0.1.0.1284"}),
+    },
+    "2.31.1": {
+        "vllm": frozenset({"0.21.0"}),
+        "vllm-neuron": frozenset({"0.21.0.1.0.0"}),
+        "neuronx-cc": frozenset({"2.26.6360.0"}),
+        "nki": frozenset({"0.5.0"}),
+        "libtorch-neuronx-lite": frozenset({"2.10.0.1.0.696", "2.11.0.1.0.696", "2.12.0.1.0.696"}),
+        "torch-neuronx": frozenset({"2.9.0.2.15.32035"}),
+    },
 }
-"""Keys that only choose which graphs exist; a unit's key has its own graph instead."""
+"""Neuron SDK release sets of the torch.compile generation of vLLM-Neuron: the distributions the
+plugin runs with, per release (aws-neuron-sdk @81ce03ae ``src/helperscripts/n2-manifest.json``
+lines 107-163; 2.32.0 ships no torch-neuronx). vLLM's version is the first three fields of
+vllm-neuron's (``about-neuron/whats-new.rst`` line 60: "vLLM 0.24.0 (vllm-neuron
+0.24.0.1.1.0)"; v0.21.0.1.0.0 "supports vLLM 0.21.0+")."""
+
+SPECULATIVE_METHODS = ("eagle3", "dflash")
+"""The only speculative methods vLLM-Neuron's runner accepts ("Unsupported speculative decoding
+method", S3 ``neuron_model_runner.py`` @9fc042ea)."""
+
+POOLING_CONVERTS = ("embed", "classify", "reward")
+"""``convert`` values that turn a model into a pooling one (no decode graphs)."""
 
 
 def check_unknown_keys(
@@ -95,24 +127,108 @@ def check_unknown_keys(
     return errors, warnings
 
 
+def kv_role(recipe: Recipe) -> str | None:
+    """``kv_transfer_config.kv_role`` (``kv_producer`` builds prefill only, ``kv_consumer``
+    decode only: S2 ``design/vllm/disaggregated-inference.md`` lines 234-235, 301-302)."""
+    config = recipe.engine_args.get("kv_transfer_config")
+    role = config.get("kv_role") if isinstance(config, Mapping) else None
+    return role if isinstance(role, str) else None
+
+
+def is_pooling(recipe: Recipe) -> bool:
+    """A pooling runner builds no decode graphs (S4 ``neuron_worker.py``: decode extraction is
+    skipped ``or self.model_runner.is_pooling_model``). Read from ``runner: pooling`` or a pooling
+    ``convert``; a model that is pooling only by its architecture with ``runner: auto`` is not
+    recognised (set ``runner: pooling``)."""
+    args = recipe.engine_args
+    return args.get("runner") == "pooling" or args.get("convert") in POOLING_CONVERTS
+
+
+def speculative_tokens(recipe: Recipe) -> int:
+    """``speculative_config.num_speculative_tokens`` (0 without speculative decoding)."""
+    config = recipe.engine_args.get("speculative_config")
+    if not isinstance(config, Mapping):
+        return 0
+    k = config.get("num_speculative_tokens")
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
+
+
+def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], list[str]]:
+    """The pins must be one Neuron SDK release set (:data:`SDK_RELEASES`), found by the
+    vllm-neuron pin: every distribution the plugin runs with in that release at its version, and
+    torch-neuronx only where the release ships it. An unknown vllm-neuron version is a warning."""
+    pinned = toolchain.get("vllm-neuron")
+    release = next(
+        (name for name, dists in SDK_RELEASES.items() if pinned in dists["vllm-neuron"]), None
+    )
+    if pinned is None:
+        return [], []
+    if release is None:
+        known = ", ".join(f"{min(d['vllm-neuron'])} (Neuron {r})" for r, d in SDK_RELEASES.items())
+        return [], [
+            f"toolchain.vllm-neuron: {pinned} is not a Neuron SDK release set neuronbuild knows "
+            f"({known}); the other pins are not checked against it"
+        ]
+    errors = []
+    for dist, versions in SDK_RELEASES[release].items():
+        have = toolchain.get(dist)
+        if have not in versions:
+            want = " or ".join(sorted(versions))
+            errors.append(
+                RecipeError(
+                    f"toolchain.{dist}",
+                    have if have is not None else MISSING,
+                    f"Neuron {release} (vllm-neuron {pinned}) runs with {dist} {want}; pin that",
+                )
+            )
+    if "torch-neuronx" in toolchain and "torch-neuronx" not in SDK_RELEASES[release]:
+        errors.append(
+            RecipeError(
+                "toolchain.torch-neuronx",
+                toolchain["torch-neuronx"],
+                f"Neuron {release} ships no torch-neuronx (vllm-neuron {pinned} runs on "
+                "libtorch-neuronx-lite); remove the pin",
+            )
+        )
+    return errors, []
+
+
 class NeuronEngine(Engine):
-    """vLLM + vllm-neuron: its rules, graphs, unit keys and serve environment. Its compile half
-    (vLLM-Neuron in CPU compile mode) is not part of this version: :meth:`compiler` says so."""
+    """vLLM + vllm-neuron: its rules, graphs by phase, unit keys and serve environment; its compile
+    half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron_compile`."""
 
     name: ClassVar[str] = "neuron"
     env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
-    required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-neuron", "neuronx-cc", "torch-neuronx")
-    note: ClassVar[str] = "one NEFF per graph; each graph is its own compile unit"
-    # A large model's bucket NEFF takes minutes of neuronx-cc and several GiB of host memory
-    # (users report OOM kills from too many concurrent neuronx-cc processes); rough defaults that
-    # measured durations of earlier builds replace when balancing shards.
+    required_toolchain: ClassVar[tuple[str, ...]] = (
+        "vllm",
+        "vllm-neuron",
+        "neuronx-cc",
+        "nki",
+        "libtorch-neuronx-lite",
+    )
+    written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
+    note: ClassVar[str] = (
+        "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
+        "configuration, since vLLM-Neuron compiles phases, never single buckets"
+    )
+    # A phase unit compiles each of its graphs' NEFFs (minutes of neuronx-cc each for a large
+    # model) and needs several GiB of host memory per concurrent neuronx-cc process (users
+    # report OOM kills); rough defaults that measured durations of earlier builds replace when
+    # balancing shards.
     graph_seconds: ClassVar[float] = 300.0
     unit_cpus: ClassVar[float] = 4.0
     unit_memory_gib: ClassVar[float] = 16.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
-        errors, warnings = super().validate(recipe)
+        generic_errors, warnings = super().validate(recipe)
+        errors, release_warnings = toolchain_rules(recipe.toolchain)
+        warnings += release_warnings
+        if recipe.toolchain.get("vllm-neuron") is None or release_warnings:
+            # No known release set to name the versions: the generic "must pin" check.
+            errors += generic_errors
+        else:
+            errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
         if recipe.cpu_isa is not None:
             errors.append(
                 RecipeError("cpu_isa", recipe.cpu_isa, "only applies to target cpu; remove it")
@@ -127,6 +243,15 @@ class NeuronEngine(Engine):
                     "quantization or a calibrated checkpoint",
                 )
             )
+        if recipe.engine_args.get("enable_lora") is True:
+            # "TODO: Inherit from LoRAModelRunnerMixin to support LoRA" (S3 neuron_model_runner.py
+            # @9fc042ea): the runner loads the base model without LoRA.
+            errors.append(
+                RecipeError(
+                    "enable_lora", True, "vLLM-Neuron's runner has no LoRA support; remove it"
+                )
+            )
+        errors += self._check_speculative(recipe)
         additional = recipe.additional_config
         found = check_unknown_keys("additional_config", additional, ADDITIONAL_CONFIG_KEYS)
         errors += found[0]
@@ -142,6 +267,32 @@ class NeuronEngine(Engine):
         errors += self._check_vision_parallelism(recipe)
         _, bucket_errors = resolve_buckets(recipe.engine_args)
         return errors + bucket_errors, warnings
+
+    @staticmethod
+    def _check_speculative(recipe: Recipe) -> list[RecipeError]:
+        config = recipe.engine_args.get("speculative_config")
+        if config is None:
+            return []
+        if not isinstance(config, Mapping):
+            return [RecipeError("speculative_config", config, "must be a mapping")]
+        method = config.get("method")
+        if method not in SPECULATIVE_METHODS:
+            return [
+                RecipeError(
+                    "speculative_config.method",
+                    method if method is not None else MISSING,
+                    f"vLLM-Neuron supports only {', '.join(SPECULATIVE_METHODS)}; use one of them",
+                )
+            ]
+        if not speculative_tokens(recipe):
+            return [
+                RecipeError(
+                    "speculative_config.num_speculative_tokens",
+                    config.get("num_speculative_tokens", MISSING),
+                    "must be a positive integer (tokens proposed per step)",
+                )
+            ]
+        return []
 
     @staticmethod
     def _check_vision_parallelism(recipe: Recipe) -> list[RecipeError]:
@@ -169,32 +320,63 @@ class NeuronEngine(Engine):
             raise ValueError("; ".join(map(str, errors)))
         return buckets
 
-    def graphs(self, recipe: Recipe) -> list[Graph]:
-        """Every graph vLLM-Neuron compiles for ``recipe``: prefill ``num_batched_tokens x
-        (kv_segment_size or [0])``, decode ``num_seqs x (context buckets + [max_model_len])``,
-        then one vision graph per vision bucket (``neuron_worker`` ``_*_compile_targets``)."""
+    def phase_graphs(self, recipe: Recipe) -> dict[str, list[Graph]]:
+        """Every graph vLLM-Neuron compiles for ``recipe``, by phase (S4 ``neuron_worker.py``
+        ``_prefill_compile_targets`` / ``_decode_compile_targets`` / ``_build_vision_trace_jobs``):
+        prefill ``num_batched_tokens x (kv_segment_size or [0])``; decode ``num_seqs x (context
+        buckets + [max_model_len])``; vision one graph per vision bucket. A KV producer builds
+        prefill only, a consumer decode only, a pooling runner no decode. Speculative decoding adds
+        a no-speculation decode twin per decode target and drafter graphs per prefill bucket and
+        per decode target (``draft_num_tokens = batch * (1 + k)``)."""
         b = self.buckets(recipe)
-        graphs = []
-        if b.language:
-            for tokens in b.num_batched_tokens:
-                for segment in b.kv_segment_size or [0]:
-                    graphs.append(Graph.prefill(tokens, segment))
+        role, k = kv_role(recipe), speculative_tokens(recipe)
+        phases: dict[str, list[Graph]] = {}
+        if b.language and role != "kv_consumer":
+            prefill = [
+                Graph.prefill(tokens, segment)
+                for tokens in b.num_batched_tokens
+                for segment in b.kv_segment_size or [0]
+            ]
+            if k:
+                prefill += [
+                    Graph("draft_prefill", (("num_batched_tokens", t),))
+                    for t in b.num_batched_tokens
+                ]
+            phases["prefill"] = prefill
+        if b.language and role != "kv_producer" and not is_pooling(recipe):
             contexts = [*(b.decode_context_length or []), recipe.max_model_len]
-            for batch in b.num_seqs:
-                for context in contexts:
-                    graphs.append(Graph.decode(batch, context))
-        for tokens in b.vision or []:
-            graphs.append(Graph.vision(tokens))
-        return graphs
+            targets = [(batch, context) for batch in b.num_seqs for context in contexts]
+            decode = [Graph.decode(batch, context) for batch, context in targets]
+            if k:
+                decode += [Graph("decode_no_spec", g.dims) for g in decode]
+                decode += [
+                    Graph(
+                        "draft_decode",
+                        (("batch", n), ("context_length", c), ("draft_num_tokens", n * (1 + k))),
+                    )
+                    for n, c in targets
+                ]
+            phases["decode"] = decode
+        if b.vision:
+            phases["vision"] = [Graph.vision(tokens) for tokens in b.vision]
+        return phases
+
+    def graphs(self, recipe: Recipe) -> list[Graph]:
+        """Every graph of :meth:`phase_graphs`, phase after phase."""
+        return [g for graphs in self.phase_graphs(recipe).values() for g in graphs]
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
-        return [UnitSpec((g,), {"graph": g.to_json()}) for g in self.graphs(recipe)]
+        return [
+            UnitSpec(tuple(graphs), {"phase": phase})
+            for phase, graphs in self.phase_graphs(recipe).items()
+        ]
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         return target_differences(str(factors.get("target")))
 
     def serve_env(self, cache_root: str) -> dict[str, str]:
-        # A local cache miss is fatal instead of an hour of compiling; no graph capture at start.
+        # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
+        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae).
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
@@ -205,20 +387,33 @@ class NeuronEngine(Engine):
         if importlib.util.find_spec("vllm_neuron") is None:
             raise UserError(
                 "the neuron engine compiles with vllm-neuron and neuronx-cc, which are not "
-                "importable here; "
-                "install the Neuron SDK on this compile host (CPU-only hosts are fine)"
+                "importable here; install the Neuron SDK release the recipe's toolchain names on "
+                "this compile host (CPU-only hosts are fine)"
             )
-        raise UserError("compiling Neuron units is not available in this neuronbuild version yet")
+        from neuronbuild.engines.neuron_compile import NeuronCompiler
+
+        return NeuronCompiler(self)
 
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
+        """The full resolved configuration: the engine arguments with every bucket list and
+        ``max_num_batched_tokens`` as vLLM-Neuron resolves them, so equivalent spellings give one
+        key and any change to the configuration gives another (a unit compiles a whole run)."""
         args = super().key_engine_args(recipe)
-        # Absent, vLLM-Neuron derives it from the largest bucket: both spellings key alike.
-        args.setdefault("max_num_batched_tokens", self.buckets(recipe).max_num_batched_tokens)
-        additional = dict(args.get("additional_config") or {})
-        for sub, keys in BUCKET_LIST_KEYS.items():
-            if isinstance(additional.get(sub), Mapping):
-                additional[sub] = {k: v for k, v in additional[sub].items() if k not in keys}
-        if "additional_config" in args:
-            args["additional_config"] = additional
-        resolved: dict[str, Any] = normalise(args)  # a bucket-less sub-config equals an absent one
+        b = self.buckets(recipe)
+        additional = copy.deepcopy(dict(args.get("additional_config") or {}))
+        nc = dict(additional.get("neuron_config") or {})
+        nc["num_batched_tokens_buckets"] = b.num_batched_tokens
+        nc["num_seqs_buckets"] = b.num_seqs
+        if b.kv_segment_size is not None:
+            nc["kv_segment_size_buckets"] = b.kv_segment_size
+        if b.decode_context_length is not None:
+            nc["decode_context_length_buckets"] = b.decode_context_length
+        additional["neuron_config"] = nc
+        if b.vision is not None:
+            vnc = dict(additional.get("vision_neuron_config") or {})
+            vnc["num_vision_tokens_buckets"] = b.vision
+            additional["vision_neuron_config"] = vnc
+        args["additional_config"] = additional
+        args["max_num_batched_tokens"] = b.max_num_batched_tokens
+        resolved: dict[str, Any] = normalise(args)  # one spelling per value
         return resolved

@@ -180,8 +180,9 @@ def _resolve_prefill(
         kv_ok = not kv_errors
 
     mnbt = args.get("max_num_batched_tokens")
+    kv_auto = kv_given is not None and kv_ok and nbt_given is MISSING
     if mnbt is None:
-        if not nbt_ok:
+        if not nbt_ok and not kv_auto:
             # vLLM's own default differs by version and entry point (LLM vs. the API server), so a
             # recipe that leaves it to vLLM would plan graphs the server never asks for.
             errors.append(
@@ -193,14 +194,19 @@ def _resolve_prefill(
                 )
             )
             return 0, [], None
-        mnbt = nbt_given[-1]
+        mnbt = nbt_given[-1] if nbt_ok else kv_given[-1] if kv_given is not None else 0
     # get_max_num_batched_tokens(): the effective maximum is capped at max_model_len.
     mnbt = min(int(mnbt), max_model_len)
 
     if kv_given is not None:
         if not kv_ok:
             return mnbt, [], None
-        nbt = list(nbt_given) if nbt_ok else powers_of_two_then_max(128, mnbt)
+        if nbt_given is MISSING:
+            # "Auto-setting num_batched_tokens_buckets to match kv_segment_size_buckets", and
+            # max_num_batched_tokens is raised to the segment size when it is smaller (S3
+            # neuron_model_runner.py @9fc042ea, bucket block of __init__).
+            return max(mnbt, kv_given[-1]), list(kv_given), list(kv_given)
+        nbt = list(nbt_given) if nbt_ok else []
         if nbt_ok and nbt[-1] != mnbt:
             errors.append(_last_bucket_error(nbt_given, mnbt, args))
         if nbt_ok and nbt != list(kv_given):
@@ -212,16 +218,7 @@ def _resolve_prefill(
                     f"{NC}.num_batched_tokens_buckets",
                     nbt_given,
                     f"must equal kv_segment_size_buckets ({kv_given}) when segmented prefill is "
-                    "set (kernel constraint); make the two lists identical",
-                )
-            )
-        elif not nbt_ok and nbt_given is MISSING and nbt != list(kv_given):
-            errors.append(
-                RecipeError(
-                    f"{NC}.num_batched_tokens_buckets",
-                    MISSING,
-                    f"defaults to {nbt}, which must equal kv_segment_size_buckets ({kv_given}) "
-                    f"(kernel constraint); set it to {kv_given}",
+                    "set (kernel constraint); make the two lists identical or drop it",
                 )
             )
         return mnbt, nbt, list(kv_given)
@@ -275,6 +272,65 @@ def _resolve_prefill(
             )
         )
     return mnbt, [mnbt], [mnbt]
+
+
+def _check_prefix_caching(
+    args: Mapping[str, Any], kv: list[int] | None, errors: list[RecipeError]
+) -> None:
+    """Automatic prefix caching needs segmented prefill: ``if kv_segment_size_buckets is None and
+    enable_prefix_caching: raise ValueError("Automatic Prefix Caching (APC) requires segmented
+    prefill to be enabled...")`` (S3 ``neuron_model_runner.py`` @9fc042ea, end of the bucket
+    block). APC is on by default (``reference-configuration.md`` line 63, aws-neuron-sdk
+    @81ce03ae), and ``model-recipes/qwen3-embedding-8b.md`` lines 88-90: "Enabling it with
+    single-shot prefill fails at startup"."""
+    if args.get("max_model_len") is None or errors:
+        return
+    if kv is None and args.get("enable_prefix_caching") is not False:
+        sizes = [s for s in SUPPORTED_KV_SEGMENT_SIZES if s < int(args["max_model_len"])]
+        errors.append(
+            RecipeError(
+                "enable_prefix_caching",
+                args.get("enable_prefix_caching", MISSING),
+                "automatic prefix caching (on by default) requires segmented prefill, and this "
+                "recipe's prefill is single-shot; set enable_prefix_caching: false, or set "
+                f"max_num_batched_tokens below max_model_len (one of {sizes})",
+            )
+        )
+
+
+def _align_for_dcp(args: Mapping[str, Any], nbt: list[int], errors: list[RecipeError]) -> list[int]:
+    """Decode context parallelism: prefill buckets not divisible by the DCP shard stride
+    ``decode_context_parallel_size * block_size`` are dropped; "No prefill buckets are divisible by
+    the DCP shard stride" and "The largest prefill bucket (max_num_batched_tokens = ...) is not
+    divisible..." are errors (S4 ``utils/bucket_utils.py`` ``align_prefill_buckets_for_dcp``,
+    AWShtokoyo/vllm-neuron @01c89e38; S3 runner passes ``dcp_stride``)."""
+    dcp = args.get("decode_context_parallel_size", 1)
+    if isinstance(dcp, bool) or not isinstance(dcp, int) or dcp <= 1:
+        return nbt
+    stride = dcp * int(args.get("block_size") or DEFAULT_BLOCK_SIZE)
+    kept = [b for b in nbt if b % stride == 0]
+    if not kept:
+        errors.append(
+            RecipeError(
+                "decode_context_parallel_size",
+                dcp,
+                f"no prefill bucket of {nbt} is divisible by the DCP shard stride "
+                f"decode_context_parallel_size * block_size = {stride}; use buckets that are "
+                "multiples of it or a smaller decode_context_parallel_size",
+            )
+        )
+        return []
+    if kept[-1] != nbt[-1]:
+        errors.append(
+            RecipeError(
+                "decode_context_parallel_size",
+                dcp,
+                f"the largest prefill bucket (max_num_batched_tokens = {nbt[-1]}) is not "
+                f"divisible by the DCP shard stride {stride}; make max_num_batched_tokens a "
+                "multiple of it",
+            )
+        )
+    return kept
 
 
 def _resolve_decode(
@@ -405,6 +461,9 @@ def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list
     multimodal = "vision_neuron_config" in additional or encoder_only or language_only is True
 
     mnbt, nbt, kv = _resolve_prefill(args, nc, errors)
+    if nbt:
+        nbt = _align_for_dcp(args, nbt, errors)
+    _check_prefix_caching(args, kv, errors)
     num_seqs, ctx = _resolve_decode(args, nc, errors)
     vision = (
         _resolve_vision(args, vnc, errors) if multimodal and language_only is not True else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.digest import canonical_json, hash_file, parse_canonical
@@ -114,9 +114,19 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
 
 
 def lay_out(
-    manifest: Manifest, digest: str, tiers: TieredStore, root: Path, *, deep: bool = False
+    manifest: Manifest,
+    digest: str,
+    tiers: TieredStore,
+    root: Path,
+    *,
+    deep: bool = False,
+    last: tuple[str, ...] = (),
 ) -> LaidOut:
     """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
+
+    Files named in ``last`` (an engine's completion markers, e.g. vLLM-Neuron's
+    ``.compilation_complete``) are laid out after all others, so an interrupted lay-out never
+    leaves an entry that looks complete.
 
     A stamp left by an earlier lay-out whose sizes, mtimes and inodes still hold is enough
     unless ``deep``; otherwise a file already there with the right bytes is kept. Files come
@@ -143,7 +153,7 @@ def lay_out(
         root.mkdir(parents=True, exist_ok=True)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
-        for file in files:
+        for file in sorted(files, key=lambda f: PurePosixPath(f.path).name in last):
             dest = inside(root, file.path)
             dest.parent.mkdir(parents=True, exist_ok=True)
             if _intact(dest, file):

@@ -1,0 +1,247 @@
+"""The ``neuron`` engine's compile half: one vLLM-Neuron run in CPU compile mode per phase unit.
+
+The contract it follows (reference/vllm-neuron-contract.md sections 2, 3 and 6, re-checked against
+aws-neuron-sdk @81ce03ae ``vllm-neuron/docs/design/compilation/cpu_compilation.md`` and
+``compilation_cache.md``): the process runs with ``VLLM_NEURON_CPU_COMPILE=1`` and
+``NEURON_PLATFORM_TARGET_OVERRIDE=<target>`` in its environment from the start (so before any Neuron
+import), never ``VLLM_NEURON_CPU_MODE``, a private scratch ``VLLM_CACHE_ROOT`` on local disk, the
+recipe's exact engine arguments and the unit's keyed variables, and the skip switches of the phases
+the unit does not build. vLLM-Neuron does not exit after compiling, so the worker
+(:mod:`neuronbuild.engines.neuron_compile_worker`) builds the engine and exits; the scheduler ends
+what is left of its process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from neuronbuild import envs, start_env
+from neuronbuild.engines.base import Engine
+from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.neuron import speculative_tokens
+from neuronbuild.errors import UserError
+from neuronbuild.graph import CompileUnit
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
+
+COMPILE_CACHE = Path("neuron") / "compile_cache"
+"""Where vLLM-Neuron writes its entries, relative to ``VLLM_CACHE_ROOT`` (compilation_cache.md
+lines 31 and 149)."""
+
+COMPLETE_MARKER = ".compilation_complete"
+"""Written last into an entry by ``_store_local`` (S4 ``compile/cache.py``, Infinity-AI-Institute
+/vllm-neuron @7f4cca75)."""
+
+RANK_DIR = re.compile(r"^(?:.+\.)?rank\d+$")
+"""Per-rank capture folders inside an entry (``rank<N>`` or ``<server_prefix>.rank<N>``, S4
+``compile/capture_backend.py``): scratch of the capture, not part of the artifact."""
+
+DEFAULT_COMPILE_GIB = 8.0
+"""Host memory one neuronx-cc process is assumed to take (GiB) unless
+``NEURONBUILD_NEURON_COMPILE_GIB`` says otherwise: users report 384 concurrent processes peaking at
+1.9 TB (about 5 GiB each) at TP=64 (contract section 6), rounded up for larger graphs."""
+
+CC_FAILED = re.compile(r"neuronx-cc compilation failed with (-?\d+)")
+"""``RuntimeError("neuronx-cc compilation failed with {status}. Check compiler logs.")`` (S4
+``compile/backend.py`` ``neuroncc_compile``, AWShtokoyo/vllm-neuron @eabd4c9f)."""
+
+NCC_CODE = re.compile(r"\b(NCC_[A-Z]+[0-9]+)\b")
+"""neuronx-cc's error codes, e.g. ``NCC_INLA001`` (vllm-project/vllm-neuron#16)."""
+
+FATAL = re.compile(r"FATAL: *(.+)")
+"""``sys.exit(f"FATAL: {exc}")`` of ``CompilationLock.__exit__`` (S4 ``compile/cache.py``)."""
+
+BUCKET = re.compile(
+    r"(prefill bucket \d+(?: with kv_segment_size \d+)?|decode \(batch=\d+, seq=\d+\)"
+    r"|(?:vision encoder|vision|encoder)[a-z ]* bucket \d+)",
+    re.IGNORECASE,
+)
+"""How vLLM-Neuron names a failing bucket: "Model graph extraction failed for prefill bucket ...",
+"... for decode (batch=..., seq=...)", "Vision encoder warmup failed for bucket ..." (S4
+``vllm/worker/neuron_worker.py``)."""
+
+OOM_EXIT_CODES = (-9, 137)
+"""A process killed by SIGKILL: -9 from ``Popen``, 137 from a shell; the plugin's own hint for -9
+is "typically ... Out Of Memory (OOM) killer" (S4 ``compile/backend.py``)."""
+
+
+def host_memory_gib() -> float:
+    """Physical memory of this host (GiB)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def host_cores() -> int:
+    """CPU cores this process may use."""
+    return len(os.sched_getaffinity(0))
+
+
+def compile_gib() -> float:
+    """The per-process memory estimate (GiB): ``NEURONBUILD_NEURON_COMPILE_GIB`` or the default.
+
+    Raises:
+        UserError: the variable is not a positive number.
+    """
+    raw = start_env.environ().get(envs.NEURONBUILD_NEURON_COMPILE_GIB)
+    if raw is None:
+        return DEFAULT_COMPILE_GIB
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise UserError(
+            f"{envs.NEURONBUILD_NEURON_COMPILE_GIB}={raw!r}: must be a positive number of GiB "
+            "(host memory one neuronx-cc process takes)"
+        )
+    return value
+
+
+def is_complete(entry: Path) -> bool:
+    """vLLM-Neuron's own completeness rule (``_is_cache_complete`` plus the load-time key check,
+    S4 ``compile/cache.py``): ``graph.hlo``, ``graph_<key>.neff``, ``.compilation_complete`` and an
+    ``.artifact_metadata_v*.json`` whose ``cache_key`` equals the folder name."""
+    key = entry.name
+    needed = ("graph.hlo", f"graph_{key}.neff", COMPLETE_MARKER)
+    if not all((entry / name).is_file() for name in needed):
+        return False
+    for meta in sorted(entry.glob(".artifact_metadata_v*.json")):
+        try:
+            if json.loads(meta.read_text()).get("cache_key") == key:
+                return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
+def entry_files(entry: Path) -> list[Path]:
+    """The files of one entry worth keeping: every regular file but rank capture folders,
+    temporary and lock files and the ``.cache_accessed`` touch file (rewritten on every hit)."""
+    out = []
+    for path in sorted(entry.rglob("*")):
+        rel = path.relative_to(entry)
+        if any(RANK_DIR.match(part) for part in rel.parts[:-1]):
+            continue
+        name = rel.name
+        if ".tmp" in name or name.endswith(".lock") or name == ".cache_accessed":
+            continue
+        if path.is_file() and not path.is_symlink():
+            out.append(path)
+    return out
+
+
+def classify_failure(exit_code: int, log: str) -> Failure:
+    """Read a failed vLLM-Neuron run. An OOM kill (exit -9/137, or neuronx-cc killed with -9) is
+    retried with fewer workers; a neuronx-cc error code (``NCC_*``) is a compiler error that fails
+    the unit; a bare "neuronx-cc compilation failed with 70" is retried once (intermittent at
+    TP=64, aws-neuron-sdk#1369, yet also deterministic crashes, vllm-neuron#11: contract section
+    6); "FATAL:" and anything else fail the unit."""
+    statuses = [int(s) for s in CC_FAILED.findall(log)]
+    bucket_match = BUCKET.search(log)
+    bucket = bucket_match.group(1) if bucket_match else None
+    ncc = NCC_CODE.search(log)
+    if exit_code in OOM_EXIT_CODES or any(s in OOM_EXIT_CODES for s in statuses):
+        return Failure(
+            "killed for memory (SIGKILL: the OOM killer)", "fewer_workers", "SIGKILL", bucket
+        )
+    if ncc is not None:
+        return Failure(f"neuronx-cc error {ncc.group(1)}", "none", ncc.group(1), bucket)
+    if statuses:
+        status = statuses[-1]
+        reason, code = f"neuronx-cc compilation failed with {status}", f"neuronx-cc exit {status}"
+        if status == 70:
+            return Failure(reason, "backoff", code, bucket)
+        return Failure(reason, "none", code, bucket)
+    fatal = FATAL.findall(log)
+    if fatal:
+        return Failure(f"FATAL: {fatal[-1].strip()[:200]}", "none", None, bucket)
+    return Failure(f"vLLM-Neuron exited with {exit_code}", "none", None, bucket)
+
+
+class NeuronCompiler(UnitCompiler):
+    """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
+
+    cache_dir: ClassVar[Path] = COMPILE_CACHE
+    seeds_from_previous: ClassVar[bool] = True
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.workers = 8  # vLLM-Neuron's default until concurrency() sizes it
+
+    def check_host(self, recipe: Recipe) -> None:
+        if speculative_tokens(recipe):
+            raise UserError(
+                "speculative_config: vLLM-Neuron's CPU compile mode cannot build speculative "
+                "decoding graphs (cpu_compilation.md: 'Speculative decoding is not supported with "
+                "VLLM_NEURON_CPU_COMPILE'); plan shows them, compile them on a Neuron instance"
+            )
+
+    def concurrency(self, recipe: Recipe, units: int, jobs: int) -> tuple[int, str | None]:
+        """Units at once and ``NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS`` from this host's RAM
+        and cores. The workers setting applies per rank (contract section 6), so one unit runs
+        ``tensor_parallel_size * workers`` compiler processes: the host's budget is
+        ``min(cores, RAM / per-process GiB)`` processes, shared by the units. A workers value in
+        the environment is the user's and is kept."""
+        per_process = compile_gib()
+        ranks = int(recipe.engine_args.get("tensor_parallel_size") or 1)
+        memory = host_memory_gib()
+        budget = max(1, min(host_cores(), int(memory // per_process)))
+        at_once = max(1, min(jobs, units, budget // ranks))
+        self.workers = max(1, budget // (at_once * ranks))
+        note = None
+        if at_once < min(jobs, units):
+            note = f"compiling {at_once} unit(s) at once, not {jobs}"
+        if ranks > budget:
+            note = (
+                f"even 1 compile worker per rank runs {ranks} neuronx-cc processes (about "
+                f"{ranks * per_process:.0f} GiB at {per_process:g} GiB each) on a host with "
+                f"{memory:.0f} GiB; runs killed for memory are retried with fewer workers"
+            )
+        elif note is not None:
+            note += (
+                f" and {self.workers} compile worker(s) per rank: {memory:.0f} GiB and "
+                f"{host_cores()} cores at {per_process:g} GiB per neuronx-cc process "
+                f"({envs.NEURONBUILD_NEURON_COMPILE_GIB})"
+            )
+        return at_once, note
+
+    def command(
+        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+    ) -> EngineCommand:
+        started_with = start_env.environ()
+        env = self.engine.engine_env(started_with, unit.key.factors["env"])
+        workers = int(started_with.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)
+        workers = max(1, (workers or self.workers) >> pressure)
+        env.update(
+            {
+                envs.VLLM_CACHE_ROOT: str(cache_root),
+                envs.VLLM_NEURON_CPU_COMPILE: "1",
+                envs.NEURON_PLATFORM_TARGET_OVERRIDE: recipe.target,
+                envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS: str(workers),
+            }
+        )
+        for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
+            if phase != unit.phase:
+                env[switch] = "1"
+        argv = [
+            sys.executable,
+            "-m",
+            "neuronbuild.engines.neuron_compile_worker",
+            json.dumps(recipe.engine_args),
+        ]
+        return EngineCommand(argv, env, recipe.workdir)
+
+    def classify(self, exit_code: int, log: str) -> Failure:
+        return classify_failure(exit_code, log)
+
+    def harvest(self, cache_root: Path) -> list[Path]:
+        root = cache_root / COMPILE_CACHE
+        entries = [p for p in sorted(root.glob("*")) if p.is_dir() and is_complete(p)]
+        if not entries:
+            raise RuntimeError(f"vLLM-Neuron wrote no complete entry under {root}")
+        return [path.relative_to(cache_root) for e in entries for path in entry_files(e)]

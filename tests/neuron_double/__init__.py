@@ -1,0 +1,37 @@
+"""A test double of vLLM + vLLM-Neuron (Neuron SDK 2.32.0) for the neuron engine's tests.
+
+How it is reached, and why: the real compile path is ``python -m
+neuronbuild.engines.neuron_compile_worker`` doing ``from vllm import LLM; LLM(**engine_args)``,
+after which vLLM loads vLLM-Neuron through its ``vllm.platform_plugins`` entry point; serve runs
+``python -m vllm.entrypoints.openai.api_server``; ``compile`` reads the installed versions with
+``importlib.metadata``. The Neuron SDK cannot be installed here (its PyPI names are placeholders)
+and vLLM's CPU build is not the vLLM 0.24.0 the SDK pairs with, so ``site/`` is a test-only
+installation of the whole set, put first on ``PYTHONPATH`` (and ``sys.path`` in the test process):
+``vllm`` 0.24.0 (only what the product calls: ``LLM``, the API server module, and vLLM's platform
+plugin loading by entry point), ``vllm-neuron`` 0.24.0.1.1.0 registered through the same
+``vllm.platform_plugins`` entry point as the real plugin, and ``*.dist-info`` of neuronx-cc, nki
+and libtorch-neuronx-lite at the 2.32.0 versions. The seam is Python's import system and
+distribution metadata, which the real path passes through unchanged: no switch in the product
+knows about the double.
+
+The double follows reference/vllm-neuron-contract.md: it plans the graphs of the engine arguments
+itself (its own code, not neuronbuild's), honours the phase skip switches, KV roles and pooling,
+writes one entry per graph in the real layout (``graph.hlo``, ``graph_<key>.neff``,
+``.artifact_metadata_v0.json``, ``.compilation_complete`` last, plus a lock file, a temporary file
+and a rank capture folder that must not be harvested) under a key derived from the graph's shapes
+and what enters vLLM-Neuron's real key (compiler arguments, versions, target, KV block count and
+its inputs, tensor parallelism, keyed variables; never the bucket lists), skips complete entries
+(a hit), and at serve fails on a local miss like ``VLLM_NEURON_DISABLE_WARMUP_COMPILE``.
+
+Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compiled),
+``NEURON_DOUBLE_HELPERS`` (a file; the pid of the engine helper process each run leaves behind),
+``NEURON_DOUBLE_GRAPH_SECONDS`` (seconds one graph's "compile" takes, for bench/),
+``NEURON_DOUBLE_DEVICE`` (the Neuron target this "node" has, for serve), ``NEURON_DOUBLE_FAIL``
+(fail like neuronx-cc: ``exit70-once:<state file>``, ``ncc:<prefill tokens>``,
+``oom-above:<workers>``, ``hang``).
+"""
+
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parent / "site"
+"""The folder to put first on ``PYTHONPATH`` and ``sys.path``."""

@@ -1,0 +1,41 @@
+"""Test double of vLLM's OpenAI server module: parse the engine arguments, build the engine, then
+report and exit (a real server would listen)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from vllm import current_platform
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    """vLLM's CLI back to engine arguments: ``--x v``, ``--x v1 v2``, ``--x``, ``--no-x``."""
+    args: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        name = argv[i][2:].replace("-", "_")
+        values = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+        if not values:
+            args[name.removeprefix("no_")] = not name.startswith("no_")
+            continue
+        parsed = []
+        for v in values:
+            try:
+                parsed.append(json.loads(v))
+            except ValueError:
+                parsed.append(v)
+        list_args = name.endswith("_buckets")
+        args[name] = parsed if len(parsed) > 1 or list_args else parsed[0]
+    return args
+
+
+if __name__ == "__main__":
+    engine_args = parse(sys.argv[1:])
+    loaded = current_platform().build_engine(engine_args)
+    print(f"neuron double: server ready, {loaded} graphs loaded from the local compile cache")

@@ -1,0 +1,202 @@
+"""Test double of vLLM-Neuron's platform, worker and compile cache (contract sections 2-6).
+
+Plans the graphs of the engine arguments with its own code, compiles each one that the local
+cache lacks into ``$VLLM_CACHE_ROOT/neuron/compile_cache/<key>/`` (or fails like neuronx-cc when
+told to), and at serve with ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1`` loads every graph from the
+local cache or fails on the first miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HBM_GIB = {"trn1": 32, "inf2": 32, "trn2": 96, "trn3": 144}
+"""Static HBM per target that sizes the KV cache in CPU compile (determine_available_memory)."""
+
+
+def flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0")
+
+
+def pow2_then(start: int, top: int) -> list[int]:
+    out, v = [], start
+    while v < top:
+        out.append(v)
+        v *= 2
+    return [*out, top]
+
+
+def plan(args: dict[str, Any]) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+    """Graphs by phase, as the runner and worker build them."""
+    additional = args.get("additional_config") or {}
+    nc = additional.get("neuron_config") or {}
+    vnc = additional.get("vision_neuron_config") or {}
+    mml = int(args["max_model_len"])
+    kv = nc.get("kv_segment_size_buckets")
+    nbt = nc.get("num_batched_tokens_buckets")
+    mnbt = args.get("max_num_batched_tokens") or (nbt or kv)[-1]
+    mnbt = min(int(mnbt), mml)
+    if kv:
+        nbt = nbt or list(kv)
+    elif mnbt >= mml:
+        nbt = nbt or pow2_then(128, mnbt)
+    else:
+        nbt = kv = [mnbt]
+    seqs = nc.get("num_seqs_buckets") or pow2_then(1, int(args["max_num_seqs"]))
+    contexts = [*(nc.get("decode_context_length_buckets") or []), mml]
+    role = (args.get("kv_transfer_config") or {}).get("kv_role")
+    pooling = args.get("runner") == "pooling"
+    phases: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    if not args.get("mm_encoder_only") and role != "kv_consumer":
+        phases["prefill"] = [("prefill", (t, s)) for t in nbt for s in (kv or [0])]
+    if not args.get("mm_encoder_only") and role != "kv_producer" and not pooling:
+        phases["decode"] = [("decode", (b, c)) for b in seqs for c in contexts]
+    if vnc.get("num_vision_tokens_buckets") and not additional.get("mm_language_model_only"):
+        phases["vision"] = [("vision", (t,)) for t in vnc["num_vision_tokens_buckets"]]
+    return phases
+
+
+def num_blocks(args: dict[str, Any], target: str) -> int:
+    """KV blocks: HBM x gpu_memory_utilization (capped) / block bytes; an input shape of every
+    graph, so it is in every key (contract section 2 step 4)."""
+    if args.get("num_gpu_blocks_override"):
+        return int(args["num_gpu_blocks_override"])
+    fraction = float(args.get("gpu_memory_utilization", 0.9))
+    cap = os.environ.get("VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION")
+    if cap is not None:
+        fraction = min(fraction, float(cap))
+    block = int(args.get("block_size") or 32)
+    return int(HBM_GIB[target] * 2**30 * fraction) // (block * 2**20)
+
+
+def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: str) -> str:
+    """md5[:32] over what vLLM-Neuron's ``create_cache_hash`` hashes (contract section 3)."""
+    cc_args = ["--auto-cast=none", f"-O{args.get('optimization_level', 2)}"]
+    if str(args.get("kv_cache_dtype", "auto")).startswith("fp8"):
+        cc_args.append("--experimental-unsafe-fp8e4m3fn-as-fp8e4m3")
+    cc_args.append(f"--target={target}")
+    factors = {
+        "fx_graph": [graph[0], list(graph[1]), args["model"], args.get("dtype", "auto")],
+        "inputs": {"kv_blocks": num_blocks(args, target), "block": args.get("block_size") or 32},
+        "replica_groups": args.get("tensor_parallel_size", 1),
+        "versions": {
+            d: importlib.metadata.version(d) for d in ("neuronx-cc", "nki", "libtorch-neuronx-lite")
+        },
+        "compiler_args": cc_args,
+        "env": {
+            k: os.environ.get(k)
+            for k in ("NEURON_CC_FLAGS", "VLLM_NEURON_DISABLE_NKI_KERNELS", "VLLM_NEURON_BACKEND")
+        },
+    }
+    return hashlib.md5(json.dumps(factors, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def is_complete(entry: Path) -> bool:
+    key = entry.name
+    names = ("graph.hlo", f"graph_{key}.neff", ".compilation_complete")
+    meta = entry / ".artifact_metadata_v0.json"
+    if not all((entry / n).is_file() for n in names) or not meta.is_file():
+        return False
+    if json.loads(meta.read_text())["cache_key"] != key:
+        raise RuntimeError(
+            f"Cache key mismatch: expected '{key}', found in {entry}. The cache entry may have "
+            "been corrupted or moved."
+        )
+    return True
+
+
+def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
+    mode, _, arg = os.environ.get("NEURON_DOUBLE_FAIL", "").partition(":")
+    workers = int(os.environ.get("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8"))
+    if mode == "exit70-once" and not Path(arg).exists():
+        Path(arg).write_text("failed once")
+        print("ERROR: neuronx-cc terminated abnormally", flush=True)
+        sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
+    if mode == "ncc" and graph == ("prefill", (int(arg), 0)):
+        print(f"[NCC_INLA001] Unhandled exception in prefill bucket {arg}", flush=True)
+        sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
+    if mode == "oom-above" and workers > int(arg):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        time.sleep(3600)
+
+
+def write_entry(root: Path, key: str, graph: tuple[str, tuple[int, ...]]) -> None:
+    """One entry as ``_store_local`` leaves it: artifacts, then the marker last; beside it the
+    lock file at the root, a temporary file and a rank capture folder."""
+    entry = root / key
+    (entry / "rank0").mkdir(parents=True, exist_ok=True)
+    (root / f".{key}.compilation_metadata.lock").write_text("")
+    (entry / "rank0" / "capture.bin").write_bytes(b"capture scratch")
+    (entry / f"graph_{key}.neff.tmp.123").write_bytes(b"partial")
+    (entry / "graph.hlo").write_text(f"HloModule {graph[0]} {graph[1]}\n")
+    (entry / f"graph_{key}.neff").write_bytes(hashlib.sha256(key.encode()).digest() * 64)
+    (entry / "command.txt").write_text("neuronx-cc compile --framework=XLA graph.hlo\n")
+    meta = {"cache_key": key, "io_map": {}, "unused_input_indices": [], "output_count": 1}
+    (entry / ".artifact_metadata_v0.json").write_text(json.dumps(meta))
+    (entry / ".compilation_complete").write_text(f"completed:{time.time()}\nneff_size:2048\n")
+
+
+class NeuronPlatform:
+    """Builds the engine: compile (CPU compile mode) or load (serve) every graph of the run."""
+
+    def build_engine(self, args: dict[str, Any]) -> int:
+        target = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE") or os.environ.get(
+            "NEURON_DOUBLE_DEVICE", ""
+        )
+        if target not in HBM_GIB:
+            raise RuntimeError(f"NEURON_PLATFORM_TARGET_OVERRIDE: unknown target {target!r}")
+        cache_root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path.home() / ".cache" / "vllm")
+        root = cache_root / "neuron" / "compile_cache"
+        root.mkdir(parents=True, exist_ok=True)
+        skips = {
+            "prefill": flag("VLLM_NEURON_SKIP_PREFILL_WARMUP"),
+            "decode": flag("VLLM_NEURON_SKIP_DECODE_WARMUP"),
+            "vision": flag("VLLM_NEURON_SKIP_ENCODER_WARMUP"),
+        }
+        serving = flag("VLLM_NEURON_DISABLE_WARMUP_COMPILE")
+        # vLLM's engine core: a helper process that outlives a worker that returns.
+        if not serving:
+            helper = subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(600)"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            if os.environ.get("NEURON_DOUBLE_HELPERS"):
+                with open(os.environ["NEURON_DOUBLE_HELPERS"], "a") as f:
+                    f.write(f"{helper.pid}\n")
+        loaded = 0
+        for phase, graphs in plan(args).items():
+            if skips[phase] and not serving:
+                continue
+            for graph in graphs:
+                key = cache_key(graph, args, target)
+                entry = root / key
+                if is_complete(entry):
+                    (entry / ".cache_accessed").write_text("hit")
+                    loaded += 1
+                    continue
+                if serving:
+                    raise RuntimeError(
+                        f"VLLM_NEURON_DISABLE_WARMUP_COMPILE: local compile cache miss for key "
+                        f"{key}. All graphs must be pre-compiled when warmup compilation is "
+                        "disabled."
+                    )
+                fail_like_neuronx_cc(graph)
+                time.sleep(float(os.environ.get("NEURON_DOUBLE_GRAPH_SECONDS", "0")))
+                write_entry(root, key, graph)
+                record = os.environ.get("NEURON_DOUBLE_RECORD")
+                if record:
+                    with open(record, "a") as f:
+                        f.write(f"{graph[0]} {' '.join(map(str, graph[1]))} {key}\n")
+        print("Model warmup completed", flush=True)
+        return loaded

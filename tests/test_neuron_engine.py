@@ -1,0 +1,316 @@
+"""The neuron engine's compile and serve halves, run for real against the test double of vLLM +
+vLLM-Neuron in ``tests/neuron_double`` (installed first on the import path; see its docstring)."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from neuronbuild import build, start_env
+from neuronbuild.build import compile_recipe
+from neuronbuild.errors import UserError
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import Recipe, load_recipe
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.tiered import TieredStore
+from neuronbuild_runtime.serve import ServeSource, prepare
+from tests.conftest import neuron_recipe
+from tests.neuron_double import SITE
+
+
+def setenv(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) -> None:
+    """Set (None: unset) a variable in this process and in the environment neuronbuild records
+    as the one the command started with."""
+    if value is None:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delitem(start_env._STARTED_WITH, name, raising=False)
+    else:
+        monkeypatch.setenv(name, value)
+        monkeypatch.setitem(start_env._STARTED_WITH, name, value)
+
+
+@pytest.fixture
+def double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The double installed for this test; returns the file it records compiled graphs in."""
+    monkeypatch.syspath_prepend(str(SITE))
+    importlib.invalidate_caches()
+    setenv(
+        monkeypatch, "PYTHONPATH", os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")])
+    )
+    record = tmp_path / "compiled.txt"
+    setenv(monkeypatch, "NEURON_DOUBLE_RECORD", str(record))
+    setenv(monkeypatch, "NEURON_DOUBLE_HELPERS", str(tmp_path / "helpers.txt"))
+    setenv(monkeypatch, "NEURONBUILD_NEURON_COMPILE_GIB", "0.5")
+    for name in ("NEURON_DOUBLE_FAIL", "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS"):
+        setenv(monkeypatch, name, None)
+    monkeypatch.setattr(build, "RETRY_BACKOFF_SECONDS", 0.1)
+    return record
+
+
+def small_recipe(
+    tmp_path: Path, neuron_config: dict[str, Any] | None = None, vision: bool = True, **args: Any
+) -> Recipe:
+    """A small multimodal trn2 recipe written to a file: 3 prefill, 4 decode, 2 vision graphs."""
+    config = {
+        "neuron_config": {
+            "num_batched_tokens_buckets": [128, 256, 1024],
+            "num_seqs_buckets": [1, 4],
+        },
+        "vision_neuron_config": {"num_vision_tokens_buckets": [2048, 4096]},
+    }
+    config["neuron_config"].update(neuron_config or {})
+    if not vision:
+        del config["vision_neuron_config"]
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")  # the compile host needs the config
+    data = neuron_recipe(
+        name="small",
+        model="./model",
+        max_model_len=1024,
+        max_num_seqs=4,
+        max_num_batched_tokens=1024,
+        tensor_parallel_size=1,
+        additional_config=config,
+        **args,
+    )
+    data["additional_config"]["neuron_config"]["decode_context_length_buckets"] = [512]
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_recipe(path)
+
+
+def compile_small(recipe: Recipe, store: Store, tmp_path: Path, **kw: Any) -> build.CompileReport:
+    options: dict[str, Any] = {"jobs": 3, "timeout": 60.0, "log_dir": tmp_path / "logs"}
+    return compile_recipe(recipe, store, stream=io.StringIO(), **{**options, **kw})
+
+
+def compiled_graphs(record: Path) -> list[str]:
+    """``kind dims...`` of every graph the double compiled, in order."""
+    if not record.exists():
+        return []
+    return [line.rsplit(" ", 1)[0] for line in record.read_text().splitlines()]
+
+
+def planned(recipe: Recipe) -> list[str]:
+    return [" ".join([g.kind, *(str(v) for _, v in g.dims)]) for g in build_plan(recipe).graphs]
+
+
+def test_every_planned_graph_is_built_exactly_once_by_parallel_phase_units(
+    double: Path, tmp_path: Path
+) -> None:
+    recipe = small_recipe(tmp_path)
+    store = Store(str(tmp_path / "store"), create=True)
+    start = time.monotonic()
+    report = compile_small(recipe, store, tmp_path)
+    assert report.failed == 0 and report.manifest is not None
+    assert [u["status"] for u in report.units] == ["compiled"] * 3
+    assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
+    assert len(planned(recipe)) == 3 + 4 + 2
+    manifest = store.get_manifest(report.manifest)
+    paths = [f.path for f in manifest.files()]
+    neffs = [p for p in paths if p.endswith(".neff")]
+    assert len(neffs) == len(planned(recipe))
+    assert all(p.startswith("neuron/compile_cache/") for p in paths)
+    # Locks, temporary files and rank capture folders stay behind.
+    assert not [p for p in paths if ".lock" in p or ".tmp" in p or "/rank0/" in p]
+    assert sum(p.endswith("/.compilation_complete") for p in paths) == len(neffs)
+    # vLLM-Neuron does not exit after compiling: the engine helpers it leaves are ended.
+    helpers = [int(pid) for pid in (tmp_path / "helpers.txt").read_text().split()]
+    assert len(helpers) == 3
+    for pid in helpers:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert time.monotonic() - start < 60
+
+
+def test_each_unit_compiles_only_its_phase_with_the_full_configuration(
+    double: Path, tmp_path: Path
+) -> None:
+    recipe = small_recipe(tmp_path)
+    compiler = build_plan(recipe).engine.compiler()
+    by_phase = {u.phase: u for u in build_plan(recipe).units}
+    command = compiler.command(recipe, by_phase["decode"], tmp_path / "scratch")
+    env = command.env
+    assert env["VLLM_NEURON_CPU_COMPILE"] == "1"
+    assert env["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "scratch")
+    assert env["VLLM_NEURON_SKIP_PREFILL_WARMUP"] == env["VLLM_NEURON_SKIP_ENCODER_WARMUP"] == "1"
+    assert "VLLM_NEURON_SKIP_DECODE_WARMUP" not in env
+    assert "VLLM_NEURON_CPU_MODE" not in env
+    assert command.argv[-1] == __import__("json").dumps(recipe.engine_args)
+
+
+def test_a_transient_neuronx_cc_exit_70_is_retried_once(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "failed-once"
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", f"exit70-once:{state}")
+    recipe = small_recipe(tmp_path)
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path, jobs=1)
+    assert state.exists()
+    assert report.failed == 0 and report.manifest is not None
+    assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
+
+
+def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "ncc:256")
+    recipe = small_recipe(tmp_path)
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_small(recipe, store, tmp_path)
+    [failed] = [u for u in report.units if u["status"] == "failed"]
+    assert failed["phase"] == "prefill"
+    assert failed["code"] == "NCC_INLA001"
+    assert failed["bucket"] == "prefill bucket 256"
+    assert Path(failed["log"]).is_file() and "NCC_INLA001" in Path(failed["log"]).read_text()
+    assert "prefill phase failed at prefill bucket 256" in failed["error"]
+    assert failed["log"] in failed["error"]
+    # The other phases are published; nothing is sealed.
+    units = build_plan(recipe).units
+    held = {u.phase: store.get_unit(u.key.digest) is not None for u in units}
+    assert held == {"prefill": False, "decode": True, "vision": True}
+    assert report.manifest is None and store.get_ref("small", "latest") is None
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", None)
+    again = compile_small(recipe, store, tmp_path)
+    assert [u["status"] for u in again.units] == ["compiled", "cached", "cached"]
+    assert again.manifest is not None
+
+
+def test_compile_exits_1_and_names_the_failing_phase(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "ncc:128")
+    recipe = small_recipe(tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neuronbuild",
+            "compile",
+            recipe.source,
+            "--cache",
+            str(tmp_path / "store"),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stderr
+    assert (
+        "prefill phase failed at prefill bucket 128: neuronx-cc error NCC_INLA001" in result.stderr
+    )
+    assert "not sealed" in result.stderr
+
+
+def test_an_oom_kill_is_retried_with_fewer_workers(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One unit only: a KV producer builds prefill alone.
+    producer = {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    recipe = small_recipe(tmp_path, vision=False, kv_transfer_config=producer)
+    assert [u.phase for u in build_plan(recipe).units] == ["prefill"]
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "oom-above:1")
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "4")  # 4, then 2, then 1
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
+    assert report.failed == 0, report.units
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")  # 8, 4, 2: never enough
+    report = compile_small(recipe, Store(str(tmp_path / "other"), create=True), tmp_path)
+    [unit] = report.units
+    assert (unit["status"], unit["code"]) == ("failed", "SIGKILL")
+
+
+def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "hang")
+    recipe = small_recipe(tmp_path)
+    start = time.monotonic()
+    report = compile_small(
+        recipe, Store(str(tmp_path / "store"), create=True), tmp_path, timeout=2.0
+    )
+    assert report.failed == 3
+    assert all("timed out after 2 s" in u["error"] for u in report.units)
+    assert time.monotonic() - start < 15  # 3 units, 2 at a time, no 10 s grace each
+
+
+def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    first = compile_small(small_recipe(tmp_path), store, tmp_path)
+    assert first.manifest is not None
+    double.unlink()
+    bigger = small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 256, 512, 1024]})
+    second = compile_small(bigger, store, tmp_path)
+    assert second.manifest is not None
+    assert compiled_graphs(double) == ["prefill 512 0"]
+    entries = {u["graphs"][0]["kind"]: u["entries"] for u in second.units}
+    assert entries["prefill"] == {"compiled": 1, "reused": 3}
+    assert entries["decode"] == {"compiled": 0, "reused": 4}
+
+
+def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = small_recipe(tmp_path)
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_small(recipe, store, tmp_path)
+    assert report.manifest is not None
+    root = tmp_path / "serve-cache"
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")  # this "node" is a trn2
+    prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
+    manifest = store.get_manifest(report.manifest)
+    laid_out = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and ".neuronbuild" not in p.parts
+    )
+    assert laid_out == sorted(f.path for f in manifest.files())
+    assert prepared.env["VLLM_NEURON_DISABLE_WARMUP_COMPILE"] == "1"
+    assert prepared.env["NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND"] == "1"
+    assert "VLLM_NEURON_CPU_COMPILE" not in prepared.env
+    env = {**prepared.env, "NEURON_DOUBLE_DEVICE": "trn2"}
+    run = subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert f"{len(planned(recipe))} graphs loaded" in run.stdout
+    # One missing entry is a miss at start, never a compile.
+    [neff] = [p for p in root.rglob("*.neff")][:1]
+    (neff.parent / ".compilation_complete").unlink()
+    run = subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "local compile cache miss" in run.stderr
+
+
+def test_serve_refuses_a_manifest_that_lacks_a_phase(double: Path, tmp_path: Path) -> None:
+    recipe = small_recipe(tmp_path)
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_small(recipe, store, tmp_path)
+    assert report.manifest is not None
+    full = store.get_manifest(report.manifest)
+    partial = Manifest(
+        full.name, full.recipe, tuple(u for u in full.units if u.factors["phase"] != "decode")
+    )
+    digest = store.put_manifest(partial)
+    with pytest.raises(UserError, match="lacks the decode phase"):
+        prepare(ServeSource(manifest=digest), TieredStore(store), cache_root=tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
+def test_compile_refuses_speculative_decoding_with_the_reason(double: Path, tmp_path: Path) -> None:
+    recipe = small_recipe(
+        tmp_path, speculative_config={"method": "eagle3", "num_speculative_tokens": 2, "model": "d"}
+    )
+    with pytest.raises(UserError, match="CPU compile mode cannot build speculative"):
+        compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
