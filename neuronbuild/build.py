@@ -273,7 +273,7 @@ def prepare_recipe(
     log_dir: Path,
     timeout: float | None,
     dry_run: bool,
-    outages: list[StoreError],
+    outages: list[StoreError | StoreDataInvalid],
     sharded: bool = False,
 ) -> RecipeRun:
     """Plan ``recipe``, check this host can compile it, read what the store holds, and build the
@@ -309,7 +309,7 @@ def prepare_recipe(
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
-        except StoreError as exc:
+        except (StoreError, StoreDataInvalid) as exc:
             outages.append(exc)
             raise
         except UnitFailed as exc:
@@ -358,7 +358,9 @@ def compile_recipes(
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
-    outages: list[StoreError] = []
+    # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
+    # raised as itself once the other units are done.
+    outages: list[StoreError | StoreDataInvalid] = []
     runs = [
         prepare_recipe(
             recipe,

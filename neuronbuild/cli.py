@@ -44,8 +44,8 @@ def warn_removed_env(recipe: Recipe) -> None:
     """Name every variable of the user's environment kept from the engine process."""
     from neuronbuild.engines import engine_for
 
-    for name in engine_for(recipe).removed_env(start_env.environ()):
-        warn(f"{name} is not passed to the engine (it would change vLLM's output unkeyed)")
+    for line in engine_for(recipe).env_warnings(start_env.environ()):
+        warn(line)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -75,6 +75,21 @@ def is_pinned_revision(revision: str | None) -> bool:
     return revision is not None and COMMIT_HASH.match(revision) is not None
 
 
+def hub_id_problem(model: str) -> str | None:
+    """Why ``model`` is no valid hub id (huggingface_hub's own ``validate_repo_id``, the check its
+    downloads and vLLM's loader apply), or None when it is one."""
+    from huggingface_hub.errors import HFValidationError
+
+    # validate_repo_id is public API but not re-exported where mypy would see it.
+    from huggingface_hub.utils._validators import validate_repo_id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError as exc:
+        return str(exc).split(":", 1)[0].removeprefix("Repo id ").rstrip(".")
+    return None
+
+
 def check_model_present(model: str, revision: str | None, workdir: Path) -> None:
     """Raise UserError, saying how to fetch it, unless the model vLLM will load is on this host:
     the local folder with its ``config.json``, or the hub snapshot of ``revision`` (``main`` when
@@ -92,6 +107,12 @@ def check_model_present(model: str, revision: str | None, workdir: Path) -> None
         raise UserError(
             f"model {model}: no such folder from {workdir}; build or copy the model there, or, "
             "for a relative path, pass --workdir with the folder the recipe was compiled from"
+        )
+    problem = hub_id_problem(model)
+    if problem:
+        raise UserError(
+            f"model {model}: neither a folder here nor a valid Hugging Face hub id ({problem}); "
+            "set model to an existing folder or an id like org/name"
         )
     from huggingface_hub import try_to_load_from_cache
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from neuronbuild.engines.base import UnitEstimate
-from neuronbuild.errors import Interrupted, StoreError, UserError
+from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, Work
 from neuronbuild.graph import CompileUnit
 from neuronbuild.scheduler import (
@@ -150,7 +150,7 @@ class RayExecutor(Executor):
         max_cpus, max_memory = self._largest_node()
         shared_work = ray.put(work)
         results: list[UnitResult | None] = [None] * len(units)
-        outages: list[StoreError] = []
+        outages: list[StoreError | StoreDataInvalid] = []
         pending = list(enumerate(units))
         running: dict[Any, tuple[int, CompileUnit, float]] = {}
 
@@ -171,8 +171,8 @@ class RayExecutor(Executor):
                 result = UnitResult(unit, seconds, value=value)
             except ray.exceptions.RayError as exc:
                 cause = getattr(exc, "cause", None) or exc
-                if isinstance(cause, StoreError):
-                    outages.append(StoreError(str(cause)))
+                if isinstance(cause, StoreError | StoreDataInvalid):
+                    outages.append(type(cause)(str(cause)))
                 message = str(cause).strip().splitlines()
                 result = UnitResult(
                     unit,

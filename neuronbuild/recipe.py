@@ -67,7 +67,9 @@ PLACEHOLDERS: dict[str, Any] = {
     "cpu_isa": "host",
     "revision": None,
 }
-"""Stand-ins for mistyped keys the engine's rules never read, so those rules still run."""
+"""Stand-ins for mistyped keys, so the engine's rules still run and every error is reported. The
+rules read none of these from the typed fields; ``revision`` they read from ``engine_args``, where
+a mistyped one stays as written, so they type-check it first (:meth:`Engine.validate`)."""
 
 _PYDANTIC_HINTS = {
     "missing": "is required; add it to the recipe",

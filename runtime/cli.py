@@ -173,10 +173,8 @@ def serve(
         allow_mismatch=allow_mismatch,
     )
     echo_notes(prepared.notes)
-    for name in prepared.env_changes()[1]:
-        click.echo(
-            f"warning: {name} is not passed to vLLM (it would change its output unkeyed)", err=True
-        )
+    for line in prepared.env_warnings:
+        click.echo(f"warning: {line}", err=True)
     for m in prepared.allowed:
         click.echo(
             f"WARNING: --allow-mismatch {m.name}: serving artifacts built for {m.built_for} on a "
@@ -190,7 +188,7 @@ def serve(
             click.echo(
                 f"manifest {prepared.manifest}: {prepared.files} files, {prepared.bytes} bytes"
             )
-            click.echo(f"laid out under {prepared.cache_root}")
+            click.echo(f"would lay out under {prepared.cache_root}")
             click.echo("would run:")
             click.echo(prepared.command())
         return

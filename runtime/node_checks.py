@@ -18,9 +18,12 @@ from typing import Any
 
 from neuronbuild.console import format_table
 from neuronbuild.engines import Engine
-from neuronbuild.errors import UserError
+from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
+
+MISMATCH_NAMES = ("target", "cpu_isa", "model_files")
+"""What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ def check_node(
     a relative model folder resolves.
 
     Raises:
-        UserError: a variable of ``environ`` would make this node compile or mis-target.
+        UserError: a variable of ``environ`` would make this node compile or mis-target, or
+            ``allow`` names something that cannot differ (with a did-you-mean).
         NodeMismatch: a difference not named in ``allow``, with a table of every difference.
     """
     refused = engine.refused_at_serve(environ)
@@ -96,6 +100,14 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
+    known = {*recipe.toolchain, *MISMATCH_NAMES}
+    for name in sorted(allowed - known):
+        close = did_you_mean(name, known)
+        hint = f"did you mean {close}? " if close else ""
+        raise UserError(
+            f"--allow-mismatch {name}: no such difference; {hint}it takes one of "
+            f"{', '.join(sorted(known))}"
+        )
     found = list(
         dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
     )

@@ -55,7 +55,8 @@ class Prepared:
     """A laid-out manifest and the vLLM process that serves it: ``argv`` run in ``cwd`` with
     exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
     them); ``started_with``: the environment the user started ``serve`` in, so :meth:`command`
-    can show what differs from it; ``allowed``: node mismatches the operator allowed."""
+    can show what differs from it; ``allowed``: node mismatches the operator allowed;
+    ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each."""
 
     manifest: str
     cache_root: Path
@@ -67,6 +68,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
     started_with: dict[str, str] = field(default_factory=dict)
     allowed: tuple[Mismatch, ...] = ()
+    env_warnings: tuple[str, ...] = ()
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -107,14 +109,22 @@ def _graphs(unit: Any) -> tuple[Any, ...]:
     return tuple(g.identity for g in unit.graphs)
 
 
+def _recipe_factors(factors: Any) -> dict[str, Any]:
+    return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
+
+
 def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """The recipe's unit keys must be exactly the manifest's.
+    """The recipe must plan the manifest's graphs with the same factors drawn from the recipe
+    (:data:`RECIPE_FACTORS`), as :func:`check_manifest_plans` compares. Factors drawn from
+    this host (model files, instruction set, environment, installed versions) are the node
+    checks' business, where ``--allow-mismatch`` applies.
 
     Raises:
         UserError: naming each differing factor (e.g. ``engine_args.max_model_len``).
     """
     plan = build_plan(recipe)
-    if [u.key.digest for u in plan.units] == [u.key for u in manifest.units]:
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    if planned == [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]:
         return
     by_graphs = {_graphs(u): u for u in manifest.units}
     diffs: list[str] = []
@@ -122,8 +132,10 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
         theirs = by_graphs.get(_graphs(unit))
         if theirs is None:
             diffs.append(f"graph {unit.label()}: in the recipe, not in the manifest")
-        elif theirs.key != unit.key.digest:
-            diffs += factor_differences(dict(unit.key.factors), theirs.factors)
+        else:
+            diffs += factor_differences(
+                _recipe_factors(unit.key.factors), _recipe_factors(theirs.factors)
+            )
     ours = {_graphs(u) for u in plan.units}
     diffs += [
         f"graph {', '.join(g.label() for g in u.graphs)}: in the manifest, not in the recipe"
@@ -163,11 +175,8 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
     plan: Plan = build_plan(recipe)
 
-    def keyed(factors: Any) -> dict[str, Any]:
-        return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
-
-    planned = [(_graphs(u), keyed(u.key.factors)) for u in plan.units]
-    sealed = [(_graphs(u), keyed(u.factors)) for u in manifest.units]
+    planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
+    sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
             f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
@@ -288,7 +297,10 @@ def prepare(
     env = engine.engine_env(environ, keyed)
     env.update(engine.serve_env(str(root)))
     unique = tuple(dict.fromkeys(allowed))
-    return Prepared(digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique)
+    warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
+    return Prepared(
+        digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique, warnings
+    )
 
 
 def exec_vllm(prepared: Prepared) -> None:

@@ -209,8 +209,23 @@ def test_compile_and_serve_name_each_variable_they_keep_from_vllm(write_recipe: 
         env=env,
     )
     assert served.returncode == 0, served.stderr
-    assert "warning: VLLM_NCCL_SO_PATH is not passed to vLLM" in served.stderr
+    # One wording at compile and serve, from one function (Engine.env_warnings).
+    assert "warning: VLLM_NCCL_SO_PATH is not passed to the engine" in served.stderr
     assert "env -u VLLM_NCCL_SO_PATH" in served.stdout
+    assert "would lay out under " in served.stdout  # a dry run writes nothing
+    # A keyed variable: serve by ref replaces it by the build's value (unset here).
+    by_ref = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "serve", "--ref", "tiny/latest", "--cache", store,
+         "--workdir", str(path.parent), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**env, "VLLM_PP_LAYER_PARTITION": "1"},
+    )  # fmt: skip
+    assert by_ref.returncode == 0, by_ref.stderr
+    assert "VLLM_PP_LAYER_PARTITION is not passed" not in by_ref.stderr
+    assert "warning: VLLM_PP_LAYER_PARTITION is replaced by the build's value (unset)" in (
+        by_ref.stderr
+    )
 
 
 def test_sigterm_ends_any_command_with_128_plus_15_and_one_line(tmp_path: Path) -> None:

@@ -371,3 +371,32 @@ def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback() -> None:
             os.rmdir("a")
         os.chdir(here)
         shutil.rmtree(top)
+
+
+@pytest.mark.parametrize(
+    "shape", ["escapes with ..", "not the manifest's name", "the layouts folder"]
+)
+def test_gc_never_deletes_a_folder_a_hostile_layout_record_names(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from neuronbuild.store.gc import collect_garbage
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "node-cache"))
+    layouts = tmp_path / "node-cache" / "neuronbuild" / "layouts"
+    victim = tmp_path / "victim"
+    (victim / "keep").mkdir(parents=True)
+    (layouts / "0123456789abcdef").mkdir(parents=True)
+    digest = sha256_digest(b"a manifest no ref names")
+    root = {
+        "escapes with ..": str(layouts / ".." / ".." / ".." / "victim"),
+        "not the manifest's name": str(layouts / "0123456789abcdef"),
+        "the layouts folder": str(layouts),
+    }[shape]
+    store = Store(str(tmp_path / "store"), create=True)
+    record = Path(store.layout.layout_record(digest))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_bytes(canonical_json({"root": root}))
+    report = collect_garbage(store, older_than_days=0)
+    assert len(report.deleted["layouts"]) == 1  # the record goes; the folder it names stays
+    assert (victim / "keep").is_dir()
+    assert (layouts / "0123456789abcdef").is_dir()

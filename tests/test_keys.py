@@ -182,6 +182,18 @@ def test_an_empty_additional_config_equals_an_absent_one_on_cpu_too() -> None:
     assert keys(cpu_recipe(additional_config={})) == keys(cpu_recipe())
 
 
+def test_a_null_inside_hf_overrides_is_a_value_not_an_absent_key() -> None:
+    # vLLM applies hf_overrides by config.update(hf_overrides_kw): the null reaches the config.
+    nulled = keys(cpu_recipe(hf_overrides={"sliding_window": None}))
+    assert nulled != keys(cpu_recipe())
+    assert nulled != keys(cpu_recipe(hf_overrides={"sliding_window": {}}))
+    assert keys(neuron_recipe(hf_overrides={"sliding_window": None})) != keys(neuron_recipe())
+    # Key order is still no part of a key.
+    assert keys(cpu_recipe(hf_overrides={"a": 1, "b": None})) == keys(
+        cpu_recipe(hf_overrides={"b": None, "a": 1})
+    )
+
+
 @pytest.mark.parametrize(("engine", "block_size"), [("cpu", 128), ("neuron", 32)])
 def test_block_size_stated_at_the_engines_default_keeps_every_key(
     engine: str, block_size: int

@@ -3,11 +3,13 @@ of its message."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from neuronbuild.errors import RecipeInvalid
+from neuronbuild.errors import RecipeInvalid, UserError
+from neuronbuild.model_files import check_model_present
 from neuronbuild.recipe import parse_recipe
 from tests.conftest import cpu_recipe, neuron_recipe
 
@@ -150,3 +152,23 @@ def test_a_type_error_does_not_hide_the_engine_rules() -> None:
     fields = {e.split("=")[0].split(":")[0] for e in errors_of(data)}
     assert {"name", "toolchain.vllm-neuron", f"{NC}.num_seqs_buckets"} <= fields
     assert "toolchain" not in fields
+
+
+@pytest.mark.parametrize("revision", [1234, ["a"], {"b": 1}])
+def test_a_revision_that_is_no_string_is_one_recipe_error(revision: Any) -> None:
+    for data in (cpu_recipe(revision=revision), neuron_recipe(revision=revision)):
+        errors = errors_of(data)
+        assert [e for e in errors if e.startswith("revision=")], errors
+        assert "must be a string" in " ".join(errors)
+
+
+def test_a_hub_model_id_huggingface_would_refuse_is_a_recipe_error() -> None:
+    errors = errors_of(cpu_recipe(cpu_isa="host", model="not a/valid id!", revision="a" * 40))
+    assert [e for e in errors if e.startswith('model="not a/valid id!"') and "hub id" in e], errors
+    assert not [e for e in errors_of(cpu_recipe(model="org/name")) if e.startswith("model")]
+
+
+def test_a_stored_recipe_with_an_invalid_hub_id_is_one_line_at_serve(tmp_path: Path) -> None:
+    # serve --ref reads a recipe from the store, which validate never saw.
+    with pytest.raises(UserError, match="model not a/valid id!: neither a folder here nor a valid"):
+        check_model_present("not a/valid id!", None, tmp_path)

@@ -79,9 +79,9 @@ def test_fake_installed_versions_are_compared_with_every_pin(
             raise node_checks.importlib.metadata.PackageNotFoundError(dist)
         return versions[dist]
 
+    recipe = parse_recipe(neuron_recipe())  # before the fake: validate imports huggingface_hub
     monkeypatch.setattr(node_checks.importlib.metadata, "version", version)
     monkeypatch.setenv(NODE_TARGET_OVERRIDE, "trn2")
-    recipe = parse_recipe(neuron_recipe())
     found = node_checks.node_mismatches(recipe, get_engine("neuron"), {"target": "trn2"}, REPO)
     assert [(m.name, m.built_for, m.node) for m in found] == [
         ("neuronx-cc", "2.27.5334.0", "2.27.0"),
@@ -112,7 +112,6 @@ def test_a_neuron_manifest_on_a_node_of_another_family_is_refused(
 ) -> None:
     (tmp_path / PRODUCT_NAME).parent.mkdir(parents=True)
     (tmp_path / PRODUCT_NAME).write_text("trn1.32xlarge\n")
-    monkeypatch.setattr("neuronbuild.engines.neuron_node.Path", lambda _: tmp_path, raising=False)
     from neuronbuild.engines import neuron_node
 
     assert neuron_node.target_differences("trn2", tmp_path, {}) == [("target", "trn2", "trn1")]
@@ -139,6 +138,25 @@ def test_a_model_folder_whose_content_changed_since_the_build_is_refused(tmp_pat
     )  # fmt: skip
     assert result.returncode == 2
     assert "model_files  config.json sha256:" in result.stderr
+    # By recipe too: model_files is drawn from this host, so the node check (which reads
+    # --allow-mismatch) decides, not the recipe-against-manifest check.
+    refused = serve(recipe, store)
+    assert refused.returncode == 2
+    assert "pass --allow-mismatch model_files" in refused.stderr
+    allowed = serve(recipe, store, "--allow-mismatch", "model_files")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "WARNING: --allow-mismatch model_files" in allowed.stderr
+
+
+def test_an_unknown_allow_mismatch_name_is_one_line_with_a_suggestion(tmp_path: Path) -> None:
+    recipe, store = published(tmp_path)
+    result = serve(recipe, store, "--allow-mismatch", "model_file")
+    assert result.returncode == 2
+    assert "--allow-mismatch model_file: no such difference; did you mean model_files?" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

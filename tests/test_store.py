@@ -167,3 +167,38 @@ def test_a_manifest_whose_bytes_do_not_match_its_name_is_rejected(tmp_path: Path
     path.write_bytes(path.read_bytes().replace(b'"demo"', b'"evil"'))
     with pytest.raises(StoreDataInvalid, match="do not hash"):
         store.get_manifest(digest)
+
+
+def test_an_executable_file_never_changes_the_mode_of_the_local_blob(tmp_path: Path) -> None:
+    """A hard link shares its inode, so a chmod on the laid-out file would make the store's blob
+    (and every other lay-out linking it) executable too."""
+    store = Store(str(tmp_path / "store"), create=True)
+    (tmp_path / "tool").write_bytes(b"#!/bin/sh\n")
+    digest, size = store.put_file(tmp_path / "tool")
+    blob = Path(store.layout.blob(digest))
+    blob_mode = blob.stat().st_mode
+    assert not os.access(blob, os.X_OK)
+
+    def manifest(executable: bool) -> Manifest:
+        factors = {"schema": "t", "executable": executable}
+        record = store.put_unit(
+            UnitRecord(
+                sha256_digest(canonical_json(factors)),
+                factors,
+                (Graph.dynamic(),),
+                (FileRecord("entry/tool", digest, size, executable),),
+                {},
+            )
+        )
+        return Manifest("demo", {}, (record,))
+
+    plain, executable = manifest(False), manifest(True)
+    # A fresh lay-out, and one over an earlier lay-out that hard-linked the blob.
+    lay_out(executable, executable.digest, TieredStore(store), tmp_path / "fresh")
+    lay_out(plain, plain.digest, TieredStore(store), tmp_path / "over")
+    assert (tmp_path / "over" / "entry/tool").stat().st_ino == blob.stat().st_ino
+    lay_out(executable, executable.digest, TieredStore(store), tmp_path / "over")
+    for root in ("fresh", "over"):
+        assert os.access(tmp_path / root / "entry/tool", os.X_OK)
+        assert (tmp_path / root / "entry/tool").read_bytes() == b"#!/bin/sh\n"
+    assert blob.stat().st_mode == blob_mode

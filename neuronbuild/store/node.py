@@ -11,6 +11,7 @@ sweep.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -97,8 +98,8 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
     """Hard-link the local tier's verified blob to ``dest``; False where links cannot be made
     (another file system, a store this user may not link from)."""
     blob = tiers.local.local_blob_path(file)
-    if blob is None:
-        return False
+    if blob is None or (file.executable and not os.access(blob, os.X_OK)):
+        return False  # a link shares its mode with the blob: an executable file gets a copy
     problem = tiers.local.check_blob(file)
     if problem is not None:
         tiers.fetch_blob(file, dest)  # fetches it again from the remote, noted
@@ -163,6 +164,12 @@ def lay_out(
             elif not _intact(dest, file):
                 tiers.fetch_blob(file, dest)
             if file.executable and not os.access(dest, os.X_OK):
+                if dest.stat().st_nlink > 1:
+                    # Kept from an earlier lay-out, hard-linked to the local tier's blob (and
+                    # maybe other lay-outs): chmod would change them all through the inode.
+                    tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
+                    shutil.copyfile(dest, tmp)
+                    tmp.replace(dest)
                 dest.chmod(dest.stat().st_mode | 0o111)
         _write_stamp(root, manifest, digest)
     except PermissionError as exc:
