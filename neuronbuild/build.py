@@ -1,5 +1,5 @@
 """``neuronbuild compile``: plan, skip what the store holds, compile the rest, ingest, seal, move
-``<name>/latest``.
+``<name>/latest``; several recipes in one run, and one shard of a run split over machines.
 
 A unit is published (blobs, then its unit record) as soon as it compiles; the manifest is sealed
 and the ref moved only when every unit of the plan is in the store, so a reader never finds a
@@ -12,17 +12,23 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from neuronbuild import envs
 from neuronbuild.console import format_table
+from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.executor import Executor, LocalExecutor, Work
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
-from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed, run_units
+from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed
+from neuronbuild.seal import check_distinct_names
+from neuronbuild.shard import Shard, assign_units
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
@@ -59,8 +65,9 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 
 @dataclass
 class CompileReport:
-    """What ``compile`` did: per unit ``status`` (cached, compiled, failed; missing in a dry
-    run), seconds and error; ``blocked``: why compiling here would be refused (dry run)."""
+    """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
+    missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
+    ``blocked``: why compiling here would be refused (dry run)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -68,6 +75,12 @@ class CompileReport:
     ref: str | None = None
     seconds: float = 0.0
     blocked: str | None = None
+    sharded: bool = False
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """The statuses its totals count (``skipped`` only in a shard's report)."""
+        return ("cached", "compiled", "failed", "missing") + (("skipped",) if self.sharded else ())
 
     @property
     def failed(self) -> int:
@@ -83,7 +96,7 @@ class CompileReport:
             "ref": self.ref,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,
-            "totals": {s: self.count(s) for s in ("cached", "compiled", "failed", "missing")},
+            "totals": {s: self.count(s) for s in self.statuses},
             "units": self.units,
         }
 
@@ -214,32 +227,65 @@ def run_unit(
             raise UnitFailed("cancelled")
 
 
-def compile_recipe(
+@dataclass
+class RecipeRun:
+    """One recipe's part of a compile run: its plan, report, the records the store holds for
+    it, and ``work``, which compiles and publishes one of its units (None when compiling here
+    is blocked, in a dry run)."""
+
+    recipe: Recipe
+    plan: Plan
+    report: CompileReport
+    records: dict[str, UnitRecord]
+    work: Work | None
+    compiler: UnitCompiler | None = None
+
+
+@dataclass
+class RunReport:
+    """What one ``compile`` run did: one :class:`CompileReport` per recipe; with ``shard``, the
+    number of distinct units in the run (``units``) and of those this shard owns (``assigned``)."""
+
+    recipes: list[CompileReport]
+    shard: Shard | None = None
+    units: int = 0
+    assigned: int = 0
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(r.failed for r in self.recipes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shard": None if self.shard is None else str(self.shard),
+            "units": self.units,
+            "assigned": self.assigned,
+            "seconds": round(self.seconds, 3),
+            "recipes": [r.to_json() for r in self.recipes],
+        }
+
+
+def prepare_recipe(
     recipe: Recipe,
     store: Store,
     *,
-    jobs: int = 1,
-    timeout: float | None = None,
     log_dir: Path,
-    stream: TextIO | None = None,
-    dry_run: bool = False,
-) -> CompileReport:
-    """Compile every unit of ``recipe`` the store lacks, publish each, then seal and move the ref.
-
-    ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``, removed on
-    success and kept on failure. ``dry_run`` runs every check and reports which units would
-    compile (status ``missing``) without compiling.
+    timeout: float | None,
+    dry_run: bool,
+    outages: list[StoreError | StoreDataInvalid],
+    sharded: bool = False,
+) -> RecipeRun:
+    """Plan ``recipe``, check this host can compile it, read what the store holds, and build the
+    function that compiles and publishes one of its units (store failures are collected in
+    ``outages``).
 
     Raises:
-        UserError: broken install, toolchain or host mismatch, model not on this host (before
-            anything runs).
-        StoreError: the store failed while publishing (a unit's outage is not its failure).
-        StoreDataInvalid: the store holds bad data where a unit was ingested (not its failure).
-        Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
+        UserError: broken install, toolchain or host mismatch, model not on this host (only
+            reported in a dry run).
     """
-    start = time.monotonic()
     plan: Plan = build_plan(recipe)
-    report = CompileReport(recipe.name)
+    report = CompileReport(recipe.name, sharded=sharded)
     try:
         compiler = plan.engine.compiler()
         compiler.check_install()
@@ -250,30 +296,11 @@ def compile_recipe(
         if not dry_run:
             raise
         report.blocked = str(exc)
-
-    records = held_records(store, plan)
-    todo = [u for u in plan.units if u.key.digest not in records]
-    if dry_run:
-        for unit in plan.units:
-            status = "cached" if unit.key.digest in records else "missing"
-            report.units.append(
-                {
-                    "key": unit.key.digest,
-                    "graphs": [g.to_json() for g in unit.graphs],
-                    "status": status,
-                }
-            )
-        report.seconds = time.monotonic() - start
-        return report
-    if todo:
-        store.check_writable()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
-    # raised as itself once the other units are done.
-    store_errors: list[StoreError | StoreDataInvalid] = []
+        return RecipeRun(recipe, plan, report, held_records(store, plan), None)
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = log_dir / f"{unit.key.hex}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
         cache_root = scratch / "vllm-cache"
@@ -283,7 +310,7 @@ def compile_recipe(
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
         except (StoreError, StoreDataInvalid) as exc:
-            store_errors.append(exc)
+            outages.append(exc)
             raise
         except UnitFailed as exc:
             details = {"phase": unit.phase, "log": str(log), **exc.details}
@@ -298,40 +325,170 @@ def compile_recipe(
         entries = {entry_name(compiler, f) for f in files}
         return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
-    at_once, note = compiler.concurrency(recipe, len(todo), jobs) if todo else (jobs, None)
-    if note:
-        print(f"neuronbuild: {note}", file=stream or sys.stderr)
-    progress = Progress(len(todo), stream)
-    try:
-        results = run_units(todo, work, at_once, progress) if todo else []
-    finally:
-        progress.close()
-    if store_errors:
-        raise store_errors[0]
-    by_key = {r.unit.key.digest: r for r in results}
-    for unit in plan.units:
-        row: dict[str, Any] = {
+    return RecipeRun(recipe, plan, report, held_records(store, plan), work, compiler)
+
+
+def compile_recipes(
+    recipes: Sequence[Recipe],
+    store: Store,
+    *,
+    jobs: int = 1,
+    timeout: float | None = None,
+    log_dir: Path | None = None,
+    stream: TextIO | None = None,
+    dry_run: bool = False,
+    shard: Shard | None = None,
+    executor: Executor | None = None,
+) -> RunReport:
+    """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
+    share is compiled once), publish each, then seal one manifest per recipe and move its
+    ``<name>/latest``.
+
+    With ``shard``, only the units :func:`~neuronbuild.shard.assign_units` gives that shard are
+    compiled and published, and nothing is sealed (``neuronbuild seal`` does, once every shard
+    has run). ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``
+    (default: each recipe's own log folder), removed on success and kept on failure.
+    ``dry_run`` runs every check and reports which units would compile (status ``missing``)
+    without compiling. ``executor``: where units run (default: worker threads here).
+
+    Raises:
+        UserError: broken install, toolchain or host mismatch (before anything runs), or two
+            recipes with one name.
+        StoreError: the store failed while publishing (a unit's outage is not its failure).
+        Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
+    """
+    start = time.monotonic()
+    # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
+    # raised as itself once the other units are done.
+    outages: list[StoreError | StoreDataInvalid] = []
+    runs = [
+        prepare_recipe(
+            recipe,
+            store,
+            log_dir=log_dir or envs.default_log_dir(recipe.name),
+            timeout=timeout,
+            dry_run=dry_run,
+            outages=outages,
+            sharded=shard is not None,
+        )
+        for recipe in recipes
+    ]
+    check_distinct_names([run.plan for run in runs])
+    union: dict[str, PlannedUnit] = {}
+    works: dict[str, Work] = {}
+    for run in runs:
+        for unit in run.plan.units:
+            union.setdefault(unit.key.digest, PlannedUnit(unit, run.plan.engine))
+            if run.work is not None:
+                works.setdefault(unit.key.digest, run.work)
+    owner = assign_units(list(union.values()), store, shard.count) if shard else {}
+    mine = {k for k in union if shard is None or owner[k] == shard.index}
+    held = {k for run in runs for k in run.records}
+    todo = [union[k].unit for k in union if k in mine and k not in held]
+    result = RunReport([run.report for run in runs], shard, len(union), len(mine))
+
+    def row(unit: CompileUnit, status: str) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "key": unit.key.digest,
             "graphs": [g.to_json() for g in unit.graphs],
+            "status": status,
         }
-        result = by_key.get(unit.key.digest)
-        if result is None:
-            row["status"] = "cached"
-        elif result.ok:
-            record, entries = result.value
-            row.update(status="compiled", seconds=round(result.seconds, 1), entries=entries)
-            records[unit.key.digest] = record
-        else:
-            row.update(status="failed", seconds=round(result.seconds, 1), error=result.error)
-            row.update({k: v for k, v in result.details.items() if v is not None})
-        report.units.append(row)
+        if shard is not None:
+            data["shard"] = owner[unit.key.digest]
+        return data
 
-    if not report.failed:
-        manifest = Manifest(
-            recipe.name, recipe.canonical(), tuple(records[u.key.digest] for u in plan.units)
+    if dry_run:
+        for run in runs:
+            for unit in run.plan.units:
+                key = unit.key.digest
+                status = "cached" if key in held else "missing" if key in mine else "skipped"
+                run.report.units.append(row(unit, status))
+            run.report.seconds = time.monotonic() - start
+        result.seconds = time.monotonic() - start
+        return result
+    if todo:
+        store.check_writable()
+
+    def work(unit: CompileUnit, groups: ProcessGroups) -> Any:
+        return works[unit.key.digest](unit, groups)
+
+    estimates = {k: planned.estimate for k, planned in union.items()}
+    at_once = jobs
+    for run in runs:  # each engine may lower parallelism for its units (e.g. host memory)
+        count = sum(1 for u in todo if u.key.digest in {v.key.digest for v in run.plan.units})
+        if run.compiler is not None and count:
+            allowed, note = run.compiler.concurrency(run.recipe, count, jobs)
+            at_once = min(at_once, allowed)
+            if note:
+                print(f"neuronbuild: {note}", file=stream or sys.stderr)
+    progress = Progress(len(todo), stream)
+    try:
+        results = (
+            (executor or LocalExecutor()).run(todo, work, at_once, progress, estimates)
+            if todo
+            else []
         )
-        report.manifest = store.put_manifest(manifest)
-        report.ref = f"{recipe.name}/{LATEST}"
-        store.set_ref(recipe.name, LATEST, report.manifest)
-    report.seconds = time.monotonic() - start
-    return report
+    finally:
+        progress.close()
+    if outages:
+        raise outages[0]
+    record_timings(store, [(r.unit, r.seconds) for r in results if r.ok])
+    by_key = {r.unit.key.digest: r for r in results}
+    for run in runs:
+        report = run.report
+        for unit in run.plan.units:
+            key = unit.key.digest
+            done = by_key.get(key)
+            if done is None:
+                report.units.append(row(unit, "cached" if key in held else "skipped"))
+            elif done.ok:
+                record, entries = done.value
+                report.units.append(
+                    {**row(unit, "compiled"), "seconds": round(done.seconds, 1), "entries": entries}
+                )
+                run.records[key] = record
+            else:
+                details = {k: v for k, v in done.details.items() if v is not None}
+                report.units.append(
+                    {
+                        **row(unit, "failed"),
+                        "seconds": round(done.seconds, 1),
+                        "error": done.error,
+                        **details,
+                    }
+                )
+        if shard is None and not report.failed:
+            manifest = Manifest(
+                run.recipe.name,
+                run.recipe.canonical(),
+                tuple(run.records[u.key.digest] for u in run.plan.units),
+            )
+            report.manifest = store.put_manifest(manifest)
+            report.ref = f"{run.recipe.name}/{LATEST}"
+            store.set_ref(run.recipe.name, LATEST, report.manifest)
+        report.seconds = time.monotonic() - start
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def compile_recipe(
+    recipe: Recipe,
+    store: Store,
+    *,
+    jobs: int = 1,
+    timeout: float | None = None,
+    log_dir: Path,
+    stream: TextIO | None = None,
+    dry_run: bool = False,
+) -> CompileReport:
+    """:func:`compile_recipes` for one recipe, on local workers, unsharded: its report."""
+    run = compile_recipes(
+        [recipe],
+        store,
+        jobs=jobs,
+        timeout=timeout,
+        log_dir=log_dir,
+        stream=stream,
+        dry_run=dry_run,
+    )
+    return run.recipes[0]

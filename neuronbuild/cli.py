@@ -16,7 +16,8 @@ import click
 from neuronbuild import __version__, envs, start_env
 from neuronbuild.console import format_table, run
 from neuronbuild.cpu_isa import host_isa
-from neuronbuild.errors import RecipeInvalid, UnitsFailed
+from neuronbuild.errors import RecipeInvalid, UnitsFailed, UserError
+from neuronbuild.executor import EXECUTORS
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 from neuronbuild_runtime.cli import echo_notes, pull, serve
@@ -184,7 +185,9 @@ LWW_OPTION = click.option(
 
 
 @cli.command(name="compile")
-@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@click.argument(
+    "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
 @CACHE_OPTION
 @LWW_OPTION
 @click.option(
@@ -198,7 +201,7 @@ LWW_OPTION = click.option(
     default=1,
     show_default=True,
     type=click.IntRange(1),
-    help="Units compiled in parallel.",
+    help="Units compiled in parallel (Ray: units in flight on the cluster).",
 )
 @click.option(
     "--timeout",
@@ -211,68 +214,183 @@ LWW_OPTION = click.option(
     "--log-dir", type=click.Path(file_okay=False), help="Where per-unit logs go (kept on failure)."
 )
 @click.option(
+    "--shard",
+    "shard_text",
+    metavar="I/N",
+    help="Compile only shard I (from 0) of N of the recipes' units and publish them, without "
+    "sealing; auto/N reads I from $JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="Where units run: worker processes here, or Ray tasks (pip install 'neuronbuild[ray]').",
+)
+@click.option(
+    "--address",
+    help="With --executor ray: the cluster (ray://HOST:10001, HOST:6379 or auto); default "
+    "$RAY_ADDRESS, else a local cluster.",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Check everything and list what would compile; compile nothing."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def compile_(
-    recipe_path: str,
+    recipe_paths: tuple[str, ...],
     cache: str,
     last_writer_wins: bool,
     local_cache: str | None,
     jobs: int,
     timeout: float,
     log_dir: str | None,
+    shard_text: str | None,
+    executor: str,
+    address: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Compile every graph of RECIPE the store lacks, publish it, seal the manifest and move
-    <name>/latest.
+    """Compile every graph of each RECIPE the store lacks (their units scheduled together),
+    publish it, seal one manifest per recipe and move <name>/latest.
 
-    Refuses (exit 2) when installed versions differ from the recipe's toolchain pins or the host
-    from its cpu_isa. Exits 1 when some units failed (the others are published, nothing is
-    sealed), 3 when the store fails, 128+N on signal N (engine processes ended, nothing
-    half-done published).
+    With --shard I/N, compile and publish only this shard's units and seal nothing: run
+    `neuronbuild seal` with the same recipes once every shard has run. Refuses (exit 2) when
+    installed versions differ from a recipe's toolchain pins or the host from its cpu_isa.
+    Exits 1 when some units failed (the others are published, nothing is sealed), 3 when the
+    store fails, 128+N on signal N (engine processes ended, nothing half-done published).
     """
-    from neuronbuild.build import compile_recipe
+    from neuronbuild.build import compile_recipes
+    from neuronbuild.executor import executor_for
+    from neuronbuild.shard import parse_shard
     from neuronbuild.store.cas import LATEST, Store
     from neuronbuild.store.tiered import TieredStore
 
-    recipe = load_or_exit(recipe_path)
-    warn_removed_env(recipe)
+    shard = parse_shard(shard_text) if shard_text is not None else None
+    if shard is not None and local_cache:
+        raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
+    runner = executor_for(executor, address)
+    recipes = [load_or_exit(path) for path in recipe_paths]
+    for recipe in recipes:
+        warn_removed_env(recipe)
     # A missing folder reads as empty and is created by the first write, after every check.
     store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
-    logs = Path(log_dir) if log_dir else envs.default_log_dir(recipe.name)
-    report = compile_recipe(
-        recipe, store, jobs=jobs, timeout=timeout, log_dir=logs, dry_run=dry_run
+    run = compile_recipes(
+        recipes,
+        store,
+        jobs=jobs,
+        timeout=timeout,
+        log_dir=Path(log_dir) if log_dir else None,
+        dry_run=dry_run,
+        shard=shard,
+        executor=runner,
     )
-    if local_cache and report.manifest:
+    if local_cache:
         tiers = TieredStore(Store(local_cache, create=True), store)
-        tiers.write_through(report.manifest, recipe.name, LATEST)
+        for report in run.recipes:
+            if report.manifest:
+                tiers.write_through(report.manifest, report.name, LATEST)
         echo_notes(tiers.notes)
+    if as_json:
+        if len(run.recipes) == 1:  # one recipe: its report, as before several were accepted
+            data = run.to_json()
+            echo_json({"store": store.url, "shard": data["shard"], **data["recipes"][0]})
+        else:
+            echo_json({"store": store.url, **run.to_json()})
+    else:
+        if shard is not None:
+            click.echo(
+                f"shard {shard}: {run.assigned} of {run.units} units"
+                + ("" if run.assigned else "; no units in this shard, nothing to do")
+            )
+        for report in run.recipes:
+            for unit in report.units:
+                if unit["status"] == "failed":
+                    click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+                elif unit.get("entries", {}).get("reused"):
+                    entries = unit["entries"]
+                    click.echo(
+                        f"{unit['key'][:19]}: {entries['compiled']} entries compiled, "
+                        f"{entries['reused']} reused from the previous build"
+                    )
+            totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
+            click.echo(
+                f"{report.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s"
+            )
+            if report.manifest:
+                click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
+            elif report.blocked:
+                click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
+        if dry_run:
+            click.echo("dry run: nothing compiled")
+        elif shard is not None and run.assigned and not run.failed:
+            names = " ".join(recipe_paths)
+            click.echo(
+                f"published; once every shard has run: neuronbuild seal {names} "
+                f"--cache {store.url} --shards {shard.count}"
+            )
+    if run.failed:
+        what = "this shard's failed units" if shard else "them"
+        raise UnitsFailed(f"not sealed: some units failed; fix {what} and run compile again")
+    if any(r.blocked for r in run.recipes):
+        sys.exit(2)
+
+
+@cli.command()
+@click.argument(
+    "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
+@CACHE_OPTION
+@LWW_OPTION
+@click.option(
+    "--tag", default="latest", show_default=True, help="The tag each <name>/<tag> ref moves to."
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(1),
+    help="The N the shards ran with (compile --shard I/N), to name the shard owning each "
+    "missing unit.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def seal(
+    recipe_paths: tuple[str, ...],
+    cache: str,
+    last_writer_wins: bool,
+    tag: str,
+    shards: int | None,
+    as_json: bool,
+) -> None:
+    """Write each RECIPE's manifest and move its <name>/<tag> once every unit of every recipe
+    is in the store with all its blobs (after `compile --shard I/N` ran for every I).
+
+    Otherwise list the missing units, each with the shard that owns it, write nothing and exit
+    1: re-run those shards, then seal again. Give the same recipes and keyed environment the
+    shards had. Reads unit records and lists blobs; never reads a blob.
+    """
+    from neuronbuild.seal import seal_plans
+    from neuronbuild.store.cas import Store, parse_ref
+
+    recipes = [load_or_exit(path) for path in recipe_paths]
+    for recipe in recipes:
+        parse_ref(f"{recipe.name}/{tag}")
+    store = Store(cache, last_writer_wins=last_writer_wins)
+    report = seal_plans([build_plan(r) for r in recipes], store, tag=tag, shards=shards)
     if as_json:
         echo_json({"store": store.url, **report.to_json()})
     else:
-        for unit in report.units:
-            if unit["status"] == "failed":
-                click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
-            elif unit.get("entries", {}).get("reused"):
-                entries = unit["entries"]
-                click.echo(
-                    f"{unit['key'][:19]}: {entries['compiled']} entries compiled, "
-                    f"{entries['reused']} reused from the previous build"
-                )
-        totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
-        click.echo(f"{recipe.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s")
-        if report.manifest:
-            click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
-        elif dry_run:
-            if report.blocked:
-                click.echo(f"compiling here would fail: {report.blocked}", err=True)
-            click.echo("dry run: nothing compiled")
-    if report.failed:
-        raise UnitsFailed("not sealed: some units failed; fix them and run compile again")
-    if report.blocked:
-        sys.exit(2)
+        for m in report.missing:
+            owner = f"shard {m.shard}/{shards}" if m.shard is not None else "its shard"
+            click.echo(
+                f"MISSING {m.recipe} {m.key[:19]} ({m.graphs}): {m.why}; re-run {owner}",
+                err=True,
+            )
+        for sealed in report.sealed:
+            click.echo(f"sealed {sealed['manifest']}; {sealed['ref']} -> it in {store.url}")
+    if report.missing:
+        owners = sorted({m.shard for m in report.missing if m.shard is not None})
+        which = f" (shards {', '.join(map(str, owners))} of {shards})" if owners else ""
+        raise UnitsFailed(
+            f"not sealed: {len(report.missing)} unit(s) missing{which}; nothing written"
+        )
 
 
 @cli.command()

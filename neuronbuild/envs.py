@@ -29,6 +29,11 @@ NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
 
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+"""The index of a Kubernetes indexed Job's pod (from 0): ``compile --shard auto/N``."""
+AWS_BATCH_JOB_ARRAY_INDEX = "AWS_BATCH_JOB_ARRAY_INDEX"
+"""The index of an AWS Batch array job's child (from 0): ``compile --shard auto/N``."""
+
 # Set by neuronbuild for vLLM (names as vLLM and vLLM-Neuron spell them).
 VLLM_CACHE_ROOT = "VLLM_CACHE_ROOT"
 VLLM_FORCE_AOT_LOAD = "VLLM_FORCE_AOT_LOAD"

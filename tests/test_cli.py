@@ -13,9 +13,10 @@ from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild, publ
 
 
 def test_validate_accepts_every_shipped_recipe() -> None:
-    result = neuronbuild("validate", *map(str, sorted(RECIPES.glob("*.yaml"))))
+    recipes = sorted(RECIPES.glob("*.yaml"))
+    result = neuronbuild("validate", *map(str, recipes))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("ok: ") == 4
+    assert result.stdout.count("ok: ") == len(recipes) >= 5
 
 
 def test_validate_reports_each_error_on_one_line_and_exits_2(write_recipe: Any) -> None:

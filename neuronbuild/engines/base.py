@@ -31,6 +31,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class UnitEstimate:
+    """What compiling one unit is expected to take: wall ``seconds``, ``cpus`` (cores kept busy)
+    and ``memory_gib`` (peak host memory, GiB). Used to balance shards (largest first) and as
+    the per-task resources of the Ray executor."""
+
+    seconds: float
+    cpus: float
+    memory_gib: float
+
+
+@dataclass(frozen=True)
 class UnitSpec:
     """One compile unit as an engine sees it: its graphs and its engine-specific key factors."""
 
@@ -47,7 +58,9 @@ class Engine(ABC):
     :attr:`env_prefix_classes` (name prefix -> class; a path-valued match is node-local),
     :attr:`key_env` (more keyed names), :attr:`serving_only_args` / :attr:`keyed_args` (every
     engine argument of the pinned vLLM is in exactly one) and :attr:`own_arg_defaults` (the
-    engine's defaults where they differ from vLLM's dataclass defaults).
+    engine's defaults where they differ from vLLM's dataclass defaults); and the estimate of one
+    unit (:meth:`estimate`): :attr:`graph_seconds` per graph it compiles, :attr:`unit_cpus` and
+    :attr:`unit_memory_gib`.
     """
 
     name: ClassVar[str]
@@ -61,6 +74,9 @@ class Engine(ABC):
     written_last: ClassVar[tuple[str, ...]] = ()
     """File names that mark a cache entry complete: laid out after every other file at serve."""
     note: ClassVar[str] = ""
+    graph_seconds: ClassVar[float] = 60.0
+    unit_cpus: ClassVar[float] = 1.0
+    unit_memory_gib: ClassVar[float] = 4.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         """Every error and warning of ``recipe`` for this engine (errors name field, value, fix)."""
@@ -200,3 +216,10 @@ class Engine(ABC):
         :meth:`arg_defaults` (see :func:`~.arg_classes.resolve_engine_args`): serving-only
         arguments, ``model`` and ``revision`` (keyed on their own) left out."""
         return resolve_engine_args(recipe.engine_args, self.arg_defaults(), self.serving_only_args)
+
+    def estimate(self, graphs: int) -> UnitEstimate:
+        """The expected cost of a unit that compiles ``graphs`` graphs: seconds grow with the
+        graphs (compiled one after another in one engine process), cores and memory do not."""
+        return UnitEstimate(
+            self.graph_seconds * max(1, graphs), self.unit_cpus, self.unit_memory_gib
+        )

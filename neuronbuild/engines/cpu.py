@@ -69,6 +69,11 @@ class CpuEngine(Engine):
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
     )
+    # Measured on the demo model, 2 cores: about 45 s per engine build, under 3 GiB resident
+    # (cpu-engine-facts.md); Inductor's own threads share whatever cores the unit gets.
+    graph_seconds: ClassVar[float] = 45.0
+    unit_cpus: ClassVar[float] = 1.0
+    unit_memory_gib: ClassVar[float] = 3.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         errors, warnings = super().validate(recipe)

@@ -212,6 +212,13 @@ class NeuronEngine(Engine):
         "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
         "configuration, since vLLM-Neuron compiles phases, never single buckets"
     )
+    # A phase unit compiles each of its graphs' NEFFs (minutes of neuronx-cc each for a large
+    # model) and needs several GiB of host memory per concurrent neuronx-cc process (users
+    # report OOM kills); rough defaults that measured durations of earlier builds replace when
+    # balancing shards.
+    graph_seconds: ClassVar[float] = 300.0
+    unit_cpus: ClassVar[float] = 4.0
+    unit_memory_gib: ClassVar[float] = 16.0
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         generic_errors, warnings = super().validate(recipe)

@@ -24,7 +24,7 @@ from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
 from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, Layout, parse_ref
-from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord
+from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 
@@ -295,13 +295,56 @@ class Store:
             return record
         return stored
 
+    def get_units(self, keys: Iterable[str], workers: int = 16) -> dict[str, UnitRecord]:
+        """The unit records stored for ``keys``, read concurrently (those absent are left
+        out): one request each, so a plan of 1,000 units is read in 1,000 / ``workers`` rounds."""
+        unique = list(dict.fromkeys(keys))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            found = list(pool.map(self.get_unit, unique))
+        return {k: r for k, r in zip(unique, found, strict=True) if r is not None}
+
+    # Timings.
+
+    def put_timing(self, timing: UnitTiming) -> None:
+        """Record how long a unit took (the last measurement of a key wins)."""
+        self.backend.put(self.layout.timing(timing.shape, timing.key), timing.to_bytes())
+
+    def timings(self, shapes: Iterable[str], workers: int = 16) -> list[UnitTiming]:
+        """Every timing stored for one of ``shapes``: one listing of ``timings/``, then a read
+        of each matching object (stray objects skipped).
+
+        Raises:
+            StoreDataInvalid: a matching timing is malformed or filed under another name.
+        """
+        wanted = set(shapes)
+        paths = []
+        for path in self.backend.find(self.layout.folder("timings")):
+            named = self.layout.timing_of(path)
+            if named is not None and named[0] in wanted:
+                paths.append((path, named))
+
+        def read(item: tuple[str, tuple[str, str]]) -> UnitTiming | None:
+            path, (shape, key) = item
+            data = self.backend.read(path, MAX_SMALL_BYTES)
+            if data is None:
+                return None
+            timing = UnitTiming.from_bytes(data, f"{self.url}: timing {path}")
+            if (timing.shape, timing.key) != (shape, key):
+                raise StoreDataInvalid(f"{self.url}: timing {path} holds another unit's time")
+            return timing
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return [t for t in pool.map(read, paths) if t is not None]
+
     # Manifests.
 
     def put_manifest(self, manifest: Manifest) -> str:
         """Seal ``manifest``: check every unit record and blob is present, then write it under
         its own digest (exclusive create). Returns ``sha256:<hex>``."""
-        for unit in manifest.units:
-            if not self.has_unit(unit.key):
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            present = list(pool.map(self.has_unit, [u.key for u in manifest.units]))
+        for unit, there in zip(manifest.units, present, strict=True):
+            if not there:
                 raise StoreError(
                     f"{self.url}: cannot seal, unit {unit.key} is not published; "
                     "compile (or push) the recipe again"

@@ -7,6 +7,7 @@
 <root>/refs/<name>/<tag>                        manifest digest (a mutable name)
 <root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
 <root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
+<root>/timings/<shape hex>/<unit key hex>.json  UnitTiming: how long a unit took to compile
 <root>/tmp/                                     temporary files of atomic writes
 <root>/locks/refs/<name>/<tag>.lock             the lock of a ref's compare-and-swap (folders)
 ```
@@ -35,7 +36,7 @@ MAX_SMALL_BYTES = 4096
 NODE_STAMP = ".neuronbuild/layout.json"
 """In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
 
-KINDS = ("blobs", "units", "manifests", "refs", "history", "layouts", "tmp", "locks")
+KINDS = ("blobs", "units", "manifests", "refs", "history", "layouts", "timings", "tmp", "locks")
 """Every top-level folder of a store; anything else under the root is not ours."""
 
 
@@ -92,6 +93,21 @@ class Layout:
     def layout_record(self, manifest: str) -> str:
         """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""
         return f"{self.root}/layouts/{hex_of(manifest)}.json"
+
+    def timing(self, shape: str, key: str) -> str:
+        """A unit's measured compile time, filed under its shape so that later builds of the
+        same shape (another toolchain, say) find it with one listing."""
+        return f"{self.root}/timings/{hex_of(shape)}/{hex_of(key)}.json"
+
+    def timing_of(self, path: str) -> tuple[str, str] | None:
+        """``(shape, key)`` digests a path under ``timings/`` names; None for a stray object."""
+        rest = path.removeprefix(self.folder("timings") + "/")
+        shape, _, name = rest.partition("/")
+        if not re.fullmatch(r"[0-9a-f]{64}", shape) or not re.fullmatch(
+            r"[0-9a-f]{64}\.json", name
+        ):
+            return None
+        return "sha256:" + shape, "sha256:" + name.removesuffix(".json")
 
     def tmp(self, name: str) -> str:
         """A temporary object (``""``: the folder itself)."""

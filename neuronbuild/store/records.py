@@ -21,6 +21,10 @@ from neuronbuild.store.layout import REF_PART
 
 RECORD_SCHEMA = "neuronbuild.unit-record/1"
 MANIFEST_SCHEMA = "neuronbuild.manifest/1"
+TIMING_SCHEMA = "neuronbuild.unit-timing/1"
+
+MAX_TIMING_SECONDS = 30 * 86400.0
+"""Longest compile a timing may claim (30 days); anything above is treated as hostile."""
 
 MAX_BLOB_SIZE = 1 << 40
 """Largest blob size (bytes) a record may claim: 1 TiB; anything above is treated as hostile."""
@@ -297,3 +301,39 @@ class RefMove:
             check_digest(raw["manifest"], what),
             None if previous is None else check_digest(previous, what),
         )
+
+
+@dataclass(frozen=True)
+class UnitTiming:
+    """How long one unit took to compile: its ``key``, its ``shape`` (the digest of its key
+    factors without toolchain, environment and schema: see :mod:`neuronbuild.costs`) and
+    ``seconds`` of wall time. Later builds of the same shape read it to balance shards."""
+
+    key: str
+    shape: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": TIMING_SCHEMA,
+            "key": self.key,
+            "shape": self.shape,
+            "seconds": self.seconds,
+        }
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, what: str) -> UnitTiming:
+        raw = _fields(parse_canonical(data, what), {"schema", "key", "shape", "seconds"}, what)
+        if raw["schema"] != TIMING_SCHEMA:
+            raise StoreDataInvalid(f"{what}: unknown timing schema {ascii(raw['schema'])[:60]}")
+        seconds = raw["seconds"]
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= MAX_TIMING_SECONDS
+        ):
+            raise StoreDataInvalid(f"{what}: impossible seconds {ascii(seconds)[:40]}")
+        return cls(check_digest(raw["key"], what), check_digest(raw["shape"], what), float(seconds))

@@ -1,0 +1,201 @@
+"""``compile --executor ray``: each compile unit as one Ray task on an existing cluster, or on a
+local one Ray starts.
+
+A task runs the same work function as a local worker (engine processes in their own process group,
+publish to the same store), so retries, logs and the report are unchanged; it asks Ray for the
+unit's estimated cores and memory (:meth:`~neuronbuild.engines.base.Engine.estimate`), capped at
+the largest node so that no task waits forever for a node that cannot exist. Every node needs
+neuronbuild and the engine's toolchain installed (the node image), the recipe's folder (a
+relative ``model`` resolves there) and credentials for the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from neuronbuild.engines.base import UnitEstimate
+from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
+from neuronbuild.executor import Executor, Work
+from neuronbuild.graph import CompileUnit
+from neuronbuild.scheduler import (
+    KILL_GRACE_SECONDS,
+    ProcessGroups,
+    Progress,
+    UnitResult,
+    signals_cancel,
+)
+
+INSTALL_HINT = "pip install 'neuronbuild[ray]'"
+
+TASK_RETRIES = 1
+"""Ray re-runs a task whose worker or node died (not one whose unit failed): publishing is
+idempotent, so a rerun is safe."""
+
+GIB = 1 << 30
+
+
+def import_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        UserError: Ray is not installed; the message says how to install it.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UserError(
+            f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+def run_in_task(work: Work, unit: CompileUnit) -> tuple[Any, float]:
+    """The body of one Ray task: ``work(unit, groups)`` on a thread of the worker, returning its
+    value and its run time in seconds.
+
+    ``ray.cancel`` interrupts the task's main thread (a KeyboardInterrupt); the engine processes
+    live in their own process group, out of Ray's reach, so they are ended here before the
+    interrupt goes on.
+    """
+    groups = ProcessGroups()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        start = time.monotonic()
+        try:
+            outcome["value"] = work(unit, groups)
+        except BaseException as exc:  # re-raised in the task's thread below
+            outcome["error"] = exc
+        outcome["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except BaseException:
+        groups.end_all()
+        thread.join(KILL_GRACE_SECONDS + 5)
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"], outcome["seconds"]
+
+
+class RayExecutor(Executor):
+    """Units as Ray tasks on the cluster at ``address`` (``ray://host:10001``, ``host:6379`` or
+    ``auto``); None: ``$RAY_ADDRESS`` if set, else a local cluster Ray starts and stops here."""
+
+    def __init__(self, address: str | None) -> None:
+        self.ray = import_ray()
+        self.address = address
+
+    def _connect(self) -> bool:
+        """Connect (or start a local cluster); True when this call started the session."""
+        if self.ray.is_initialized():
+            return False
+        options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+        try:
+            self.ray.init(address=self.address, **options)
+        except ConnectionError as exc:
+            raise StoreError(
+                f"--address {self.address}: cannot reach the Ray cluster: {exc}"
+            ) from None
+        return True
+
+    def _largest_node(self) -> tuple[float, float]:
+        """Cores and memory (bytes) of the largest live node."""
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        cpus = max((float(r.get("CPU", 0)) for r in nodes), default=1.0)
+        memory = max((float(r.get("memory", 0)) for r in nodes), default=0.0)
+        return cpus, memory
+
+    def run(
+        self,
+        units: Sequence[CompileUnit],
+        work: Work,
+        jobs: int,
+        progress: Progress,
+        estimates: Mapping[str, UnitEstimate],
+    ) -> list[UnitResult]:
+        """Submit up to ``jobs`` units at once as tasks; the rest wait for a slot.
+
+        Raises:
+            Interrupted: SIGINT or SIGTERM; running tasks were cancelled (their engine processes
+                ended) before this returns.
+            StoreError: the cluster cannot be reached, or a unit's publish hit a store failure
+                (raised once every unit has finished, as on local workers).
+        """
+        ray = self.ray
+        started = self._connect()
+        try:
+            return self._run(ray, units, work, jobs, progress, estimates)
+        finally:
+            if started:
+                ray.shutdown()
+
+    def _run(
+        self,
+        ray: Any,
+        units: Sequence[CompileUnit],
+        work: Work,
+        jobs: int,
+        progress: Progress,
+        estimates: Mapping[str, UnitEstimate],
+    ) -> list[UnitResult]:
+        task = ray.remote(max_retries=TASK_RETRIES)(run_in_task)
+        max_cpus, max_memory = self._largest_node()
+        shared_work = ray.put(work)
+        results: list[UnitResult | None] = [None] * len(units)
+        outages: list[StoreError | StoreDataInvalid] = []
+        pending = list(enumerate(units))
+        running: dict[Any, tuple[int, CompileUnit, float]] = {}
+
+        def submit() -> None:
+            i, unit = pending.pop(0)
+            estimate = estimates[unit.key.digest]
+            options: dict[str, Any] = {"num_cpus": min(estimate.cpus, max_cpus)}
+            if max_memory:
+                options["memory"] = int(min(estimate.memory_gib * GIB, max_memory))
+            progress.started(unit)
+            ref = task.options(**options).remote(shared_work, unit)
+            running[ref] = (i, unit, time.monotonic())
+
+        def finish(ref: Any) -> None:
+            i, unit, start = running.pop(ref)
+            try:
+                value, seconds = ray.get(ref)
+                result = UnitResult(unit, seconds, value=value)
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None) or exc
+                if isinstance(cause, StoreError | StoreDataInvalid):
+                    outages.append(type(cause)(str(cause)))
+                message = str(cause).strip().splitlines()
+                result = UnitResult(
+                    unit,
+                    time.monotonic() - start,
+                    error=(message[-1] if message else "") or type(cause).__name__,
+                )
+            results[i] = result
+            progress.finished(result)
+
+        with signals_cancel(ProcessGroups()) as received:
+            while pending or running:
+                if received:
+                    for ref in running:
+                        ray.cancel(ref)
+                    ray.wait(
+                        list(running), num_returns=len(running), timeout=KILL_GRACE_SECONDS + 10
+                    )
+                    raise Interrupted(received[0])
+                while pending and len(running) < max(1, jobs):
+                    submit()
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
+                for ref in ready:
+                    finish(ref)
+        if outages:
+            raise outages[0]
+        return [r for r in results if r is not None]

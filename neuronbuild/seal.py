@@ -1,0 +1,129 @@
+"""``neuronbuild seal``: once every unit of every recipe is in the store, write each recipe's
+manifest and move its ref; otherwise name what is missing and which shard owns it, and write
+nothing.
+
+Shards (``compile --shard I/N``) only publish unit records; sealing is this separate step, run once
+after all of them, so no shard has to know whether the others are done. It reads the unit records
+and lists the blobs (one listing when there are many, see
+:meth:`~neuronbuild.store.cas.Store.missing_blobs`); it never reads a blob's bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from neuronbuild.costs import PlannedUnit
+from neuronbuild.errors import UserError
+from neuronbuild.plan import Plan
+from neuronbuild.shard import assign_units
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import Manifest
+
+
+@dataclass(frozen=True)
+class MissingUnit:
+    """A unit a recipe needs that the store lacks: ``why`` (no unit record, or which blob is
+    gone) and the ``shard`` that owns it (None when the shard count was not given)."""
+
+    recipe: str
+    key: str
+    graphs: str
+    why: str
+    shard: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe,
+            "key": self.key,
+            "graphs": self.graphs,
+            "why": self.why,
+            "shard": self.shard,
+        }
+
+
+@dataclass
+class SealReport:
+    """What ``seal`` did: ``sealed`` (recipe name, manifest, ref) when every unit was present,
+    else ``missing`` and nothing written; ``seconds`` of wall time."""
+
+    sealed: list[dict[str, str]] = field(default_factory=list)
+    missing: list[MissingUnit] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sealed": self.sealed,
+            "missing": [m.to_json() for m in self.missing],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def check_distinct_names(plans: Sequence[Plan]) -> None:
+    """Raise UserError when two recipes share a name: their refs would collide."""
+    seen: dict[str, str] = {}
+    for plan in plans:
+        name, source = plan.recipe.name, plan.recipe.source
+        if name in seen:
+            raise UserError(
+                f"{source}: name {name!r} is also the name of {seen[name]}; each recipe of one "
+                "run needs its own name (it names the ref)"
+            )
+        seen[name] = source
+
+
+def seal_plans(
+    plans: Sequence[Plan], store: Store, *, tag: str, shards: int | None = None
+) -> SealReport:
+    """Seal every plan (one manifest per recipe, ref ``<name>/<tag>`` moved by compare-and-swap)
+    if the store holds every unit of every plan with all its blobs; else report the missing
+    units, each with its owning shard out of ``shards`` (as ``compile --shard I/shards``
+    assigned it), and write nothing.
+
+    Raises:
+        UserError: two recipes share a name. StoreError: the store failed.
+        StoreDataInvalid: a stored record is malformed.
+    """
+    start = time.monotonic()
+    check_distinct_names(plans)
+    report = SealReport()
+    keys = [u.key.digest for plan in plans for u in plan.units]
+    records = store.get_units(keys)
+    gone = {e.digest for e in store.missing_blobs(f for r in records.values() for f in r.files)}
+    for plan in plans:
+        for unit in plan.units:
+            record = records.get(unit.key.digest)
+            if record is None:
+                why = "no unit record"
+            else:
+                lost = [f.path for f in record.files if f.digest in gone]
+                if not lost:
+                    continue
+                why = f"the blob of {lost[0]} is missing"
+            report.missing.append(
+                MissingUnit(plan.recipe.name, unit.key.digest, unit.label(), why, None)
+            )
+    if report.missing:
+        if shards is not None:
+            planned = [PlannedUnit(u, plan.engine) for plan in plans for u in plan.units]
+            owner = assign_units(planned, store, shards)
+            report.missing = [
+                MissingUnit(m.recipe, m.key, m.graphs, m.why, owner[m.key]) for m in report.missing
+            ]
+        report.seconds = time.monotonic() - start
+        return report
+    for plan in plans:
+        manifest = Manifest(
+            plan.recipe.name,
+            plan.recipe.canonical(),
+            tuple(records[u.key.digest] for u in plan.units),
+        )
+        digest = store.put_manifest(manifest)
+        store.set_ref(plan.recipe.name, tag, digest)
+        report.sealed.append(
+            {"name": plan.recipe.name, "manifest": digest, "ref": f"{plan.recipe.name}/{tag}"}
+        )
+    report.seconds = time.monotonic() - start
+    return report
