@@ -17,7 +17,6 @@ from neuronbuild import __version__, envs, start_env
 from neuronbuild.console import format_table, run
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid, UnitsFailed, UserError
-from neuronbuild.executor import EXECUTORS
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 from neuronbuild_runtime.cli import echo_notes, pull, serve
@@ -222,7 +221,9 @@ LWW_OPTION = click.option(
 )
 @click.option(
     "--executor",
-    type=click.Choice(EXECUTORS),
+    # executor.EXECUTORS, not imported here: it loads the scheduler, and `neuronbuild serve`
+    # (this module) must not (DESIGN.md; tests/test_import_allowlist.py).
+    type=click.Choice(("local", "ray")),
     default="local",
     show_default=True,
     help="Where units run: worker processes here, or Ray tasks (pip install 'neuronbuild[ray]').",
