@@ -314,3 +314,36 @@ def test_compile_refuses_speculative_decoding_with_the_reason(double: Path, tmp_
     )
     with pytest.raises(UserError, match="CPU compile mode cannot build speculative"):
         compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
+
+
+def test_serve_only_switches_in_the_start_environment_are_kept_from_the_compile_run(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract sections 2 and 4: warmup-compile off makes every graph a fatal miss, and
+    graph capture off makes CPU compile extract nothing yet exit 0."""
+    switches = (
+        "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+        "VLLM_NEURON_ASSERT_CACHE_HIT",
+    )
+    for name in switches:
+        setenv(monkeypatch, name, "1")
+    recipe = small_recipe(tmp_path, vision=False)
+    command = (
+        build_plan(recipe)
+        .engine.compiler()
+        .command(recipe, build_plan(recipe).units[0], tmp_path / "scratch")
+    )
+    assert not set(switches) & set(command.env)
+    stream = io.StringIO()
+    report = compile_recipe(
+        recipe,
+        Store(str(tmp_path / "store"), create=True),
+        stream=stream,
+        jobs=2,
+        timeout=60.0,
+        log_dir=tmp_path / "logs",
+    )
+    assert report.failed == 0 and report.manifest is not None
+    assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
+    assert all(name in stream.getvalue() for name in switches)

@@ -163,6 +163,16 @@ def classify_failure(exit_code: int, log: str) -> Failure:
     return Failure(f"vLLM-Neuron exited with {exit_code}", "none", None, bucket)
 
 
+# Serve-only switches kept from the compile run (contract sections 2 and 4): with warmup compile
+# disabled every graph is a fatal cache miss, without the graph-capture backend CPU compile
+# extracts nothing yet exits 0, and asserting cache hits fails every graph being compiled.
+SERVE_ONLY = (
+    envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE,
+    envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND,
+    envs.VLLM_NEURON_ASSERT_CACHE_HIT,
+)
+
+
 class NeuronCompiler(UnitCompiler):
     """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
 
@@ -208,6 +218,10 @@ class NeuronCompiler(UnitCompiler):
                 f"{host_cores()} cores at {per_process:g} GiB per neuronx-cc process "
                 f"({envs.NEURONBUILD_NEURON_COMPILE_GIB})"
             )
+        removed = [name for name in SERVE_ONLY if name in start_env.environ()]
+        if removed:
+            warning = f"{', '.join(removed)} removed from the compile run (serve-only switches)"
+            note = warning if note is None else f"{warning}; {note}"
         return at_once, note
 
     def command(
@@ -228,6 +242,8 @@ class NeuronCompiler(UnitCompiler):
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
             if phase != unit.phase:
                 env[switch] = "1"
+        for name in SERVE_ONLY:
+            env.pop(name, None)
         argv = [
             sys.executable,
             "-m",
