@@ -347,3 +347,17 @@ def test_serve_only_switches_in_the_start_environment_are_kept_from_the_compile_
     assert report.failed == 0 and report.manifest is not None
     assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
     assert all(name in stream.getvalue() for name in switches)
+
+
+def test_vllm_runs_offline_at_compile_and_at_serve(double: Path, tmp_path: Path) -> None:
+    """HF_HUB_OFFLINE=1 in both engine environments, as the cpu engine sets it (README)."""
+    recipe = small_recipe(tmp_path, vision=False)
+    plan = build_plan(recipe)
+    command = plan.engine.compiler().command(recipe, plan.units[0], tmp_path / "scratch")
+    assert command.env["HF_HUB_OFFLINE"] == "1"
+    assert plan.engine.serve_env(str(tmp_path / "cache")) == {
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
+        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+    }

@@ -234,6 +234,7 @@ class NeuronCompiler(UnitCompiler):
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
+                envs.HF_HUB_OFFLINE: "1",  # vLLM runs offline (README): files are local
                 envs.VLLM_NEURON_CPU_COMPILE: "1",
                 envs.NEURON_PLATFORM_TARGET_OVERRIDE: recipe.target,
                 envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS: str(workers),
