@@ -182,7 +182,7 @@ def run_unit(
     """
     backoffs = pressure = 0
     while True:
-        command = compiler.command(recipe, unit, cache_root, pressure=pressure)
+        command = compiler.command(recipe, unit, cache_root, pressure=pressure, timeout=timeout)
         start = log.stat().st_size if log.exists() else 0
         code = groups.run(command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout)
         if code == 0:

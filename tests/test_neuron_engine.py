@@ -361,3 +361,20 @@ def test_vllm_runs_offline_at_compile_and_at_serve(double: Path, tmp_path: Path)
         "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
         "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
     }
+
+
+def test_the_shared_compilation_timeout_is_the_unit_timeout_unless_the_user_set_it(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract sections 3 and 9: TP ranks share a graph's lock, and a waiter dies with "Shared
+    compilation timeout" after the 600 s default while the holder is still compiling."""
+    recipe = small_recipe(tmp_path, vision=False)
+    plan = build_plan(recipe)
+    compiler = plan.engine.compiler()
+    env = compiler.command(recipe, plan.units[0], tmp_path / "s", timeout=3600.5).env
+    assert env["NEURON_LIBTORCH_COMPILATION_TIMEOUT"] == "3601"
+    assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3601"
+    setenv(monkeypatch, "NEURON_LIBTORCH_COMPILATION_TIMEOUT", "99")
+    env = compiler.command(recipe, plan.units[0], tmp_path / "s", timeout=3600).env
+    assert env["NEURON_LIBTORCH_COMPILATION_TIMEOUT"] == "99"
+    assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3600"

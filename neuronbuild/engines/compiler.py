@@ -82,10 +82,17 @@ class UnitCompiler(ABC):
 
     @abstractmethod
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         """The process that compiles ``unit`` into the scratch ``cache_root``; ``pressure`` counts
-        the runs of this unit killed for memory so far (an engine lowers its parallelism)."""
+        the runs of this unit killed for memory so far (an engine lowers its parallelism);
+        ``timeout``: the unit's time limit in seconds (None: none), for engines with their own."""
 
     @abstractmethod
     def harvest(self, cache_root: Path) -> list[Path]:

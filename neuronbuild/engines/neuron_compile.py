@@ -14,6 +14,7 @@ what is left of its process group.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -173,6 +174,10 @@ SERVE_ONLY = (
 )
 
 
+# The lock wait (contract sections 3 and 6: references name the first, S2 tutorials the second).
+COMPILATION_TIMEOUTS = ("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "VLLM_NEURON_COMPILATION_TIMEOUT")
+
+
 class NeuronCompiler(UnitCompiler):
     """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
 
@@ -225,7 +230,13 @@ class NeuronCompiler(UnitCompiler):
         return at_once, note
 
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         started_with = start_env.environ()
         env = self.engine.engine_env(started_with, unit.key.factors["env"])
@@ -245,6 +256,13 @@ class NeuronCompiler(UnitCompiler):
                 env[switch] = "1"
         for name in SERVE_ONLY:
             env.pop(name, None)
+        if timeout is not None:
+            # TP ranks (and units) share a graph's lock; a waiter gives up after the 600 s
+            # default with "Shared compilation timeout" (contract sections 3 and 9), so it waits
+            # as long as the unit may run, unless the user set it.
+            for name in COMPILATION_TIMEOUTS:
+                if name not in started_with:
+                    env[name] = str(max(1, math.ceil(timeout)))
         argv = [
             sys.executable,
             "-m",
