@@ -378,3 +378,26 @@ def test_the_shared_compilation_timeout_is_the_unit_timeout_unless_the_user_set_
     env = compiler.command(recipe, plan.units[0], tmp_path / "s", timeout=3600).env
     assert env["NEURON_LIBTORCH_COMPILATION_TIMEOUT"] == "99"
     assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3600"
+
+
+def test_a_tampered_seed_blob_is_skipped_with_a_warning_and_its_graph_compiles(
+    double: Path, tmp_path: Path
+) -> None:
+    """seed_scratch: unreadable previous build data seeds nothing, entry by entry."""
+    store = Store(str(tmp_path / "store"), create=True)
+    first = compile_small(small_recipe(tmp_path), store, tmp_path)
+    assert first.manifest is not None
+    neff = next(f for f in store.get_manifest(first.manifest).files() if f.path.endswith(".neff"))
+    blob = store.local_blob_path(neff)
+    assert blob is not None
+    blob.chmod(0o644)
+    blob.write_bytes(b"tampered")
+    double.unlink()
+    bigger = small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 256, 512, 1024]})
+    stream = io.StringIO()
+    second = compile_recipe(
+        bigger, store, stream=stream, jobs=3, timeout=60.0, log_dir=tmp_path / "logs"
+    )
+    assert second.failed == 0 and second.manifest is not None
+    assert "not reusing" in stream.getvalue()
+    assert len(compiled_graphs(double)) == 2  # prefill 512 and the tampered graph
