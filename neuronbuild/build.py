@@ -167,6 +167,8 @@ def seed_scratch(
             continue
         try:
             store.fetch_blob(entry, cache_root / path)
+            # A hit is told by the .cache_accessed vLLM-Neuron writes (contract section 3).
+            (cache_root / compiler.cache_dir / name / ".cache_accessed").unlink(missing_ok=True)
         except StoreDataInvalid as exc:
             # Unreadable previous build data seeds nothing: the unit compiles this graph.
             print(f"neuronbuild: not reusing {name}: {exc}", file=stream or sys.stderr)
@@ -297,6 +299,7 @@ def compile_recipe(
         try:
             seeded = seed_scratch(store, recipe, unit, compiler, cache_root, stream)
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
+            compiler.settle_seeded(cache_root, unit, seeded)
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
         except (StoreError, StoreDataInvalid) as exc:

@@ -401,3 +401,28 @@ def test_a_tampered_seed_blob_is_skipped_with_a_warning_and_its_graph_compiles(
     assert second.failed == 0 and second.manifest is not None
     assert "not reusing" in stream.getvalue()
     assert len(compiled_graphs(double)) == 2  # prefill 512 and the tampered graph
+
+
+def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
+    double: Path, tmp_path: Path
+) -> None:
+    """Contract section 3: a hit writes .cache_accessed; an unhit seeded entry is not carried."""
+    store = Store(str(tmp_path / "store"), create=True)
+    for buckets in ([128, 256, 1024], [128, 512, 1024]):
+        report = compile_small(
+            small_recipe(tmp_path, {"num_batched_tokens_buckets": buckets}), store, tmp_path
+        )
+        assert report.failed == 0
+    last = compile_small(
+        small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 1024]}), store, tmp_path
+    )
+    fresh_store = Store(str(tmp_path / "fresh"), create=True)
+    fresh = compile_small(
+        small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 1024]}), fresh_store, tmp_path
+    )
+    assert last.manifest is not None and fresh.manifest is not None
+    got = sorted(f.path for f in store.get_manifest(last.manifest).files())
+    want = sorted(f.path for f in fresh_store.get_manifest(fresh.manifest).files())
+    assert got == want
+    entries = {u["graphs"][0]["kind"]: u["entries"] for u in last.units}
+    assert entries["prefill"] == {"compiled": 0, "reused": 2}

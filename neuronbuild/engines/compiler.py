@@ -54,6 +54,11 @@ class UnitCompiler(ABC):
     cache_dir: ClassVar[Path]
     seeds_from_previous: ClassVar[bool] = False
 
+    def settle_seeded(self, cache_root: Path, unit: CompileUnit, seeded: set[str]) -> None:
+        """After a successful run: drop the seeded entries the run did not use, so a unit's
+        files are only the ones its configuration needs; raise RuntimeError when the run left
+        fewer entries than the unit has graphs. Engines that seed override it."""
+
     def check_install(self) -> None:
         """Raise UserError, saying how to fix it, when the engine's packages are broken."""
 

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -273,6 +274,23 @@ class NeuronCompiler(UnitCompiler):
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)
+
+    def settle_seeded(self, cache_root: Path, unit: CompileUnit, seeded: set[str]) -> None:
+        """vLLM-Neuron writes ``.cache_accessed`` into an entry it loads on a hit (contract
+        section 3; seeded entries never carry one, see :func:`entry_files`): a seeded entry
+        without it belongs to a graph this configuration no longer has and is dropped, so a unit's
+        content does not depend on the store's history. Every graph needs an entry, written or
+        hit."""
+        root = cache_root / COMPILE_CACHE
+        for name in seeded:
+            if not (root / name / ".cache_accessed").exists():
+                shutil.rmtree(root / name, ignore_errors=True)
+        entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]
+        if len(entries) < len(unit.graphs):
+            raise RuntimeError(
+                f"vLLM-Neuron left {len(entries)} complete entries (written or hit) under {root} "
+                f"for {len(unit.graphs)} graphs"
+            )
 
     def harvest(self, cache_root: Path) -> list[Path]:
         root = cache_root / COMPILE_CACHE
