@@ -426,3 +426,29 @@ def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
     assert got == want
     entries = {u["graphs"][0]["kind"]: u["entries"] for u in last.units}
     assert entries["prefill"] == {"compiled": 0, "reused": 2}
+
+
+def test_units_at_once_are_sized_with_the_workers_that_really_run(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract section 6: workers apply per rank; a user-set worker count is kept, so it sizes
+    the units at once; memory is the cgroup's limit when lower than the host's."""
+    from neuronbuild.engines import neuron_compile
+
+    monkeypatch.setattr(neuron_compile, "host_cores", lambda: 16)
+    monkeypatch.setattr(neuron_compile, "host_memory_gib", lambda: 64.0)
+    recipe = small_recipe(tmp_path)
+    compiler = build_plan(recipe).engine.compiler()
+    assert compiler.concurrency(recipe, 3, 3)[0] == 3
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")
+    assert compiler.concurrency(recipe, 3, 3)[0] == 2
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "32")
+    at_once, note = compiler.concurrency(recipe, 3, 3)
+    assert at_once == 1 and note is not None and "32 compile worker(s)" in note
+    monkeypatch.undo()
+    limit = tmp_path / "memory.max"
+    limit.write_text(f"{2 * 2**30}\n")
+    monkeypatch.setattr(neuron_compile, "CGROUP_MEMORY_LIMITS", (limit,))
+    assert neuron_compile.host_memory_gib() == 2.0
+    limit.write_text("max\n")
+    assert neuron_compile.host_memory_gib() > 2.0

@@ -73,9 +73,22 @@ OOM_EXIT_CODES = (-9, 137)
 is "typically ... Out Of Memory (OOM) killer" (S4 ``compile/backend.py``)."""
 
 
+CGROUP_MEMORY_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
 def host_memory_gib() -> float:
-    """Physical memory of this host (GiB)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    """Memory this process may use (GiB): the host's physical memory, or the cgroup's limit
+    (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when that is lower."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_MEMORY_LIMITS:
+        try:
+            memory = min(memory, int(path.read_text().strip()))
+        except (OSError, ValueError):  # absent, or "max": no limit
+            continue
+    return memory / 2**30
 
 
 def host_cores() -> int:
@@ -202,21 +215,28 @@ class NeuronCompiler(UnitCompiler):
         and cores. The workers setting applies per rank (contract section 6), so one unit runs
         ``tensor_parallel_size * workers`` compiler processes: the host's budget is
         ``min(cores, RAM / per-process GiB)`` processes, shared by the units. A workers value in
-        the environment is the user's and is kept."""
+        the environment is the user's and is kept, so units at once are sized with it
+        (``budget // (ranks * workers)``), with a note when one unit alone exceeds the budget;
+        RAM is the cgroup's limit when lower (:func:`host_memory_gib`)."""
         per_process = compile_gib()
         ranks = int(recipe.engine_args.get("tensor_parallel_size") or 1)
         memory = host_memory_gib()
         budget = max(1, min(host_cores(), int(memory // per_process)))
-        at_once = max(1, min(jobs, units, budget // ranks))
-        self.workers = max(1, budget // (at_once * ranks))
+        user_workers = int(
+            start_env.environ().get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0
+        )
+        at_once = max(1, min(jobs, units, budget // (ranks * (user_workers or 1))))
+        self.workers = user_workers or max(1, budget // (at_once * ranks))
         note = None
         if at_once < min(jobs, units):
             note = f"compiling {at_once} unit(s) at once, not {jobs}"
-        if ranks > budget:
+        if ranks * (user_workers or 1) > budget:
             note = (
-                f"even 1 compile worker per rank runs {ranks} neuronx-cc processes (about "
-                f"{ranks * per_process:.0f} GiB at {per_process:g} GiB each) on a host with "
-                f"{memory:.0f} GiB; runs killed for memory are retried with fewer workers"
+                f"even 1 unit at a time runs {ranks} rank(s) x {user_workers or 1} compile "
+                f"worker(s) = {ranks * (user_workers or 1)} neuronx-cc processes (about "
+                f"{ranks * (user_workers or 1) * per_process:.0f} GiB at {per_process:g} GiB each) "
+                f"on a host with {memory:.0f} GiB; runs killed for memory are retried with "
+                "fewer workers"
             )
         elif note is not None:
             note += (
