@@ -138,7 +138,12 @@ def ingest(
 
 
 def seed_scratch(
-    store: Store, recipe: Recipe, unit: CompileUnit, compiler: UnitCompiler, cache_root: Path
+    store: Store,
+    recipe: Recipe,
+    unit: CompileUnit,
+    compiler: UnitCompiler,
+    cache_root: Path,
+    stream: TextIO | None = None,
 ) -> set[str]:
     """Lay the previous build's entries for this unit into its scratch ``cache_root``, so the
     engine's own per-graph cache check skips every graph that did not change.
@@ -147,7 +152,9 @@ def seed_scratch(
     engine, target, toolchain and phase are used, only their files under the engine's
     ``cache_dir``. An entry whose graph changed has another key (the platform's key covers the
     graph, compiler and versions), so it is never hit, only carried. Returns the names of the
-    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full).
+    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full);
+    an entry with an unreadable or tampered blob is skipped with a warning on ``stream`` (the unit
+    compiles its graph).
     """
     if not compiler.seeds_from_previous:
         return set()
@@ -166,9 +173,21 @@ def seed_scratch(
         for f in record.files
         if Path(f.path).is_relative_to(compiler.cache_dir)
     }
-    for entry in files.values():
-        store.fetch_blob(entry, cache_root / entry.path)
-    return {entry_name(compiler, Path(p)) for p in files}
+    bad: set[str] = set()
+    for path, entry in files.items():
+        name = entry_name(compiler, Path(path))
+        if name in bad:
+            continue
+        try:
+            store.fetch_blob(entry, cache_root / path)
+            # A hit is told by the .cache_accessed vLLM-Neuron writes (contract section 3).
+            (cache_root / compiler.cache_dir / name / ".cache_accessed").unlink(missing_ok=True)
+        except StoreDataInvalid as exc:
+            # Unreadable previous build data seeds nothing: the unit compiles this graph.
+            print(f"neuronbuild: not reusing {name}: {exc}", file=stream or sys.stderr)
+            bad.add(name)
+            shutil.rmtree(cache_root / compiler.cache_dir / name, ignore_errors=True)
+    return {entry_name(compiler, Path(p)) for p in files} - bad
 
 
 def entry_name(compiler: UnitCompiler, rel: Path) -> str:
@@ -195,7 +214,7 @@ def run_unit(
     """
     backoffs = pressure = 0
     while True:
-        command = compiler.command(recipe, unit, cache_root, pressure=pressure)
+        command = compiler.command(recipe, unit, cache_root, pressure=pressure, timeout=timeout)
         start = log.stat().st_size if log.exists() else 0
         code = groups.run(command.argv, env=command.env, cwd=command.cwd, log=log, timeout=timeout)
         if code == 0:
@@ -305,8 +324,9 @@ def prepare_recipe(
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
         cache_root = scratch / "vllm-cache"
         try:
-            seeded = seed_scratch(store, recipe, unit, compiler, cache_root)
+            seeded = seed_scratch(store, recipe, unit, compiler, cache_root, stream)
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
+            compiler.settle_seeded(cache_root, unit, seeded)
             files = compiler.harvest(cache_root)
             record = ingest(store, unit, cache_root, files, toolchain)
         except (StoreError, StoreDataInvalid) as exc:

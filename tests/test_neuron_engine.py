@@ -314,3 +314,141 @@ def test_compile_refuses_speculative_decoding_with_the_reason(double: Path, tmp_
     )
     with pytest.raises(UserError, match="CPU compile mode cannot build speculative"):
         compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
+
+
+def test_serve_only_switches_in_the_start_environment_are_kept_from_the_compile_run(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract sections 2 and 4: warmup-compile off makes every graph a fatal miss, and
+    graph capture off makes CPU compile extract nothing yet exit 0."""
+    switches = (
+        "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+        "VLLM_NEURON_ASSERT_CACHE_HIT",
+    )
+    for name in switches:
+        setenv(monkeypatch, name, "1")
+    recipe = small_recipe(tmp_path, vision=False)
+    command = (
+        build_plan(recipe)
+        .engine.compiler()
+        .command(recipe, build_plan(recipe).units[0], tmp_path / "scratch")
+    )
+    assert not set(switches) & set(command.env)
+    stream = io.StringIO()
+    report = compile_recipe(
+        recipe,
+        Store(str(tmp_path / "store"), create=True),
+        stream=stream,
+        jobs=2,
+        timeout=60.0,
+        log_dir=tmp_path / "logs",
+    )
+    assert report.failed == 0 and report.manifest is not None
+    assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
+    assert all(name in stream.getvalue() for name in switches)
+
+
+def test_vllm_runs_offline_at_compile_and_at_serve(double: Path, tmp_path: Path) -> None:
+    """HF_HUB_OFFLINE=1 in both engine environments, as the cpu engine sets it (README)."""
+    recipe = small_recipe(tmp_path, vision=False)
+    plan = build_plan(recipe)
+    command = plan.engine.compiler().command(recipe, plan.units[0], tmp_path / "scratch")
+    assert command.env["HF_HUB_OFFLINE"] == "1"
+    assert plan.engine.serve_env(str(tmp_path / "cache")) == {
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
+        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+    }
+
+
+def test_the_shared_compilation_timeout_is_the_unit_timeout_unless_the_user_set_it(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract sections 3 and 9: TP ranks share a graph's lock, and a waiter dies with "Shared
+    compilation timeout" after the 600 s default while the holder is still compiling."""
+    recipe = small_recipe(tmp_path, vision=False)
+    plan = build_plan(recipe)
+    compiler = plan.engine.compiler()
+    env = compiler.command(recipe, plan.units[0], tmp_path / "s", timeout=3600.5).env
+    assert env["NEURON_LIBTORCH_COMPILATION_TIMEOUT"] == "3601"
+    assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3601"
+    setenv(monkeypatch, "NEURON_LIBTORCH_COMPILATION_TIMEOUT", "99")
+    env = compiler.command(recipe, plan.units[0], tmp_path / "s", timeout=3600).env
+    assert env["NEURON_LIBTORCH_COMPILATION_TIMEOUT"] == "99"
+    assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3600"
+
+
+def test_a_tampered_seed_blob_is_skipped_with_a_warning_and_its_graph_compiles(
+    double: Path, tmp_path: Path
+) -> None:
+    """seed_scratch: unreadable previous build data seeds nothing, entry by entry."""
+    store = Store(str(tmp_path / "store"), create=True)
+    first = compile_small(small_recipe(tmp_path), store, tmp_path)
+    assert first.manifest is not None
+    neff = next(f for f in store.get_manifest(first.manifest).files() if f.path.endswith(".neff"))
+    blob = store.local_blob_path(neff)
+    assert blob is not None
+    blob.chmod(0o644)
+    blob.write_bytes(b"tampered")
+    double.unlink()
+    bigger = small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 256, 512, 1024]})
+    stream = io.StringIO()
+    second = compile_recipe(
+        bigger, store, stream=stream, jobs=3, timeout=60.0, log_dir=tmp_path / "logs"
+    )
+    assert second.failed == 0 and second.manifest is not None
+    assert "not reusing" in stream.getvalue()
+    assert len(compiled_graphs(double)) == 2  # prefill 512 and the tampered graph
+
+
+def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
+    double: Path, tmp_path: Path
+) -> None:
+    """Contract section 3: a hit writes .cache_accessed; an unhit seeded entry is not carried."""
+    store = Store(str(tmp_path / "store"), create=True)
+    for buckets in ([128, 256, 1024], [128, 512, 1024]):
+        report = compile_small(
+            small_recipe(tmp_path, {"num_batched_tokens_buckets": buckets}), store, tmp_path
+        )
+        assert report.failed == 0
+    last = compile_small(
+        small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 1024]}), store, tmp_path
+    )
+    fresh_store = Store(str(tmp_path / "fresh"), create=True)
+    fresh = compile_small(
+        small_recipe(tmp_path, {"num_batched_tokens_buckets": [128, 1024]}), fresh_store, tmp_path
+    )
+    assert last.manifest is not None and fresh.manifest is not None
+    got = sorted(f.path for f in store.get_manifest(last.manifest).files())
+    want = sorted(f.path for f in fresh_store.get_manifest(fresh.manifest).files())
+    assert got == want
+    entries = {u["graphs"][0]["kind"]: u["entries"] for u in last.units}
+    assert entries["prefill"] == {"compiled": 0, "reused": 2}
+
+
+def test_units_at_once_are_sized_with_the_workers_that_really_run(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract section 6: workers apply per rank; a user-set worker count is kept, so it sizes
+    the units at once; memory is the cgroup's limit when lower than the host's."""
+    from neuronbuild.engines import neuron_compile
+
+    monkeypatch.setattr(neuron_compile, "host_cores", lambda: 16)
+    monkeypatch.setattr(neuron_compile, "host_memory_gib", lambda: 64.0)
+    recipe = small_recipe(tmp_path)
+    compiler = build_plan(recipe).engine.compiler()
+    assert compiler.concurrency(recipe, 3, 3)[0] == 3
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")
+    assert compiler.concurrency(recipe, 3, 3)[0] == 2
+    setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "32")
+    at_once, note = compiler.concurrency(recipe, 3, 3)
+    assert at_once == 1 and note is not None and "32 compile worker(s)" in note
+    monkeypatch.undo()
+    limit = tmp_path / "memory.max"
+    limit.write_text(f"{2 * 2**30}\n")
+    monkeypatch.setattr(neuron_compile, "CGROUP_MEMORY_LIMITS", (limit,))
+    assert neuron_compile.host_memory_gib() == 2.0
+    limit.write_text("max\n")
+    assert neuron_compile.host_memory_gib() > 2.0

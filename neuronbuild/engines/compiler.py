@@ -54,6 +54,11 @@ class UnitCompiler(ABC):
     cache_dir: ClassVar[Path]
     seeds_from_previous: ClassVar[bool] = False
 
+    def settle_seeded(self, cache_root: Path, unit: CompileUnit, seeded: set[str]) -> None:
+        """After a successful run: drop the seeded entries the run did not use, so a unit's
+        files are only the ones its configuration needs; raise RuntimeError when the run left
+        fewer entries than the unit has graphs. Engines that seed override it."""
+
     def check_install(self) -> None:
         """Raise UserError, saying how to fix it, when the engine's packages are broken."""
 
@@ -82,10 +87,17 @@ class UnitCompiler(ABC):
 
     @abstractmethod
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         """The process that compiles ``unit`` into the scratch ``cache_root``; ``pressure`` counts
-        the runs of this unit killed for memory so far (an engine lowers its parallelism)."""
+        the runs of this unit killed for memory so far (an engine lowers its parallelism);
+        ``timeout``: the unit's time limit in seconds (None: none), for engines with their own."""
 
     @abstractmethod
     def harvest(self, cache_root: Path) -> list[Path]:

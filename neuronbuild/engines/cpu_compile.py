@@ -61,7 +61,13 @@ class CpuCompiler(UnitCompiler):
             )
 
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         env = self.engine.engine_env(start_env.environ(), unit.key.factors["env"])
         env.update(

@@ -379,6 +379,7 @@ class NeuronEngine(Engine):
         # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae).
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
+            envs.HF_HUB_OFFLINE: "1",
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
         }

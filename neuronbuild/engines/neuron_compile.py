@@ -14,8 +14,10 @@ what is left of its process group.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -71,9 +73,22 @@ OOM_EXIT_CODES = (-9, 137)
 is "typically ... Out Of Memory (OOM) killer" (S4 ``compile/backend.py``)."""
 
 
+CGROUP_MEMORY_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
 def host_memory_gib() -> float:
-    """Physical memory of this host (GiB)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    """Memory this process may use (GiB): the host's physical memory, or the cgroup's limit
+    (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) when that is lower."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in CGROUP_MEMORY_LIMITS:
+        try:
+            memory = min(memory, int(path.read_text().strip()))
+        except (OSError, ValueError):  # absent, or "max": no limit
+            continue
+    return memory / 2**30
 
 
 def host_cores() -> int:
@@ -163,6 +178,20 @@ def classify_failure(exit_code: int, log: str) -> Failure:
     return Failure(f"vLLM-Neuron exited with {exit_code}", "none", None, bucket)
 
 
+# Serve-only switches kept from the compile run (contract sections 2 and 4): with warmup compile
+# disabled every graph is a fatal cache miss, without the graph-capture backend CPU compile
+# extracts nothing yet exits 0, and asserting cache hits fails every graph being compiled.
+SERVE_ONLY = (
+    envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE,
+    envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND,
+    envs.VLLM_NEURON_ASSERT_CACHE_HIT,
+)
+
+
+# The lock wait (contract sections 3 and 6: references name the first, S2 tutorials the second).
+COMPILATION_TIMEOUTS = ("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "VLLM_NEURON_COMPILATION_TIMEOUT")
+
+
 class NeuronCompiler(UnitCompiler):
     """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
 
@@ -186,21 +215,28 @@ class NeuronCompiler(UnitCompiler):
         and cores. The workers setting applies per rank (contract section 6), so one unit runs
         ``tensor_parallel_size * workers`` compiler processes: the host's budget is
         ``min(cores, RAM / per-process GiB)`` processes, shared by the units. A workers value in
-        the environment is the user's and is kept."""
+        the environment is the user's and is kept, so units at once are sized with it
+        (``budget // (ranks * workers)``), with a note when one unit alone exceeds the budget;
+        RAM is the cgroup's limit when lower (:func:`host_memory_gib`)."""
         per_process = compile_gib()
         ranks = int(recipe.engine_args.get("tensor_parallel_size") or 1)
         memory = host_memory_gib()
         budget = max(1, min(host_cores(), int(memory // per_process)))
-        at_once = max(1, min(jobs, units, budget // ranks))
-        self.workers = max(1, budget // (at_once * ranks))
+        user_workers = int(
+            start_env.environ().get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0
+        )
+        at_once = max(1, min(jobs, units, budget // (ranks * (user_workers or 1))))
+        self.workers = user_workers or max(1, budget // (at_once * ranks))
         note = None
         if at_once < min(jobs, units):
             note = f"compiling {at_once} unit(s) at once, not {jobs}"
-        if ranks > budget:
+        if ranks * (user_workers or 1) > budget:
             note = (
-                f"even 1 compile worker per rank runs {ranks} neuronx-cc processes (about "
-                f"{ranks * per_process:.0f} GiB at {per_process:g} GiB each) on a host with "
-                f"{memory:.0f} GiB; runs killed for memory are retried with fewer workers"
+                f"even 1 unit at a time runs {ranks} rank(s) x {user_workers or 1} compile "
+                f"worker(s) = {ranks * (user_workers or 1)} neuronx-cc processes (about "
+                f"{ranks * (user_workers or 1) * per_process:.0f} GiB at {per_process:g} GiB each) "
+                f"on a host with {memory:.0f} GiB; runs killed for memory are retried with "
+                "fewer workers"
             )
         elif note is not None:
             note += (
@@ -208,10 +244,20 @@ class NeuronCompiler(UnitCompiler):
                 f"{host_cores()} cores at {per_process:g} GiB per neuronx-cc process "
                 f"({envs.NEURONBUILD_NEURON_COMPILE_GIB})"
             )
+        removed = [name for name in SERVE_ONLY if name in start_env.environ()]
+        if removed:
+            warning = f"{', '.join(removed)} removed from the compile run (serve-only switches)"
+            note = warning if note is None else f"{warning}; {note}"
         return at_once, note
 
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         started_with = start_env.environ()
         env = self.engine.engine_env(started_with, unit.key.factors["env"])
@@ -220,6 +266,7 @@ class NeuronCompiler(UnitCompiler):
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
+                envs.HF_HUB_OFFLINE: "1",  # vLLM runs offline (README): files are local
                 envs.VLLM_NEURON_CPU_COMPILE: "1",
                 envs.NEURON_PLATFORM_TARGET_OVERRIDE: recipe.target,
                 envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS: str(workers),
@@ -228,6 +275,15 @@ class NeuronCompiler(UnitCompiler):
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
             if phase != unit.phase:
                 env[switch] = "1"
+        for name in SERVE_ONLY:
+            env.pop(name, None)
+        if timeout is not None:
+            # TP ranks (and units) share a graph's lock; a waiter gives up after the 600 s
+            # default with "Shared compilation timeout" (contract sections 3 and 9), so it waits
+            # as long as the unit may run, unless the user set it.
+            for name in COMPILATION_TIMEOUTS:
+                if name not in started_with:
+                    env[name] = str(max(1, math.ceil(timeout)))
         argv = [
             sys.executable,
             "-m",
@@ -238,6 +294,23 @@ class NeuronCompiler(UnitCompiler):
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)
+
+    def settle_seeded(self, cache_root: Path, unit: CompileUnit, seeded: set[str]) -> None:
+        """vLLM-Neuron writes ``.cache_accessed`` into an entry it loads on a hit (contract
+        section 3; seeded entries never carry one, see :func:`entry_files`): a seeded entry
+        without it belongs to a graph this configuration no longer has and is dropped, so a unit's
+        content does not depend on the store's history. Every graph needs an entry, written or
+        hit."""
+        root = cache_root / COMPILE_CACHE
+        for name in seeded:
+            if not (root / name / ".cache_accessed").exists():
+                shutil.rmtree(root / name, ignore_errors=True)
+        entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]
+        if len(entries) < len(unit.graphs):
+            raise RuntimeError(
+                f"vLLM-Neuron left {len(entries)} complete entries (written or hit) under {root} "
+                f"for {len(unit.graphs)} graphs"
+            )
 
     def harvest(self, cache_root: Path) -> list[Path]:
         root = cache_root / COMPILE_CACHE
