@@ -294,6 +294,7 @@ def prepare_recipe(
     dry_run: bool,
     outages: list[StoreError | StoreDataInvalid],
     sharded: bool = False,
+    stream: TextIO | None = None,
 ) -> RecipeRun:
     """Plan ``recipe``, check this host can compile it, read what the store holds, and build the
     function that compiles and publishes one of its units (store failures are collected in
@@ -390,6 +391,7 @@ def compile_recipes(
             dry_run=dry_run,
             outages=outages,
             sharded=shard is not None,
+            stream=stream,
         )
         for recipe in recipes
     ]
