@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
 from neuronbuild.engines.neuron import speculative_tokens
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
@@ -228,13 +227,7 @@ class NeuronCompiler(UnitCompiler):
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
             if phase != unit.phase:
                 env[switch] = "1"
-        argv = [
-            sys.executable,
-            "-m",
-            "neuronbuild.engines.neuron_compile_worker",
-            json.dumps(recipe.engine_args),
-        ]
-        return EngineCommand(argv, env, recipe.workdir)
+        return worker_command("neuronbuild.engines.neuron_compile_worker", recipe, env)
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)
