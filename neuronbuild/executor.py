@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from neuronbuild.engines.base import UnitEstimate
@@ -23,10 +24,20 @@ Work = Callable[[CompileUnit, ProcessGroups], Any]
 EXECUTORS = ("local", "ray")
 
 
+@dataclass(frozen=True)
+class Batch:
+    """The arguments of one :meth:`Executor.run` call."""
+
+    units: Sequence[CompileUnit]
+    work: Work
+    jobs: int
+    progress: Progress
+    estimates: Mapping[str, UnitEstimate]
+
+
 class Executor(ABC):
     """Runs compile units somewhere and reports each one's outcome."""
 
-    @abstractmethod
     def run(
         self,
         units: Sequence[CompileUnit],
@@ -42,21 +53,19 @@ class Executor(ABC):
         Raises:
             Interrupted: SIGINT or SIGTERM arrived; every engine process was ended.
         """
+        return self._execute(Batch(units, work, jobs, progress, estimates))
+
+    @abstractmethod
+    def _execute(self, batch: Batch) -> list[UnitResult]:
+        """:meth:`run` for this executor."""
 
 
 class LocalExecutor(Executor):
     """Worker threads on this machine, each running its unit's engine processes
     (:func:`~neuronbuild.scheduler.run_units`)."""
 
-    def run(
-        self,
-        units: Sequence[CompileUnit],
-        work: Work,
-        jobs: int,
-        progress: Progress,
-        estimates: Mapping[str, UnitEstimate],
-    ) -> list[UnitResult]:
-        return run_units(units, work, jobs, progress)
+    def _execute(self, batch: Batch) -> list[UnitResult]:
+        return run_units(batch.units, batch.work, batch.jobs, batch.progress)
 
 
 def executor_for(name: str, address: str | None = None) -> Executor:

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neuronbuild.engines.base import UnitEstimate
 from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
-from neuronbuild.executor import Executor, Work
+from neuronbuild.executor import Batch, Executor, Work
 from neuronbuild.graph import CompileUnit
 from neuronbuild.scheduler import (
     KILL_GRACE_SECONDS,
     ProcessGroups,
-    Progress,
     UnitResult,
     signals_cancel,
 )
@@ -113,14 +110,7 @@ class RayExecutor(Executor):
         memory = max((float(r.get("memory", 0)) for r in nodes), default=0.0)
         return cpus, memory
 
-    def run(
-        self,
-        units: Sequence[CompileUnit],
-        work: Work,
-        jobs: int,
-        progress: Progress,
-        estimates: Mapping[str, UnitEstimate],
-    ) -> list[UnitResult]:
+    def _execute(self, batch: Batch) -> list[UnitResult]:
         """Submit up to ``jobs`` units at once as tasks; the rest wait for a slot.
 
         Raises:
@@ -132,23 +122,16 @@ class RayExecutor(Executor):
         ray = self.ray
         started = self._connect()
         try:
-            return self._run(ray, units, work, jobs, progress, estimates)
+            return self._run(ray, batch)
         finally:
             if started:
                 ray.shutdown()
 
-    def _run(
-        self,
-        ray: Any,
-        units: Sequence[CompileUnit],
-        work: Work,
-        jobs: int,
-        progress: Progress,
-        estimates: Mapping[str, UnitEstimate],
-    ) -> list[UnitResult]:
+    def _run(self, ray: Any, batch: Batch) -> list[UnitResult]:
+        units, progress = batch.units, batch.progress
         task = ray.remote(max_retries=TASK_RETRIES)(run_in_task)
         max_cpus, max_memory = self._largest_node()
-        shared_work = ray.put(work)
+        shared_work = ray.put(batch.work)
         results: list[UnitResult | None] = [None] * len(units)
         outages: list[StoreError | StoreDataInvalid] = []
         pending = list(enumerate(units))
@@ -156,7 +139,7 @@ class RayExecutor(Executor):
 
         def submit() -> None:
             i, unit = pending.pop(0)
-            estimate = estimates[unit.key.digest]
+            estimate = batch.estimates[unit.key.digest]
             options: dict[str, Any] = {"num_cpus": min(estimate.cpus, max_cpus)}
             if max_memory:
                 options["memory"] = int(min(estimate.memory_gib * GIB, max_memory))
@@ -191,7 +174,7 @@ class RayExecutor(Executor):
                         list(running), num_returns=len(running), timeout=KILL_GRACE_SECONDS + 10
                     )
                     raise Interrupted(received[0])
-                while pending and len(running) < max(1, jobs):
+                while pending and len(running) < max(1, batch.jobs):
                     submit()
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
                 for ref in ready:

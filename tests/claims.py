@@ -4,7 +4,6 @@ between, and a full consistency audit of a store after a crash."""
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.digest import sha256_digest
 from neuronbuild.store.records import Manifest, UnitRecord
 from neuronbuild.store.verify import verify_manifest
-from tests.conftest import cpu_recipe, publish_build
+from tests.conftest import cpu_recipe, moto_s3, publish_build
 
 BUCKET = "neuronbuild-claims"
 
@@ -24,27 +23,8 @@ BUCKET = "neuronbuild-claims"
 @pytest.fixture(scope="module")
 def s3_root() -> Iterator[str]:
     """``s3://BUCKET`` on a moto server on loopback, its environment set in this process."""
-    from tests.test_s3 import start_moto
-
-    server, env = start_moto()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    # Cached file systems keep the endpoint they were made with: none may outlive its server.
-    s3fs.S3FileSystem.clear_instance_cache()
-    # moto keeps its buckets in this process, across servers: it may exist already.
-    s3fs.S3FileSystem(skip_instance_cache=True).makedirs(BUCKET, exist_ok=True)
-    try:
+    with moto_s3(BUCKET):
         yield f"s3://{BUCKET}"
-    finally:
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def fresh_url(kind: str, tmp_path: Path, root: str | None) -> str:

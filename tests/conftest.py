@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +182,30 @@ def write_recipe(tmp_path: Path):  # type: ignore[no-untyped-def]
         return path
 
     return write
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback holding ``bucket``, its environment set in this process too
+    (and restored after); yields that environment."""
+    from tests.test_s3 import start_moto
+
+    server, env = start_moto()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    # Cached file systems keep the endpoint they were made with: none may outlive its server.
+    s3fs.S3FileSystem.clear_instance_cache()
+    # moto keeps its buckets in this process, across servers: it may exist already.
+    s3fs.S3FileSystem(skip_instance_cache=True).makedirs(bucket, exist_ok=True)
+    try:
+        yield env
+    finally:
+        server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

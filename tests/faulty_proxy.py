@@ -9,6 +9,21 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def relay(handler: BaseHTTPRequestHandler, response: http.client.HTTPResponse, data: bytes) -> None:
+    """Answer ``handler``'s request with the upstream ``response`` whose body was ``data``."""
+    handler.send_response(response.status)
+    head = handler.command == "HEAD"  # its Content-Length is the object's, not ours
+    for key, value in response.getheaders():
+        skip = ("transfer-encoding", "connection") + (() if head else ("content-length",))
+        if key.lower() not in skip:
+            handler.send_header(key, value)
+    if not head:
+        handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    if not head:
+        handler.wfile.write(data)
+
+
 class FaultyProxy:
     """Forward to ``127.0.0.1:target_port``; fail every ``fail_every``-th request with 500
     (0: never), or every request while ``down`` is set; hold every ``stall_every``-th request for
@@ -59,19 +74,7 @@ class FaultyProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
-                self.send_response(response.status)
-                head = self.command == "HEAD"  # its Content-Length is the object's, not ours
-                for key, value in response.getheaders():
-                    skip = ("transfer-encoding", "connection") + (
-                        () if head else ("content-length",)
-                    )
-                    if key.lower() not in skip:
-                        self.send_header(key, value)
-                if not head:
-                    self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                relay(self, response, data)
                 conn.close()
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle

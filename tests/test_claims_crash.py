@@ -30,6 +30,7 @@ import pytest
 from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
 from tests.claims import audit, check_chain, fresh_url, publish_units, s3_root, small_recipe
+from tests.faulty_proxy import relay
 
 __all__ = ["s3_root"]
 
@@ -188,19 +189,7 @@ class KillingProxy:
                     os.kill(proxy.victim, signal.SIGKILL)
                     self.close_connection = True
                     return
-                self.send_response(response.status)
-                head = self.command == "HEAD"
-                for key, value in response.getheaders():
-                    skip = ("transfer-encoding", "connection") + (
-                        () if head else ("content-length",)
-                    )
-                    if key.lower() not in skip:
-                        self.send_header(key, value)
-                if not head:
-                    self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if not head:
-                    self.wfile.write(data)
+                relay(self, response, data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

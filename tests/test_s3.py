@@ -26,7 +26,7 @@ from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.verify import verify_manifest
-from tests.conftest import cpu_recipe, neuronbuild, publish_build, serve_without_vllm
+from tests.conftest import cpu_recipe, moto_s3, neuronbuild, publish_build, serve_without_vllm
 from tests.faulty_proxy import FaultyProxy
 
 BUCKET = "neuronbuild-test"
@@ -50,21 +50,8 @@ def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
     """A moto S3 server for the module, its environment set in this process too."""
-    server, env = start_moto()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
-    try:
+    with moto_s3(BUCKET) as env:
         yield env
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from neuronbuild.recipe import load_recipe
 from neuronbuild.shard import Shard, assign_shards, parse_shard
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import UnitTiming
+from tests.conftest import moto_s3
 
 DOUBLE = Path(__file__).resolve().parent / "cpu_double"
 SEQS = (1, 2, 4, 8)
@@ -241,25 +242,8 @@ def test_two_recipes_with_one_name_are_refused(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
-    from tests.test_s3 import start_moto
-
-    server, env = start_moto()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # this process reads the store too
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()  # an instance cached by another module's server
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir("shards")
-    try:
+    with moto_s3("shards") as env:  # this process reads the store too
         yield env
-    finally:
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.fixture(params=["folder", "s3"])

@@ -21,7 +21,7 @@ import yaml
 
 from neuronbuild.demo.model import build_demo_model
 from neuronbuild.store.cas import Store
-from tests.conftest import RECIPES
+from tests.conftest import RECIPES, moto_s3
 
 pytestmark = pytest.mark.vllm
 
@@ -68,25 +68,8 @@ def single(demo: tuple[Path, list[str]]) -> Store:
 
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
-    from tests.test_s3 import start_moto
-
-    server, env = start_moto()
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()  # an instance cached by another module's server
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir("shards-vllm")
-    try:
+    with moto_s3("shards-vllm") as env:
         yield env
-    finally:
-        server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def shape(store: Store, ref: str) -> tuple[list[str], list[list[str]]]:

@@ -7,6 +7,8 @@ anything that compiles.
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,13 @@ class EngineCommand:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+
+
+def worker_command(module: str, recipe: Recipe, env: dict[str, str]) -> EngineCommand:
+    """Run the worker ``module`` with this interpreter on the recipe's engine arguments (as
+    JSON), in the recipe's folder."""
+    argv = [sys.executable, "-m", module, json.dumps(recipe.engine_args)]
+    return EngineCommand(argv, env, recipe.workdir)
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuronbuild import cpu_isa, envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
+from neuronbuild.engines.compiler import EngineCommand, UnitCompiler, worker_command
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 
@@ -78,13 +76,7 @@ class CpuCompiler(UnitCompiler):
             }
         )
         env.pop(envs.VLLM_FORCE_AOT_LOAD, None)
-        argv = [
-            sys.executable,
-            "-m",
-            "neuronbuild.engines.cpu_compile_worker",
-            json.dumps(recipe.engine_args),
-        ]
-        return EngineCommand(argv, env, recipe.workdir)
+        return worker_command("neuronbuild.engines.cpu_compile_worker", recipe, env)
 
     def harvest(self, cache_root: Path) -> list[Path]:
         aot = cache_root / AOT_DIR

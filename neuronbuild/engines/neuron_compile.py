@@ -18,13 +18,12 @@ import math
 import os
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
 from neuronbuild.engines.neuron import speculative_tokens
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
@@ -284,13 +283,7 @@ class NeuronCompiler(UnitCompiler):
             for name in COMPILATION_TIMEOUTS:
                 if name not in started_with:
                     env[name] = str(max(1, math.ceil(timeout)))
-        argv = [
-            sys.executable,
-            "-m",
-            "neuronbuild.engines.neuron_compile_worker",
-            json.dumps(recipe.engine_args),
-        ]
-        return EngineCommand(argv, env, recipe.workdir)
+        return worker_command("neuronbuild.engines.neuron_compile_worker", recipe, env)
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)
