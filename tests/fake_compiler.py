@@ -54,7 +54,13 @@ class FakeCompiler(UnitCompiler):
         return {d: NEURON_TOOLCHAIN.get(d) for d in distributions}
 
     def command(
-        self, recipe: Recipe, unit: CompileUnit, cache_root: Path, *, pressure: int = 0
+        self,
+        recipe: Recipe,
+        unit: CompileUnit,
+        cache_root: Path,
+        *,
+        pressure: int = 0,
+        timeout: float | None = None,
     ) -> EngineCommand:
         label = unit.label()
         self.started.append(label)
