@@ -43,6 +43,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "contract": {
             "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
             "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+            "HF_HUB_OFFLINE": "1",
         },
         "dropped": {},
         # This host has no Neuron SDK and no Trainium: the operator accepts that, explicitly.
