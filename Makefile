@@ -35,7 +35,7 @@ unit: install
 test: lint unit
 
 # No real vLLM and no test marked slow (each a few seconds at most), on every core
-# (pytest-xdist): under a minute on 2 cores.
+# (pytest-xdist); the target is under a minute on 2 idle cores.
 test-fast: install
 	$(VENV)/bin/pytest -q -n auto -m "not vllm and not slow"
 
