@@ -25,8 +25,9 @@ from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
+from neuronbuild.progress import Progress
 from neuronbuild.recipe import Recipe
-from neuronbuild.scheduler import ProcessGroups, Progress, UnitFailed
+from neuronbuild.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.seal import check_distinct_names
 from neuronbuild.shard import Shard, assign_units
 from neuronbuild.store.cas import LATEST, Store
@@ -190,6 +191,11 @@ def seed_scratch(
     return {entry_name(compiler, Path(p)) for p in files} - bad
 
 
+def unit_log(log_dir: Path, unit: CompileUnit) -> Path:
+    """The file a unit's engine output is appended to (kept on failure, removed on success)."""
+    return log_dir / f"{unit.key.hex}.log"
+
+
 def entry_name(compiler: UnitCompiler, rel: Path) -> str:
     """The entry (a folder under the engine's ``cache_dir``) a cache file belongs to."""
     return rel.relative_to(compiler.cache_dir).parts[0]
@@ -319,7 +325,7 @@ def prepare_recipe(
         return RecipeRun(recipe, plan, report, held_records(store, plan), None)
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
-        log = log_dir / f"{unit.key.hex}.log"
+        log = unit_log(log_dir, unit)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
@@ -382,27 +388,30 @@ def compile_recipes(
     # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
     # raised as itself once the other units are done.
     outages: list[StoreError | StoreDataInvalid] = []
+    folders = [log_dir or envs.default_log_dir(recipe.name) for recipe in recipes]
     runs = [
         prepare_recipe(
             recipe,
             store,
-            log_dir=log_dir or envs.default_log_dir(recipe.name),
+            log_dir=folder,
             timeout=timeout,
             dry_run=dry_run,
             outages=outages,
             sharded=shard is not None,
             stream=stream,
         )
-        for recipe in recipes
+        for recipe, folder in zip(recipes, folders, strict=True)
     ]
     check_distinct_names([run.plan for run in runs])
     union: dict[str, PlannedUnit] = {}
     works: dict[str, Work] = {}
-    for run in runs:
+    logs: dict[str, Path] = {}  # where the heartbeats read each unit's last compiler line
+    for run, folder in zip(runs, folders, strict=True):
         for unit in run.plan.units:
             union.setdefault(unit.key.digest, PlannedUnit(unit, run.plan.engine))
             if run.work is not None:
                 works.setdefault(unit.key.digest, run.work)
+                logs.setdefault(unit.key.digest, unit_log(folder, unit))
     owner = assign_units(list(union.values()), store, shard.count) if shard else {}
     mine = {k for k in union if shard is None or owner[k] == shard.index}
     held = {k for run in runs for k in run.records}
@@ -443,7 +452,7 @@ def compile_recipes(
             at_once = min(at_once, allowed)
             if note:
                 print(f"neuronbuild: {note}", file=stream or sys.stderr)
-    progress = Progress(len(todo), stream)
+    progress = Progress(len(todo), stream, logs=logs)
     try:
         results = (
             (executor or LocalExecutor()).run(todo, work, at_once, progress, estimates)

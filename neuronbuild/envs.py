@@ -25,6 +25,9 @@ NEURONBUILD_S3_READ_TIMEOUT = "NEURONBUILD_S3_READ_TIMEOUT"
 """Seconds an S3 read may take before it is retried (default 20)."""
 NEURONBUILD_VLLM_COMPAT = "NEURONBUILD_VLLM_COMPAT"
 """``0`` turns off the vLLM compatibility plugin (``neuronbuild_runtime.vllm_compat``)."""
+NEURONBUILD_HEARTBEAT_SECONDS = "NEURONBUILD_HEARTBEAT_SECONDS"
+"""Seconds between progress lines when stderr is not a terminal (default 60): a heartbeat per
+running compile unit, and a line of bytes moved for ``push``, ``pull`` and ``serve``'s fetch."""
 NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
@@ -100,6 +103,7 @@ def absolute_path(text: str) -> Path | None:
 
 
 S3_READ_TIMEOUT = Var(NEURONBUILD_S3_READ_TIMEOUT, positive_seconds, 20.0)
+HEARTBEAT_SECONDS = Var(NEURONBUILD_HEARTBEAT_SECONDS, positive_seconds, 60.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)

@@ -17,7 +17,8 @@ from typing import Any
 from neuronbuild.engines.base import UnitEstimate
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
-from neuronbuild.scheduler import ProcessGroups, Progress, UnitResult, run_units
+from neuronbuild.progress import Progress
+from neuronbuild.scheduler import ProcessGroups, UnitResult, run_units
 
 Work = Callable[[CompileUnit, ProcessGroups], Any]
 

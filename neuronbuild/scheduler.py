@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,12 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
-
-from tqdm import tqdm
+from typing import Any
 
 from neuronbuild.errors import Interrupted
 from neuronbuild.plan import CompileUnit
+from neuronbuild.progress import Progress
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when ending an engine's process group."""
@@ -143,59 +141,6 @@ def end_group(
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-class Progress:
-    """Done/running/failed/total with elapsed time: a live bar on a terminal, plain lines else."""
-
-    def __init__(self, total: int, stream: TextIO | None = None, label: str = "compile") -> None:
-        self.stream = stream or sys.stderr
-        self.total = total
-        self.label = label
-        self.start = time.monotonic()
-        self.running = self.done = self.failed = 0
-        self._lock = threading.Lock()
-        self.live = self.stream.isatty()
-        self.bar = tqdm(
-            total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
-        )
-
-    def _line(self, text: str) -> None:
-        elapsed = time.monotonic() - self.start
-        if self.live:
-            self.bar.write(text, file=self.stream)
-        else:
-            print(f"[{elapsed:6.0f}s] {text}", file=self.stream, flush=True)
-
-    def _update(self) -> None:
-        self.bar.set_postfix(running=self.running, failed=self.failed, refresh=True)
-
-    def started(self, unit: CompileUnit) -> None:
-        with self._lock:
-            self.running += 1
-            self._line(f"started  {unit.key.digest[:19]} {unit.label()}")
-            self._update()
-
-    def finished(self, result: UnitResult) -> None:
-        with self._lock:
-            self.running -= 1
-            if result.ok:
-                self.done += 1
-                status = "done   "
-            else:
-                self.failed += 1
-                status = "FAILED "
-            detail = f" ({result.error})" if result.error else ""
-            self._line(
-                f"{status}  {result.unit.key.digest[:19]} in {result.seconds:.0f} s{detail}; "
-                f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
-                f"{self.failed} failed"
-            )
-            self.bar.update(1)
-            self._update()
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 @contextlib.contextmanager

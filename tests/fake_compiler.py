@@ -29,6 +29,12 @@ with open(os.path.join(folder, "graph.neff"), "wb") as f:
     f.write(entry.encode() * 100)
 if behaviour == "hang":
     time.sleep(300)
+if behaviour.startswith("sleep"):  # a long compile that keeps printing, as neuronx-cc does
+    end, step = time.monotonic() + float(behaviour[5:]), 0
+    while time.monotonic() < end:
+        step += 1
+        print(f"compiling step {step}", flush=True)
+        time.sleep(0.1)
 if behaviour.startswith("exit"):
     print("neuronx-cc: compilation failed", file=sys.stderr, flush=True)
     sys.exit(int(behaviour[4:]))
@@ -38,7 +44,8 @@ if behaviour != "incomplete":
 
 
 class FakeCompiler(UnitCompiler):
-    """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang`` or ``incomplete``.
+    """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang``, ``incomplete`` or
+    ``sleepS`` (print ``compiling step N`` every 0.1 s for S seconds, then succeed).
     ``started`` collects the labels of the units it was asked to compile, in order."""
 
     cache_dir: ClassVar[Path] = Path("fake")

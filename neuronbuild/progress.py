@@ -1,0 +1,286 @@
+"""Show long work on stderr: a live tqdm bar on a terminal, plain heartbeat lines in a log.
+
+On a terminal the bar is redrawn every second, so elapsed times tick while a unit compiles (a
+Neuron phase runs for an hour, and tqdm alone redraws only when a unit ends). Without one (CI
+logs), carriage returns would pile up into one endless line, so plain lines are printed instead:
+one per event and, for what is still running, one per
+:data:`~neuronbuild.envs.HEARTBEAT_SECONDS` interval, which also keeps CI systems that kill
+silent jobs from killing a compile. ``--json`` output is never touched: everything here goes to
+the stream given, stderr by default.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from tqdm import tqdm
+
+from neuronbuild import envs
+
+if TYPE_CHECKING:
+    from neuronbuild.graph import CompileUnit
+    from neuronbuild.scheduler import UnitResult
+
+LIVE_REFRESH_SECONDS = 1.0
+"""How often a terminal's bar is redrawn while nothing else happens."""
+
+LOG_TAIL_BYTES = 8192
+"""How much of the end of a unit's log is read to find the compiler's last line."""
+
+MAX_LINE_CHARS = 160
+"""The compiler's last line is cut to this many characters in a heartbeat."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+# Minimal human formats. The output vocabulary's own module (``neuronbuild.human``, another part
+# of issue 12) has the same rules; these two give way to it when both are merged.
+def human_size(n_bytes: float) -> str:
+    """``1600000`` -> ``"1.6 MB"``: decimal units, as the AWS and Hugging Face CLIs print."""
+    if n_bytes < 1000:
+        return f"{n_bytes:.0f} B"
+    value = float(n_bytes)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 999.95 or unit == "TB":
+            return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float) -> str:
+    """A span of time: ``"0.4 s"``, ``"42 s"``, ``"5 min 3 s"``, ``"2 h 5 min"``."""
+    if seconds < 10:
+        return f"{max(seconds, 0.0):.1f} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        minutes, secs = divmod(whole, 60)
+        return f"{minutes} min" + (f" {secs} s" if secs else "")
+    hours, minutes = divmod(whole // 60, 60)
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+def clock(seconds: float) -> str:
+    """Elapsed time as a terminal bar shows it: ``"01:05"``, ``"1:02:03"`` (tqdm's format)."""
+    return str(tqdm.format_interval(seconds))
+
+
+def last_line(log: Path | None) -> str | None:
+    """The last non-empty line a process wrote to ``log`` (a progress line redrawn with ``\\r``
+    counts as a line; colours removed; cut to :data:`MAX_LINE_CHARS`), None when there is none
+    or the file cannot be read (a unit that runs on another machine)."""
+    if log is None:
+        return None
+    try:
+        with open(log, "rb") as f:
+            end = f.seek(0, 2)
+            f.seek(max(0, end - LOG_TAIL_BYTES))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(re.split(r"[\r\n]+", text)):
+        line = _ANSI.sub("", line).strip()
+        if line:
+            return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
+    return None
+
+
+class Ticker:
+    """Calls ``tick()`` every ``interval`` seconds on a daemon thread until :meth:`stop`."""
+
+    def __init__(self, interval: float, tick: Callable[[], None]) -> None:
+        self.interval, self.tick = interval, tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="neuronbuild-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+@dataclass
+class _Running:
+    unit: CompileUnit
+    start: float
+    next_beat: float
+
+
+class Progress:
+    """Compile units done/running/failed of ``total``: a bar on a terminal whose postfix names
+    each running unit with its ticking elapsed time; else one line per start and end and, every
+    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS` (default 60 s), one heartbeat line per running
+    unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
+
+    ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
+    without a compiler line.
+
+    Raises:
+        EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).
+    """
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        label: str = "compile",
+        logs: Mapping[str, Path] | None = None,
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.total = total
+        self.label = label
+        self.logs = dict(logs or {})
+        self.start = time.monotonic()
+        self.done = self.failed = 0
+        self.units: dict[str, _Running] = {}
+        self.heartbeat = envs.HEARTBEAT_SECONDS.get()
+        self._lock = threading.Lock()
+        self.live = self.stream.isatty()
+        self.bar = tqdm(
+            total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
+        )
+        # A heartbeat is due heartbeat seconds after its unit started; ticks come often enough
+        # that none is late by more than a quarter of the interval.
+        interval = LIVE_REFRESH_SECONDS if self.live else min(self.heartbeat / 4, 1.0)
+        self._ticker = Ticker(interval, self._tick)
+
+    @property
+    def running(self) -> int:
+        return len(self.units)
+
+    def _line(self, text: str) -> None:
+        if self.live:
+            self.bar.write(text, file=self.stream)
+        else:
+            elapsed = time.monotonic() - self.start
+            print(f"[{clock(elapsed)}] {text}", file=self.stream, flush=True)
+
+    def _update(self) -> None:
+        now = time.monotonic()
+        running = ", ".join(f"{r.unit.label()} {clock(now - r.start)}" for r in self.units.values())
+        failed = f"{self.failed} failed; " if self.failed else ""
+        self.bar.set_postfix_str(f"{failed}running: {running or '-'}", refresh=True)
+
+    def _tick(self) -> None:
+        with self._lock:
+            if self.live:
+                self._update()
+                return
+            now = time.monotonic()
+            for key, run in self.units.items():
+                if now >= run.next_beat:
+                    run.next_beat += self.heartbeat
+                    self._line(self._heartbeat(run, now - run.start, self.logs.get(key)))
+
+    @staticmethod
+    def _heartbeat(run: _Running, seconds: float, log: Path | None) -> str:
+        phase = f"{run.unit.phase} phase, " if run.unit.phase else ""
+        line = last_line(log)
+        said = f"; last line: {line}" if line else ""
+        return f"running  {run.unit.label()}: {phase}{human_duration(seconds)} so far{said}"
+
+    def started(self, unit: CompileUnit) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self.units[unit.key.digest] = _Running(unit, now, now + self.heartbeat)
+            self._line(f"started  {unit.label()} ({unit.key.digest[:19]})")
+            if self.live:
+                self._update()
+
+    def finished(self, result: UnitResult) -> None:
+        with self._lock:
+            self.units.pop(result.unit.key.digest, None)
+            if result.ok:
+                self.done += 1
+                status = "done   "
+            else:
+                self.failed += 1
+                status = "FAILED "
+            detail = f" ({result.error})" if result.error else ""
+            self._line(
+                f"{status}  {result.unit.label()} ({result.unit.key.digest[:19]}) in "
+                f"{human_duration(result.seconds)}{detail}; "
+                f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
+                f"{self.failed} failed"
+            )
+            self.bar.update(1)
+            if self.live:
+                self._update()
+
+    def close(self) -> None:
+        """Stop the redraws and heartbeats and leave the bar as it is."""
+        self._ticker.stop()
+        with self._lock:
+            self.bar.close()
+
+
+class ByteProgress:
+    """Bytes moved of ``total`` bytes in ``blobs`` blobs (``push``, ``pull``, ``serve``'s fetch):
+    a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts and one every
+    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS`, never a carriage return. :meth:`advance` may
+    be called from any thread.
+
+    Raises:
+        EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number.
+    """
+
+    def __init__(self, what: str, total: int, blobs: int, stream: TextIO | None = None) -> None:
+        self.what, self.total, self.blobs = what, total, blobs
+        self.stream = stream or sys.stderr
+        self.moved = 0
+        self.start = time.monotonic()
+        self._lock = threading.Lock()
+        self.live = self.stream.isatty()
+        self.bar = tqdm(
+            total=total,
+            desc=what,
+            unit="B",
+            unit_scale=True,
+            file=self.stream,
+            disable=not self.live,
+            dynamic_ncols=True,
+        )
+        self._ticker: Ticker | None = None
+        if not self.live:
+            noun = "blob" if blobs == 1 else "blobs"
+            print(f"{what}: {blobs} {noun}, {human_size(total)}", file=self.stream, flush=True)
+            self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)
+
+    def _report(self) -> None:
+        with self._lock:
+            moved, seconds = self.moved, time.monotonic() - self.start
+        rate = moved / seconds if seconds > 0 else 0.0
+        left = f", about {human_duration((self.total - moved) / rate)} left" if rate > 0 else ""
+        percent = 100 * moved / self.total if self.total else 100.0
+        print(
+            f"{self.what}: {human_size(moved)} of {human_size(self.total)} ({percent:.0f}%), "
+            f"{human_size(rate)}/s{left}",
+            file=self.stream,
+            flush=True,
+        )
+
+    def advance(self, n_bytes: int) -> None:
+        """Count ``n_bytes`` more bytes moved."""
+        with self._lock:
+            self.moved += n_bytes
+            self.bar.update(n_bytes)
+
+    def close(self) -> None:
+        """Stop the lines and leave the bar at its last state."""
+        if self._ticker is not None:
+            self._ticker.stop()
+        with self._lock:
+            self.bar.close()

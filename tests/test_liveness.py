@@ -1,0 +1,174 @@
+"""Long work shows life: a compiling unit's elapsed time ticks on a terminal, and without one each
+running unit prints a heartbeat (label, phase, elapsed, the compiler's last line) at a fixed
+interval; push and pull show bytes, rate and ETA on a terminal and keep --json stdout clean; a
+store's retries say so on stderr instead of going silent."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import itertools
+import json
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from neuronbuild.build import compile_recipe
+from neuronbuild.engines.neuron import NeuronEngine
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import Recipe, parse_recipe
+from neuronbuild.store.cas import Store
+from tests.claims import model_folder
+from tests.conftest import REPO, neuron_recipe
+from tests.fake_compiler import FakeCompiler
+
+BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
+LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
+PREFILL, DECODE = LABELS  # "prefill (2 graphs)", "decode (2 graphs)"
+
+
+def on_terminal(
+    argv: list[str], env: dict[str, str] | None = None, *, stdout_too: bool = True
+) -> tuple[int, str, str]:
+    """Run ``argv`` with stderr (and, with ``stdout_too``, stdout) on a pseudo-terminal 200
+    columns wide, as in a user's shell. Returns the exit code, what the terminal showed and
+    what went to stdout when it was a pipe."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    proc = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave if stdout_too else subprocess.PIPE,
+        stderr=slave,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        cwd=REPO,
+    )
+    os.close(slave)
+    shown = bytearray()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if not ready:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every process holding the terminal has closed it
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    stdout = proc.stdout.read().decode() if proc.stdout is not None else ""
+    code = proc.wait(timeout=10)
+    return code, shown.decode(errors="replace"), stdout
+
+
+# ``neuronbuild compile`` exactly as a user runs it, but each unit compiled by the fake compiler
+# (tests/fake_compiler.py): argv[1] maps graph labels to behaviours, as JSON.
+COMPILE_WITH_FAKE = """
+import json, sys
+from neuronbuild.engines.neuron import NeuronEngine
+from tests.fake_compiler import FakeCompiler
+fake = FakeCompiler(json.loads(sys.argv[1]))
+NeuronEngine.compiler = lambda self: fake
+from neuronbuild.cli import main
+sys.argv = ["neuronbuild", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Recipe:
+    return parse_recipe(neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path))))
+
+
+@pytest.fixture
+def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
+    fake = FakeCompiler()
+    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
+    return fake
+
+
+def test_a_running_units_elapsed_time_ticks_on_a_terminal(tmp_path: Path) -> None:
+    path = tmp_path / "live.yaml"
+    data = neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path)))
+    path.write_text(yaml.safe_dump(data))
+    behaviour = {PREFILL: "sleep2.6", DECODE: "sleep2.6"}
+    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, json.dumps(behaviour), "compile", str(path)]
+    argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs"), "-j", "2"]
+    code, shown, _ = on_terminal(argv)
+    assert code == 0, shown
+    # The bar's postfix names each running unit with its elapsed time, redrawn while it runs.
+    ticks = re.findall(rf"running: [^\]\r\n]*?{re.escape(PREFILL)} (\d\d):(\d\d)", shown)
+    seconds = [60 * int(m) + int(s) for m, s in ticks]
+    assert len(set(seconds)) >= 3, shown  # 0, 1, 2 s at least, not only the redraw at its start
+    assert seconds == sorted(seconds)
+    assert f"done     {PREFILL}" in shown and f"done     {DECODE}" in shown
+    assert "\nrunning  " not in shown  # heartbeat lines are for logs, not terminals
+
+
+def test_without_a_terminal_each_running_unit_prints_a_heartbeat_at_the_set_interval(
+    compiler: FakeCompiler, recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "0.5")
+    compiler.behaviour = {DECODE: "sleep2.3", PREFILL: "exit1"}
+    stream = io.StringIO()  # not a terminal, as a CI log
+    store = Store(str(tmp_path / "store"), create=True)
+    compile_recipe(recipe, store, jobs=2, log_dir=tmp_path / "logs", stream=stream)
+    lines = stream.getvalue().splitlines()
+    beats = [line for line in lines if f"running  {DECODE}:" in line]
+    assert 3 <= len(beats) <= 5, lines  # every 0.5 s of 2.3 s
+    pattern = r"decode phase, (\d+\.\d) s so far; last line: compiling step (\d+)$"
+    found = [re.search(pattern, beat) for beat in beats]
+    assert all(found), beats
+    elapsed = [float(m.group(1)) for m in found if m]
+    steps = [int(m.group(2)) for m in found if m]
+    assert all(0.3 <= b - a <= 0.8 for a, b in itertools.pairwise(elapsed)), elapsed
+    assert 0.4 <= elapsed[0] <= 0.8, elapsed
+    assert steps == sorted(steps) and steps[0] < steps[-1]  # the compiler's latest line, read live
+    assert not any("\r" in line for line in lines)
+    assert any(
+        re.search(rf"done     {re.escape(DECODE)} \(sha256:\w+\) in 2\.\d s", x) for x in lines
+    )
+    assert any(
+        line.startswith("[00:0") and f"FAILED   {PREFILL} (sha256:" in line for line in lines
+    )
+
+
+def test_a_unit_that_ends_before_the_interval_prints_no_heartbeat(
+    compiler: FakeCompiler, recipe: Recipe, tmp_path: Path
+) -> None:
+    stream = io.StringIO()
+    store = Store(str(tmp_path / "store"), create=True)
+    compile_recipe(recipe, store, jobs=2, log_dir=tmp_path / "logs", stream=stream)
+    text = stream.getvalue()
+    assert "running  " not in text  # default interval: 60 s
+    assert text.count("done     ") == 2
+
+
+def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(neuron_recipe(BUCKETS, model=str(model_folder(tmp_path)))))
+    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, "{}", "compile", str(path)]
+    argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs")]
+    result = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEURONBUILD_HEARTBEAT_SECONDS": "0"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "NEURONBUILD_HEARTBEAT_SECONDS" in result.stderr
+    assert "Traceback" not in result.stderr
