@@ -436,7 +436,9 @@ def push(
     from neuronbuild.store.transfer import copy_manifest
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
-    report = copy_manifest(src, dst, src.resolve(target), jobs=jobs)
+    report = copy_manifest(
+        src, dst, src.resolve(target), jobs=jobs, progress=sys.stderr, what="push"
+    )
     if not target.startswith("sha256:"):
         dst.set_ref(*parse_ref(target), report.manifest)
     if as_json:

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from neuronbuild.graph import CompileUnit
     from neuronbuild.scheduler import UnitResult
 
-LIVE_REFRESH_SECONDS = 1.0
-"""How often a terminal's bar is redrawn while nothing else happens."""
+LIVE_REFRESH_SECONDS = 0.5
+"""How often a terminal's bar is redrawn while nothing else happens (twice a second: no
+second of the elapsed times is skipped)."""
 
 LOG_TAIL_BYTES = 8192
 """How much of the end of a unit's log is read to find the compiler's last line."""
@@ -256,7 +257,8 @@ class ByteProgress:
         self._ticker: Ticker | None = None
         if not self.live:
             noun = "blob" if blobs == 1 else "blobs"
-            print(f"{what}: {blobs} {noun}, {human_size(total)}", file=self.stream, flush=True)
+            line = f"{what}: {blobs} {noun}, {human_size(total)} to copy"
+            print(line, file=self.stream, flush=True)
             self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)
 
     def _report(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -55,9 +56,9 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     --local-cache, after which `serve --local-cache` runs without network access. Checks free
     disk space first; an interrupted pull resumes."""
     remote = Store(cache)
-    tiers = TieredStore(Store(local_cache, create=True), remote)
+    tiers = TieredStore(Store(local_cache, create=True), remote, progress=sys.stderr)
     digest = remote.resolve(target)
-    report = tiers.fill(digest, jobs=jobs, recheck=True)
+    report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     if not target.startswith("sha256:"):
@@ -89,7 +90,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     local_url = local_cache or str(envs.user_cache() / "store")
     if dry_run and not Path(local_url).is_dir():
         return TieredStore(remote)
-    return TieredStore(Store(local_url, create=not dry_run), remote)
+    return TieredStore(Store(local_url, create=not dry_run), remote, progress=sys.stderr)
 
 
 @click.command(cls=ServeCommand, context_settings=HELP)

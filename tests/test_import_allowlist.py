@@ -36,6 +36,7 @@ OURS = {
     "neuronbuild.keys",
     "neuronbuild.model_files",
     "neuronbuild.plan",
+    "neuronbuild.progress",  # byte progress of serve's fetch and of pull (tqdm)
     "neuronbuild.recipe",
     "neuronbuild.start_env",
     "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)

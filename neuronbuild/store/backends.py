@@ -18,16 +18,36 @@ import os
 import stat
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from filelock import FileLock
 from fsspec import AbstractFileSystem
+from fsspec.callbacks import Callback
 from fsspec.implementations.local import LocalFileSystem
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
+
+OnBytes = Callable[[int], None]
+"""Told the length of each chunk an upload sends (a progress bar)."""
+
+
+class _Counted(Callback):  # type: ignore[misc]  # fsspec ships no types
+    """fsspec's transfer callback, passing each increment to an :data:`OnBytes`."""
+
+    def __init__(self, on_bytes: OnBytes | None) -> None:
+        super().__init__()
+        self.on_bytes = on_bytes
+
+    def relative_update(self, inc: int = 1) -> None:
+        super().relative_update(inc)
+        if self.on_bytes is not None:
+            self.on_bytes(inc)
+
+    def absolute_update(self, value: int) -> None:
+        self.relative_update(value - self.value)
 
 
 class SwapConflict(StoreError):
@@ -184,8 +204,9 @@ class Backend(ABC):
         """Create ``path`` with ``data`` unless it exists; True if this call created it."""
 
     @abstractmethod
-    def put_file(self, local: str | Path, path: str) -> None:
-        """Upload a local file to ``path`` atomically (readers see all of it or nothing)."""
+    def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
+        """Upload a local file to ``path`` atomically (readers see all of it or nothing);
+        ``on_bytes`` is told the bytes sent as they go."""
 
     @abstractmethod
     def swap(self, path: str, data: bytes, token: Any) -> None:
@@ -279,11 +300,13 @@ class FolderBackend(Backend):
             _fsync_dir(path)
             return True
 
-    def put_file(self, local: str | Path, path: str) -> None:
+    def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         with self._errors(f"cannot write {path}"), self._temp() as tmp:
             with open(local, "rb") as src, open(tmp, "xb") as out:
                 while chunk := src.read(1 << 20):
                     out.write(chunk)
+                    if on_bytes is not None:
+                        on_bytes(len(chunk))
                 out.flush()
                 os.fsync(out.fileno())
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -392,11 +415,11 @@ class ObjectBackend(Backend):
                     )
         return aborted
 
-    def put_file(self, local: str | Path, path: str) -> None:
+    def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         # One PUT for small files; parallel multipart parts for large ones, which s3fs aborts
         # on error.
         with self._errors(f"cannot upload {path}"):
-            self.fs.put_file(str(local), path)
+            self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         with self._errors(f"cannot write {path}"):
@@ -426,9 +449,9 @@ class LastWriterWinsBackend(Backend):
         self.put(path, data)
         return True
 
-    def put_file(self, local: str | Path, path: str) -> None:
+    def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         with self._errors(f"cannot upload {path}"):
-            self.fs.put_file(str(local), path)
+            self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:
@@ -448,7 +471,7 @@ class ReadOnlyBackend(LastWriterWinsBackend):
     def put(self, path: str, data: bytes) -> None:
         self._refuse()
 
-    def put_file(self, local: str | Path, path: str) -> None:
+    def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         self._refuse()
 
     def delete(self, path: str) -> None:

@@ -12,7 +12,7 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -162,18 +162,21 @@ class Store:
             present = list(pool.map(self.has_blob, unique))
         return [e for e, ok in zip(unique, present, strict=True) if not ok]
 
-    def put_file(self, local_path: str | Path) -> tuple[str, int]:
+    def put_file(
+        self, local_path: str | Path, on_bytes: Callable[[int], None] | None = None
+    ) -> tuple[str, int]:
         """Store a local file's bytes as a blob; returns ``(digest, size in bytes)``.
 
         The file is hashed first and uploaded only when the store lacks that blob; its stored
         size is checked after the upload, so a blob is never stored under the wrong digest.
+        ``on_bytes`` is told the bytes uploaded as they go (a progress bar).
         """
         digest, size = hash_file(local_path)
         file = FileRecord("blob", digest, size)
         for _ in range(UPLOAD_ATTEMPTS):
             if self.has_blob(file):
                 return digest, size
-            self.backend.put_file(local_path, self.layout.blob(digest))
+            self.backend.put_file(local_path, self.layout.blob(digest), on_bytes)
         if not self.has_blob(file):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
         return digest, size
@@ -189,13 +192,16 @@ class Store:
             list(pool.map(self.put_file, todo.values()))
         return hashed
 
-    def put_verified(self, local: Path, file: FileRecord) -> None:
+    def put_verified(
+        self, local: Path, file: FileRecord, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
         """Store a local file whose bytes were just verified against ``file``: renamed into place
-        on a folder store on the same file system (no second copy), uploaded elsewhere."""
+        on a folder store on the same file system (no second copy), uploaded elsewhere (telling
+        ``on_bytes`` the bytes uploaded)."""
         if isinstance(self.backend, FolderBackend):
             self.backend.move_in(local, self.layout.blob(file.digest))
         else:
-            self.put_file(local)
+            self.put_file(local, on_bytes)
 
     def delete_blob(self, file: FileRecord) -> None:
         """Remove a blob (a corrupt copy in a local tier, before fetching it again)."""
@@ -205,9 +211,11 @@ class Store:
         """The blob's file on this machine's disk (folder stores only; None elsewhere)."""
         return Path(self.layout.blob(file.digest)) if self.is_folder else None
 
-    def fetch_blob(self, file: FileRecord, dest: str | Path) -> None:
+    def fetch_blob(
+        self, file: FileRecord, dest: str | Path, on_bytes: Callable[[int], None] | None = None
+    ) -> None:
         """Copy a blob to the local file ``dest``, verifying its sha256 and size on the way and
-        reading at most its size + 1 bytes.
+        reading at most its size + 1 bytes (``on_bytes`` is told each chunk's length).
 
         Raises:
             StoreDataInvalid: the blob is missing, not a regular file, or its bytes do not match
@@ -221,7 +229,7 @@ class Store:
         try:
             src = self.backend.open_read(self.layout.blob(file.digest))
             with src, open(tmp, "xb") as out:
-                copy_verified(src, out, file.digest, file.size, url)
+                copy_verified(src, out, file.digest, file.size, url, on_bytes)
             tmp.replace(dest)
         except FileNotFoundError:
             raise StoreDataInvalid(f"{url} is missing") from None

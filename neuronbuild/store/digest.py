@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -66,9 +67,17 @@ def hash_file(path: str | Path) -> tuple[str, int]:
         return hash_stream(f)
 
 
-def copy_verified(src: IO[bytes], out: IO[bytes] | None, digest: str, size: int, what: str) -> None:
+def copy_verified(
+    src: IO[bytes],
+    out: IO[bytes] | None,
+    digest: str,
+    size: int,
+    what: str,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
     """Stream ``src`` into ``out`` (None: only check), reading at most ``size`` + 1 bytes, and
-    check that the bytes are exactly ``size`` long and hash to ``digest``.
+    check that the bytes are exactly ``size`` long and hash to ``digest``. ``on_bytes`` is told
+    the length of every chunk read (a progress bar).
 
     Raises:
         StoreDataInvalid: the bytes differ (``what`` names the object); ``out`` then holds a
@@ -81,6 +90,8 @@ def copy_verified(src: IO[bytes], out: IO[bytes] | None, digest: str, size: int,
         seen += len(chunk)
         if out is not None and seen <= size:
             out.write(chunk)
+        if on_bytes is not None:
+            on_bytes(len(chunk))
     found = "sha256:" + h.hexdigest()
     if seen > size:
         raise StoreDataInvalid(f"{what} is corrupt (expected {digest}, {size} bytes; it is longer)")

@@ -10,6 +10,7 @@ user should hear about comes back as :attr:`TieredStore.notes`, which the CLI pr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TextIO
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store
@@ -19,13 +20,17 @@ from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scr
 
 class TieredStore:
     """``local`` (a folder store on this node) in front of ``remote`` (any store; None when
-    the local store is the only one)."""
+    the local store is the only one). ``progress``: where a fill shows the bytes it moves
+    (stderr for a command; None, the default, shows nothing)."""
 
-    def __init__(self, local: Store, remote: Store | None = None) -> None:
+    def __init__(
+        self, local: Store, remote: Store | None = None, progress: TextIO | None = None
+    ) -> None:
         if remote is not None and remote.url == local.url:
             remote = None
         self.local, self.remote = local, remote
         self.notes: list[str] = []
+        self.progress = progress
 
     @property
     def url(self) -> str:
@@ -59,12 +64,23 @@ class TieredStore:
                 self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
         return self.remote.get_manifest(digest)
 
-    def fill(self, digest: str, *, jobs: int = 8, recheck: bool = False) -> CopyReport | None:
+    def fill(
+        self, digest: str, *, jobs: int = 8, recheck: bool = False, what: str = "fetch"
+    ) -> CopyReport | None:
         """Read-through: copy the manifest and the blobs the local tier lacks from the remote
-        (``recheck``: also re-hash what it holds). None when there is no remote."""
+        (``recheck``: also re-hash what it holds), its progress named ``what``. None when there
+        is no remote."""
         if self.remote is None:
             return None
-        report = copy_manifest(self.remote, self.local, digest, jobs=jobs, recheck=recheck)
+        report = copy_manifest(
+            self.remote,
+            self.local,
+            digest,
+            jobs=jobs,
+            recheck=recheck,
+            progress=self.progress,
+            what=what,
+        )
         self.notes += report.notes
         return report
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.progress import ByteProgress
 from neuronbuild.store.cas import Store
 from neuronbuild.store.digest import hex_of
 from neuronbuild.store.records import FileRecord
@@ -68,23 +71,43 @@ def scratch_folder(dst: Store) -> tempfile.TemporaryDirectory[str]:
     return tempfile.TemporaryDirectory(dir=parent, prefix="copy-")
 
 
-def copy_blob(src: Store, dst: Store, file: FileRecord, scratch: Path) -> None:
-    """Copy one blob, verified, through a temporary file in the local folder ``scratch``."""
+def copy_blob(
+    src: Store,
+    dst: Store,
+    file: FileRecord,
+    scratch: Path,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Copy one blob, verified, through a temporary file in the local folder ``scratch``.
+
+    ``on_bytes`` is told the bytes moved on the slow leg: the fetch into a folder ``dst`` (the
+    file is then renamed into place), else the upload to ``dst``.
+    """
     tmp = scratch / f"{hex_of(file.digest)}.{uuid.uuid4().hex[:8]}"
+    fetched, uploaded = (on_bytes, None) if dst.is_folder else (None, on_bytes)
     try:
-        src.fetch_blob(file, tmp)  # hashed on the way: only verified bytes reach ``dst``
-        dst.put_verified(tmp, file)
+        src.fetch_blob(file, tmp, fetched)  # hashed on the way: only verified bytes reach ``dst``
+        dst.put_verified(tmp, file, uploaded)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def copy_manifest(
-    src: Store, dst: Store, digest: str, *, jobs: int = 8, recheck: bool = False
+    src: Store,
+    dst: Store,
+    digest: str,
+    *,
+    jobs: int = 8,
+    recheck: bool = False,
+    progress: TextIO | None = None,
+    what: str = "copy",
 ) -> CopyReport:
     """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``.
 
     ``recheck``: re-hash the blobs ``dst`` already holds and re-read its copy of the manifest;
-    a corrupt one is replaced from ``src`` (and noted).
+    a corrupt one is replaced from ``src`` (and noted). ``progress``: where to show the bytes
+    the blobs' copy moves, named ``what`` (:class:`~neuronbuild.progress.ByteProgress`; never
+    stdout, which ``--json`` keeps); None shows nothing.
 
     Raises:
         UserError: no such manifest, or not enough disk space on a folder ``dst``.
@@ -112,8 +135,16 @@ def copy_manifest(
                 notes.append(f"{exc}; replacing it with the copy of {src.url}")
                 dst.delete_manifest(digest)
     check_free_space(dst, sum(e.size for e in missing))
-    with scratch_folder(dst) as scratch, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch)), missing))
+    meter = None
+    if progress is not None and missing:
+        meter = ByteProgress(what, sum(e.size for e in missing), len(missing), progress)
+    on_bytes = meter.advance if meter is not None else None
+    try:
+        with scratch_folder(dst) as scratch, ThreadPoolExecutor(max(1, jobs)) as pool:
+            list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch), on_bytes), missing))
+    finally:
+        if meter is not None:
+            meter.close()
     for unit in manifest.units:
         dst.put_unit(unit)
     dst.put_manifest(manifest)
