@@ -66,7 +66,8 @@ class FaultyProxy:
                     self.send_response(500)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":  # a body after HEAD breaks the connection
+                        self.wfile.write(payload)
                     return
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.target_port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}

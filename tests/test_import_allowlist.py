@@ -47,6 +47,7 @@ OURS = {
     "neuronbuild.store.layout",
     "neuronbuild.store.node",
     "neuronbuild.store.records",
+    "neuronbuild.store.retry",
     "neuronbuild.store.tiered",
     "neuronbuild.store.transfer",
     "neuronbuild_runtime",

@@ -5,6 +5,7 @@ store's retries say so on stderr instead of going silent."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import itertools
@@ -17,30 +18,40 @@ import subprocess
 import sys
 import termios
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from neuronbuild.build import compile_recipe
 from neuronbuild.engines.neuron import NeuronEngine
+from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
 from neuronbuild.progress import ByteProgress
 from neuronbuild.recipe import Recipe, parse_recipe
+from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from tests.claims import model_folder
 from tests.conftest import (
     REPO,
+    cpu_recipe,
+    moto_s3,
     neuron_recipe,
     neuronbuild,
+    publish_build,
     published_with_model,
     serve_without_vllm,
 )
 from tests.fake_compiler import FakeCompiler
+from tests.faulty_proxy import FaultyProxy
 
 BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
 LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
 PREFILL, DECODE = LABELS  # "prefill (2 graphs)", "decode (2 graphs)"
+BUCKET = "neuronbuild-liveness"
 
 
 def on_terminal(
@@ -87,6 +98,7 @@ COMPILE_WITH_FAKE = """
 import json, sys
 from neuronbuild.engines.neuron import NeuronEngine
 from tests.fake_compiler import FakeCompiler
+from tests.faulty_proxy import FaultyProxy
 fake = FakeCompiler(json.loads(sys.argv[1]))
 NeuronEngine.compiler = lambda self: fake
 from neuronbuild.cli import main
@@ -239,3 +251,57 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
     percents = [int(m.group(2)) for m in found if m]
     assert percents == sorted(percents) and percents[-1] in (33, 50), lines
     assert any(m.group(4) for m in found if m), lines  # an ETA once bytes moved
+
+
+@contextlib.contextmanager
+def s3_behind(proxy_settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A moto S3 server holding :data:`BUCKET`, reached through a fault-injecting proxy
+    (tests/faulty_proxy.py) by every store made inside; store retries wait 0.05 s, not 1 s."""
+    import s3fs
+
+    monkeypatch.setattr(retry, "BASE_SECONDS", 0.05)
+    with moto_s3(BUCKET) as env, monkeypatch.context() as patch:
+        port = int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+        with FaultyProxy(port, **proxy_settings) as proxy:
+            patch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+            s3fs.S3FileSystem.clear_instance_cache()  # none may keep moto's own address
+            try:
+                yield proxy
+            finally:
+                s3fs.S3FileSystem.clear_instance_cache()
+
+
+RETRY_LINE = (
+    r"retrying \(([2-5])/5\) in \d+\.\d s: (\w+): "
+    r"HTTP 500 (?:InternalError \(injected\)|\(Internal Server Error\))"  # a HEAD has no body
+)
+
+
+def test_a_store_fault_is_retried_and_each_retry_says_so_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with s3_behind({"fail_every": 3}, monkeypatch) as proxy:
+        store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
+        model = model_folder(tmp_path)
+        data = cpu_recipe(name="retried", cpu_isa="host", model=str(model))
+        digest = publish_build(store, data, tmp_path, "a")
+        assert store.get_ref("retried", "latest") == digest
+        assert proxy.failed >= 3
+    lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert len(lines) == proxy.failed, lines  # every injected fault is told, once
+    found = [re.fullmatch(RETRY_LINE, line) for line in lines]
+    assert all(found), lines
+    assert {"PutObject", "HeadObject"} <= {m.group(2) for m in found if m}, lines
+
+
+def test_a_persistent_store_fault_reports_each_retry_then_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with s3_behind({}, monkeypatch) as proxy:
+        proxy.down = True
+        with pytest.raises(StoreError, match="injected"):
+            Store(f"s3://{BUCKET}/down")
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "retrying" in line]
+    found = [re.fullmatch(RETRY_LINE, line) for line in lines]
+    assert [m.group(1) for m in found if m] == ["2", "3", "4", "5"], err

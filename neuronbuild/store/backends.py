@@ -29,6 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
+from neuronbuild.store.retry import watch_s3
 
 OnBytes = Callable[[int], None]
 """Told the length of each chunk an upload sends (a progress bar)."""
@@ -343,7 +344,13 @@ def _connection_refused(exc: BaseException) -> bool:
 
 
 class ObjectBackend(Backend):
-    """S3 through s3fs: every PUT is atomic; create and swap are conditional requests."""
+    """S3 through s3fs: every PUT is atomic; create and swap are conditional requests; each
+    request is retried, with a line on stderr, by :mod:`neuronbuild.store.retry`."""
+
+    def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
+        super().__init__(fs, layout, url)
+        with self._errors("cannot set up its S3 client"):
+            watch_s3(fs)
 
     def _single_attempt(self) -> AbstractFileSystem:
         """A client of the same endpoint and credentials that tries each request once."""

@@ -21,6 +21,7 @@ import fsspec
 
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
 from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, Layout, parse_ref
@@ -43,8 +44,9 @@ SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)")
 
 def s3_options() -> dict[str, Any]:
     """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
-    read, and botocore's standard retry mode (5 attempts, with backoff, on throttling, 5xx and
-    timeouts); a fault that outlasts them is a StoreError (exit code 3).
+    read, and no retries of botocore's own: :mod:`neuronbuild.store.retry` retries each request
+    (5 attempts, with backoff, on throttling, 5xx and timeouts) and says so on stderr; a fault
+    that outlasts them is a StoreError (exit code 3).
 
     Raises:
         EnvInvalid: the timeout is not a positive number (the message names the variable).
@@ -53,7 +55,7 @@ def s3_options() -> dict[str, Any]:
         "config_kwargs": {
             "connect_timeout": 5,
             "read_timeout": envs.S3_READ_TIMEOUT.get(),
-            "retries": {"max_attempts": 5, "mode": "standard"},
+            "retries": dict(retry.S3_RETRIES),
         }
     }
 
@@ -173,9 +175,12 @@ class Store:
         """
         digest, size = hash_file(local_path)
         file = FileRecord("blob", digest, size)
-        for _ in range(UPLOAD_ATTEMPTS):
+        for attempt in range(UPLOAD_ATTEMPTS):
             if self.has_blob(file):
                 return digest, size
+            if attempt:
+                why = f"{self.blob_url(digest)}: the stored size differs from {size} bytes"
+                retry.report(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
             self.backend.put_file(local_path, self.layout.blob(digest), on_bytes)
         if not self.has_blob(file):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
@@ -454,10 +459,12 @@ class Store:
             try:
                 self.move_ref(name, tag, digest, self.get_ref(name, tag))
                 return
-            except RefConflict:
+            except RefConflict as exc:
                 if attempt == attempts - 1:
                     raise
-                time.sleep(0.05 * (attempt + 1))
+                seconds = 0.05 * (attempt + 1)
+                retry.report(attempt + 2, attempts, seconds, str(exc))
+                time.sleep(seconds)
 
     def refs(self) -> dict[str, str]:
         """Every ref ``<name>/<tag>`` and the manifest it points at."""
