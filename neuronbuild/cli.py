@@ -306,7 +306,8 @@ def compile_(
         for report in run.recipes:
             for unit in report.units:
                 if unit["status"] == "failed":
-                    click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+                    label = report.labels.get(unit["key"], "")
+                    click.echo(f"FAILED {label} ({unit['key'][:19]}): {unit['error']}", err=True)
                 elif unit.get("entries", {}).get("reused"):
                     entries = unit["entries"]
                     click.echo(

@@ -123,17 +123,19 @@ def test_a_running_units_elapsed_time_ticks_on_a_terminal(tmp_path: Path) -> Non
     path = tmp_path / "live.yaml"
     data = neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path)))
     path.write_text(yaml.safe_dump(data))
-    behaviour = {PREFILL: "sleep2.6", DECODE: "sleep2.6"}
+    behaviour = {PREFILL: "sleep2.6", DECODE: "exit1"}
     argv = [sys.executable, "-c", COMPILE_WITH_FAKE, json.dumps(behaviour), "compile", str(path)]
     argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs"), "-j", "2"]
     code, shown, _ = on_terminal(argv)
-    assert code == 0, shown
+    assert code == 1, shown  # decode failed
     # The bar's postfix names each running unit with its elapsed time, redrawn while it runs.
     ticks = re.findall(rf"running: [^\]\r\n]*?{re.escape(PREFILL)} (\d\d):(\d\d)", shown)
     seconds = [60 * int(m) + int(s) for m, s in ticks]
     assert len(set(seconds)) >= 2, shown  # not only the redraw when it started
     assert seconds == sorted(seconds)
-    assert f"done     {PREFILL}" in shown and f"done     {DECODE}" in shown
+    assert f"done     {PREFILL} (sha256:" in shown
+    assert f"FAILED   {DECODE} (sha256:" in shown
+    assert re.search(rf"\nFAILED {re.escape(DECODE)} \(sha256:\w+\): decode phase failed", shown)
     assert "\nrunning  " not in shown  # heartbeat lines are for logs, not terminals
 
 
