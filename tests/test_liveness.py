@@ -34,6 +34,7 @@ from neuronbuild.progress import ByteProgress
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
+from neuronbuild.store.transfer import copy_manifest
 from tests.claims import model_folder
 from tests.conftest import (
     REPO,
@@ -307,3 +308,23 @@ def test_a_persistent_store_fault_reports_each_retry_then_fails(
     lines = [line for line in err.splitlines() if "retrying" in line]
     found = [re.fullmatch(RETRY_LINE, line) for line in lines]
     assert [m.group(1) for m in found if m] == ["2", "3", "4", "5"], err
+
+
+def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[int] = []
+    advance = ByteProgress.advance
+    monkeypatch.setattr(
+        ByteProgress, "advance", lambda self, n: counted.append(n) or advance(self, n)
+    )
+    local, digest = published_with_model(tmp_path)
+    size = sum(f.size for f in local.get_manifest(digest).files())
+    with s3_behind({}, monkeypatch):
+        remote = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
+        copy_manifest(local, remote, digest, progress=io.StringIO(), what="push")
+        assert sum(counted) == size  # the upload leg (s3fs's callback)
+        counted.clear()
+        node = Store(str(tmp_path / "node"), create=True)
+        copy_manifest(remote, node, digest, progress=io.StringIO(), what="pull")
+        assert sum(counted) == size  # the download leg, as it is verified
