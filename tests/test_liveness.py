@@ -26,7 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
+from neuronbuild import build
 from neuronbuild.build import compile_recipe
+from neuronbuild.engines.compiler import Failure
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
@@ -328,3 +330,26 @@ def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_
         node = Store(str(tmp_path / "node"), create=True)
         copy_manifest(remote, node, digest, progress=io.StringIO(), what="pull")
         assert sum(counted) == size  # the download leg, as it is verified
+
+
+class TransientFailures(FakeCompiler):
+    """Every failed run reads as a transient one (as neuronx-cc's bare exit 70 does)."""
+
+    def classify(self, exit_code: int, log: str) -> Failure:
+        return Failure(f"neuronx-cc compilation failed with {exit_code}", "backoff")
+
+
+def test_an_engine_retry_says_so_on_stderr(
+    recipe: Recipe,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    fake = TransientFailures({PREFILL: "exit70"})
+    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
+    monkeypatch.setattr(build, "RETRY_BACKOFF_SECONDS", 0.1)
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_recipe(recipe, store, log_dir=tmp_path / "logs", stream=io.StringIO())
+    assert fake.started.count(PREFILL) == 2 and report.failed == 1
+    lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert lines == [f"retrying (2/2) in 0.1 s: {PREFILL}: neuronx-cc compilation failed with 70"]
