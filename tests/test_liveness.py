@@ -11,6 +11,7 @@ import io
 import itertools
 import json
 import os
+import pickle
 import re
 import select
 import struct
@@ -353,3 +354,21 @@ def test_an_engine_retry_says_so_on_stderr(
     assert fake.started.count(PREFILL) == 2 and report.failed == 1
     lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
     assert lines == [f"retrying (2/2) in 0.1 s: {PREFILL}: neuronx-cc compilation failed with 70"]
+
+
+def test_a_store_sent_to_another_process_still_retries_and_reports(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import s3fs
+
+    with s3_behind({"fail_every": 2}, monkeypatch) as proxy:
+        store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
+        sent = pickle.dumps(store)  # as a Ray task receives it
+        s3fs.S3FileSystem.clear_instance_cache()  # another process: a client of its own
+        received = pickle.loads(sent)
+        assert received.backend.fs is not store.backend.fs
+        for i in range(4):
+            received.backend.put(received.layout.tmp(f"probe-{i}"), b"x")
+        assert proxy.failed >= 2
+    lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert len(lines) == proxy.failed, lines
