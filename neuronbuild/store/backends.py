@@ -352,6 +352,13 @@ class ObjectBackend(Backend):
         with self._errors("cannot set up its S3 client"):
             watch_s3(fs)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in another process (a Ray task's), the file system gets a client of its
+        # own, which must retry (and report) as this one does.
+        self.__dict__.update(state)
+        with self._errors("cannot set up its S3 client"):
+            watch_s3(self.fs)
+
     def _single_attempt(self) -> AbstractFileSystem:
         """A client of the same endpoint and credentials that tries each request once."""
         config = {**getattr(self.fs, "config_kwargs", {}), "retries": {"max_attempts": 1}}
