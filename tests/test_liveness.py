@@ -372,3 +372,26 @@ def test_a_store_sent_to_another_process_still_retries_and_reports(
         assert proxy.failed >= 2
     lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
     assert len(lines) == proxy.failed, lines
+
+
+def test_a_ref_move_that_lost_a_race_says_it_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    store, digest = published_with_model(tmp_path)
+    other = publish_build(store, cpu_recipe(name="tiny", cpu_isa="host", seed=7), tmp_path, "b")
+    move = Store.move_ref
+    raced: list[str] = []
+
+    def overtaken(self: Store, name: str, tag: str, to: str, expected: str | None) -> None:
+        if not raced:  # another builder moves the ref between our read and our swap
+            raced.append(to)
+            move(self, name, tag, other, expected)
+        move(self, name, tag, to, expected)
+
+    monkeypatch.setattr(Store, "move_ref", overtaken)
+    store.set_ref("tiny", "prod", digest)
+    assert store.get_ref("tiny", "prod") == digest
+    [line] = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert re.fullmatch(
+        r"retrying \(2/5\) in 0\.1 s: tiny/prod points at sha256:\w+, not None", line
+    )
