@@ -20,7 +20,7 @@ import sys
 import termios
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,22 +259,36 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
     assert any(m.group(4) for m in found if m), lines  # an ETA once bytes moved
 
 
-@contextlib.contextmanager
-def s3_behind(proxy_settings: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A moto S3 server holding :data:`BUCKET`, reached through a fault-injecting proxy
-    (tests/faulty_proxy.py) by every store made inside; store retries wait 0.05 s, not 1 s."""
+Behind = Callable[..., contextlib.AbstractContextManager[FaultyProxy]]
+
+
+@pytest.fixture(scope="module")
+def moto_port() -> Iterator[int]:
+    """A moto S3 server holding :data:`BUCKET` for the module (its environment set here)."""
+    with moto_s3(BUCKET) as env:
+        yield int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+
+
+@pytest.fixture
+def s3_behind(moto_port: int, monkeypatch: pytest.MonkeyPatch) -> Behind:
+    """A context manager: the moto server reached through a fault-injecting proxy
+    (tests/faulty_proxy.py, its settings as arguments) by every store made inside; store
+    retries wait 0.05 s, not 1 s."""
     import s3fs
 
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.05)
-    with moto_s3(BUCKET) as env, monkeypatch.context() as patch:
-        port = int(env["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
-        with FaultyProxy(port, **proxy_settings) as proxy:
+
+    @contextlib.contextmanager
+    def behind(**settings: Any) -> Iterator[FaultyProxy]:
+        with FaultyProxy(moto_port, **settings) as proxy, monkeypatch.context() as patch:
             patch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
             s3fs.S3FileSystem.clear_instance_cache()  # none may keep moto's own address
             try:
                 yield proxy
             finally:
                 s3fs.S3FileSystem.clear_instance_cache()
+
+    return behind
 
 
 RETRY_LINE = (
@@ -284,9 +298,12 @@ RETRY_LINE = (
 
 
 def test_a_store_fault_is_retried_and_each_retry_says_so_on_stderr(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    s3_behind: Behind,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    with s3_behind({"fail_every": 3}, monkeypatch) as proxy:
+    with s3_behind(fail_every=3) as proxy:
         store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
         model = model_folder(tmp_path)
         data = cpu_recipe(name="retried", cpu_isa="host", model=str(model))
@@ -301,9 +318,12 @@ def test_a_store_fault_is_retried_and_each_retry_says_so_on_stderr(
 
 
 def test_a_persistent_store_fault_reports_each_retry_then_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    s3_behind: Behind,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    with s3_behind({}, monkeypatch) as proxy:
+    with s3_behind() as proxy:
         proxy.down = True
         with pytest.raises(StoreError, match="injected"):
             Store(f"s3://{BUCKET}/down")
@@ -314,16 +334,19 @@ def test_a_persistent_store_fault_reports_each_retry_then_fails(
 
 
 def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_behind: Behind, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counted: list[int] = []
     advance = ByteProgress.advance
-    monkeypatch.setattr(
-        ByteProgress, "advance", lambda self, n: counted.append(n) or advance(self, n)
-    )
+
+    def counting(self: ByteProgress, n_bytes: int) -> None:
+        counted.append(n_bytes)
+        advance(self, n_bytes)
+
+    monkeypatch.setattr(ByteProgress, "advance", counting)
     local, digest = published_with_model(tmp_path)
     size = sum(f.size for f in local.get_manifest(digest).files())
-    with s3_behind({}, monkeypatch):
+    with s3_behind():
         remote = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
         copy_manifest(local, remote, digest, progress=io.StringIO(), what="push")
         assert sum(counted) == size  # the upload leg (s3fs's callback)
@@ -357,11 +380,11 @@ def test_an_engine_retry_says_so_on_stderr(
 
 
 def test_a_store_sent_to_another_process_still_retries_and_reports(
-    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    s3_behind: Behind, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     import s3fs
 
-    with s3_behind({"fail_every": 2}, monkeypatch) as proxy:
+    with s3_behind(fail_every=2) as proxy:
         store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
         sent = pickle.dumps(store)  # as a Ray task receives it
         s3fs.S3FileSystem.clear_instance_cache()  # another process: a client of its own
