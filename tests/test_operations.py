@@ -45,6 +45,22 @@ def test_unreachable_objects_are_swept_and_live_ones_kept(tmp_path: Path) -> Non
     assert not verify_manifest(store, live, deep=True).problems
 
 
+def test_a_timing_goes_with_its_unit_and_a_live_units_timing_stays(tmp_path: Path) -> None:
+    from neuronbuild.store.records import UnitTiming
+
+    store = Store(str(tmp_path / "store"), create=True)
+    live = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    [live_key] = [u.key for u in store.get_manifest(live).units]
+    dead_key = "sha256:" + "d" * 64
+    for key in (live_key, dead_key):
+        store.put_timing(UnitTiming(key, "sha256:" + "5" * 64, 12.5))
+
+    assert not collect_garbage(store, now=time.time()).deleted  # young: kept
+    swept = collect_garbage(store, now=LATER)
+    assert swept.deleted["timings"] == [store.layout.timing("sha256:" + "5" * 64, dead_key)]
+    assert [t.key for t in store.timings({"sha256:" + "5" * 64})] == [live_key]
+
+
 def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     old = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")

@@ -152,12 +152,18 @@ def collect_garbage(
         if sweep.old(path):
             sweep.delete("units", path)
         elif key is not None and (record := store.get_unit(key)) is not None:
+            live_units.add(key)
             live_blobs.update(f.digest for f in record.files)  # an unsealed shard
     for path in store.backend.find(layout.folder("blobs")):
         if layout.digest_of("blobs", path) not in live_blobs and sweep.old(path):
             sweep.delete("blobs", path)
 
-    # The store's other kinds.
+    # The store's other kinds. A timing goes with its unit: the kept units' timings still give
+    # every shape its measured cost (neuronbuild.costs reads timings of other keys of a shape).
+    for path in store.backend.find(layout.folder("timings")):
+        named = layout.timing_of(path)
+        if (named is None or named[1] not in live_units) and sweep.old(path):
+            sweep.delete("timings", path)
     for path in store.backend.find(layout.folder("tmp")):
         if sweep.old(path):
             sweep.delete("tmp", path)
