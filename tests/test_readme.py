@@ -248,7 +248,7 @@ def test_the_walkthrough_goes_from_a_recipe_to_a_served_and_rolled_back_build() 
         ["neuronbuild", "ls"],
         ["neuronbuild", "pull"],
         ["neuronbuild", "serve"],
-        ["curl", "-s"],
+        ["curl", "-sf"],
     ]
     positions = [words.index(w) for w in order]
     assert positions == sorted(positions), words
