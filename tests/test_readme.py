@@ -218,12 +218,15 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def assert_rolled_back(root: Path) -> None:
-    """After the walk-through, ``prod`` is back on build 1, and build 2 was another manifest."""
-    store = Store(str(root / "neuronbuild-demo" / "shared-store"))
-    prod = store.resolve("cpu-tiny-llama/prod")
-    assert prod == store.resolve("cpu-tiny-llama/build-1")
-    assert prod != store.resolve("cpu-tiny-llama/build-2")
+def assert_rolled_back(folder: Path) -> None:
+    """After the walk-through, ``prod`` moved to build 1, then to build 2 (another manifest),
+    then back to build 1, as the README's promotion and rollback say."""
+    store = Store(str(folder / "neuronbuild-demo" / "shared-store"))
+    one, two = store.resolve("cpu-tiny-llama/build-1"), store.resolve("cpu-tiny-llama/build-2")
+    assert one != two
+    moves = [m.manifest for m in store.ref_history("cpu-tiny-llama", "prod")]
+    assert moves == [one, two, one]
+    assert store.resolve("cpu-tiny-llama/prod") == one
 
 
 def readme_steps() -> list[Step]:
@@ -283,11 +286,21 @@ def test_the_walkthrough_runner_stops_at_a_command_whose_exit_differs(tmp_path: 
     with pytest.raises(pytest.fail.Exception, match="exited 0, the README says 1"):
         run_walkthrough([Step(command="true", exit=1)], folder, clean_env(tmp_path), 30)
     steps = [
-        Step(command="sleep 300 &"),  # a background job the runner ends
+        Step(command="sleep 300 & echo $! > sleeper.pid"),  # a background job the runner ends
         Step(command="x: 1\n", file="f.yaml"),
         Step(command="grep -q 'x: 1' f.yaml && false  # exits 1", exit=1),
     ]
     run_walkthrough(steps, folder, clean_env(tmp_path), timeout=30)
+    assert not running(int((folder / "sleeper.pid").read_text()))
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def recipe_blocks(text: str) -> list[str]:
