@@ -339,6 +339,8 @@ def test_the_walkthrough_recipe_is_the_demo_recipe_with_the_model_beside_it() ->
 
 
 SHELL_BLOCKS = ("console", "sh", "bash", "shell")
+OTHER_TOOLS = {"--lnc"}
+"""Options the README names of tools other than neuronbuild and vLLM (neuronx-cc's ``--lnc``)."""
 OPTION = re.compile(r"--?[A-Za-z][\w-]*")
 
 
@@ -361,8 +363,8 @@ def named_options(span: str) -> tuple[str, list[str]] | None:
 
 def option_problems(text: str) -> list[str]:
     """Every command or option ``text`` names that the CLI lacks: in its code blocks'
-    ``neuronbuild ...`` lines (checked as examples/ are), and in inline code spans and the
-    command table that start with a command name."""
+    ``neuronbuild ...`` lines (checked as examples/ are), in inline code spans and command table
+    cells that start with a command name, and in spans that are a lone option."""
     out = []
     for language, body, _ in fenced_blocks(text):
         if language not in SHELL_BLOCKS:
@@ -376,12 +378,19 @@ def option_problems(text: str) -> list[str]:
                     out += problems(rest[:end])
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     vllm = set(server_options())
+    commands = cli.commands  # type: ignore[attr-defined]
+    anywhere = {
+        o for c in commands.values() for p in c.params for o in (*p.opts, *p.secondary_opts)
+    }
     for span in re.findall(r"`([^`\n]+)`", prose):
         named = named_options(span)
-        if named is None:
+        if named is None:  # a lone option names no command: some command (or vLLM) must have it
+            lone = span.split()[0] if span.split() else ""
+            if OPTION.fullmatch(lone) and lone not in anywhere | vllm | OTHER_TOOLS:
+                out.append(f"no command has option {lone}")
             continue
         command, options = named
-        params = cli.commands[command].params  # type: ignore[attr-defined]
+        params = commands[command].params
         known = {o for p in params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
         if command == "serve":
             known |= vllm
@@ -408,6 +417,10 @@ def test_the_option_check_catches_a_misspelt_option_in_a_block_a_span_and_the_ta
         "serve: no option --manifst"
     ]
     assert not option_problems("`serve --ref/--manifest` takes `--workdir`; `tag` and `plan`")
+    assert option_problems("the option `--last-writer-win` alone") == [
+        "no command has option --last-writer-win"
+    ]
+    assert not option_problems("`--last-writer-wins`, `--port` (vLLM's), `--lnc` (neuronx-cc's)")
 
 
 # -- the walk-through runs ---------------------------------------------------------------------
