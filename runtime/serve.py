@@ -26,8 +26,7 @@ from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
-from neuronbuild.store.cas import LATEST, parse_ref
-from neuronbuild.store.digest import check_digest
+from neuronbuild.store.cas import LATEST
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import lay_out, register
 from neuronbuild.store.records import Manifest
@@ -89,7 +88,7 @@ class Prepared:
         return {
             "manifest": self.manifest,
             "vllm_cache_root": str(self.cache_root),
-            "files": self.files,
+            "n_files": self.files,
             "bytes": self.bytes,
             "cwd": str(self.cwd),
             "argv": self.argv,
@@ -212,22 +211,16 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     if source.manifest is not None:
-        try:
-            digest = check_digest(source.manifest, "--manifest")
-        except StoreDataInvalid as exc:
-            raise UserError(str(exc)) from None
+        digest = tiers.resolve_target(source.manifest, "manifest").digest
     else:
-        name, tag = (recipe_file.name, LATEST) if recipe_file else parse_ref(source.ref or "")
-        found = tiers.get_ref(name, tag)
-        if found is None:
-            hint = (
-                f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
-                f"{source.recipe} --cache {tiers.url}`"
-                if source.recipe
-                else "check the name with `neuronbuild ls`"
-            )
-            raise UserError(f"{tiers.url} has no {name}/{tag}: {hint}")
-        digest = found
+        hint = (
+            f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
+            f"{source.recipe} --cache {tiers.url}`"
+            if recipe_file
+            else ""
+        )
+        ref = f"{recipe_file.name}/{LATEST}" if recipe_file else source.ref or ""
+        digest = tiers.resolve_target(ref, "ref", hint).digest
     manifest = tiers.get_manifest(digest)
     with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
         check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)

@@ -37,10 +37,11 @@ class CopyReport:
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, object]:
+        """What ``push`` and ``pull --json`` print of a copy (``bytes``: those copied)."""
         return {
             "manifest": self.manifest,
-            "blobs_copied": self.copied,
-            "blobs_present": self.skipped,
+            "n_blobs_copied": self.copied,
+            "n_blobs_present": self.skipped,
             "bytes": self.bytes,
             "notes": list(self.notes),
         }
