@@ -516,10 +516,9 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
         click.echo(line)
     for ref, moves in data.get("history", {}).items():
         click.echo(f"\nhistory of {ref}:")
-        rows = [["MOVED", "WHEN", "FROM", "TO"]] + [
+        rows = [["MOVED", "FROM", "TO"]] + [
             [
-                when(move["time"]),
-                ago(move["time"]),
+                f"{when(move['time'])} ({ago(move['time'])})",
                 short(move["previous"]) if move["previous"] else text(None),
                 move["manifest"],
             ]
