@@ -63,6 +63,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def run(command: click.Command, argv: Sequence[str] | None = None) -> None:
     """Run ``command`` on ``argv`` (default ``sys.argv[1:]``) and exit with neuronbuild's exit
     codes; under ``--json``, a failure is printed as a ``neuronbuild.error/1`` document too."""
+    global _printed_json
+    _printed_json = False
     signal.signal(signal.SIGTERM, _interrupt)
     args = list(sys.argv[1:] if argv is None else argv)
     as_json = wants_json(args)
