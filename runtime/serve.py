@@ -22,6 +22,7 @@ from typing import Any
 from neuronbuild import start_env
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
+from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
@@ -178,8 +179,8 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
-            f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
-            f"{len(sealed)} sealed unit(s); it was edited after sealing or is hostile"
+            f"{what}: its recipe plans {count(len(planned), 'unit')} that differ from its "
+            f"{count(len(sealed), 'sealed unit')}; it was edited after sealing or is hostile"
         )
     return recipe
 
@@ -272,7 +273,8 @@ def prepare(
             missing = tiers.remote.missing_blobs(missing)
         if missing:
             raise StoreDataInvalid(
-                f"manifest {digest} is incomplete in {tiers.url}: {len(missing)} blob(s) missing"
+                f"manifest {digest} is incomplete in {tiers.url}: "
+                f"{count(len(missing), 'blob')} missing"
             )
     else:
         if tiers.local.missing_blobs(manifest.files()):
