@@ -538,6 +538,18 @@ def store_counts(data: dict[str, Any], url: str) -> str:
     )
 
 
+GC_NOUNS = {
+    "blobs": ("blob",),
+    "units": ("unit record",),
+    "manifests": ("manifest",),
+    "history": ("ref history entry", "ref history entries"),
+    "layouts": ("node layout record",),
+    "tmp": ("temporary file",),
+    "locks": ("stale lock",),
+}
+"""What ``gc`` says for each store folder it sweeps (its JSON keeps the folder names)."""
+
+
 @cli.command()
 @CACHE_OPTION
 @LWW_OPTION
@@ -574,7 +586,10 @@ def gc(
         echo_json("gc", {"store": store.url, **report.to_json()})
         return
     verb = "would delete" if dry_run else "deleted"
-    counts = ", ".join(f"{len(p)} {kind}" for kind, p in report.deleted.items()) or "nothing"
+    counts = (
+        ", ".join(count(len(p), *GC_NOUNS.get(kind, (kind,))) for kind, p in report.deleted.items())
+        or "nothing"
+    )
     click.echo(
         f"{count(report.live_manifests, 'live manifest')}; {verb} {counts} "
         f"({size(report.bytes)} of blobs)"

@@ -185,7 +185,7 @@ def test_a_blob_of_another_size_than_listed_is_never_laid_out(
     problems = verify_manifest(store, digest).problems
     assert len(problems) == 1 and "missing or not" in problems[0], problems
     root = tmp_path / "root"
-    with pytest.raises(StoreDataInvalid, match="1 blob\\(s\\) missing"):
+    with pytest.raises(StoreDataInvalid, match="1 blob missing"):
         serve_dry(store, digest, root, tmp_path)
     assert not (root / raw["units"][0]["files"][0]["path"]).exists()
 
