@@ -64,8 +64,17 @@ def missing_ref(where: str, ref: str, refs: list[str], hint: str = "") -> UserEr
     if not refs:
         return UserError(f"{where}: no ref {ref}; the store has no refs yet{hint}")
     ranked = sorted(refs)
-    if len(ranked) > LISTED_REFS:
-        ranked.sort(key=lambda r: -difflib.SequenceMatcher(None, ref, r).ratio())
+    if len(ranked) > LISTED_REFS:  # the same name first (a tag mistyped), then similar names
+        name, _, tag = ref.partition("/")
+
+        def distance(other: str) -> tuple[float, float]:
+            other_name, _, other_tag = other.partition("/")
+            return (
+                -difflib.SequenceMatcher(None, name, other_name).ratio(),
+                -difflib.SequenceMatcher(None, tag, other_tag).ratio(),
+            )
+
+        ranked.sort(key=distance)
     shown = ", ".join(ranked[:LISTED_REFS])
     left = len(ranked) - LISTED_REFS
     more = f" and {left} more (neuronbuild ls)" if left > 0 else ""
