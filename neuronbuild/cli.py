@@ -511,7 +511,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     if as_json:
         echo_json("ls", data)
         return
-    rows = [["REF", "MANIFEST"]] + [[r, d] for r, d in sorted(refs.items())]
+    rows = [["REF", "MANIFEST"]] + [[r, short(d)] for r, d in sorted(refs.items())]
     for line in format_table(rows):
         click.echo(line)
     for ref, moves in data.get("history", {}).items():
@@ -520,7 +520,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
             [
                 f"{when(move['time'])} ({ago(move['time'])})",
                 short(move["previous"]) if move["previous"] else text(None),
-                move["manifest"],
+                short(move["manifest"]),
             ]
             for move in reversed(moves)
         ]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.errors import UserError
+from neuronbuild.human import size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.names import (
     LISTED_REFS,
@@ -140,3 +141,23 @@ def test_commands_take_prefixes_and_bare_names_and_push_moves_the_named_ref(
     assert missing.returncode == 2
     assert missing.stderr.strip().endswith("refs there: tiny/latest, tiny/prod")
     assert "Traceback" not in missing.stderr
+
+
+def test_ls_prints_short_digests_that_resolve_and_moves_in_utc_with_their_age(
+    two_builds: tuple[Store, str, str],
+) -> None:
+    store, first, second = two_builds
+    listed = neuronbuild("ls", "--history", "--cache", store.url)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[1].split() == ["tiny/latest", short(second)]
+    assert store.resolve(lines[1].split()[1]) == second
+    moves = [line for line in lines if " UTC (" in line]
+    assert len(moves) == 2  # newest first
+    assert re.match(r"^  \d{4}-\d\d-\d\d \d\d:\d\d UTC \((just now|\d+ s ago)\)", moves[0])
+    assert moves[0].split()[-2:] == [short(first), short(second)]
+    assert moves[1].split()[-2:] == ["-", short(first)]  # a new ref came from nothing
+    held = size(store.summary()["bytes"])
+    assert (
+        lines[-1] == f"2 manifests, 2 unit records, 4 blobs ({held}), 0 node layouts in {store.url}"
+    )
