@@ -81,13 +81,15 @@ def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
     [hit] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host")), store)
-    assert hit.held and not hit.differences
+    assert hit.cached and not hit.differences
     [miss] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host", max_model_len=512)), store)
-    assert not miss.held
+    assert not miss.cached
     assert miss.differences == ["engine_args.max_model_len: recipe 512, manifest 256"]
 
 
-def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_recipe: Any) -> None:
+def test_status_counts_cached_and_missing_graphs_per_kind(
+    tmp_path: Path, write_recipe: Any
+) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     data = cpu_recipe(cpu_isa="host")
     digest = publish_build(store, data, tmp_path, "a")
@@ -108,7 +110,7 @@ def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_r
         )
         assert result.returncode == 0, result.stderr
         info = json.loads(result.stdout)["recipe"]
-        assert info["graphs"] == {"dynamic": {"built": built, "missing": 1 - built}}
+        assert info["n_graphs_by_kind"] == {"dynamic": {"cached": built, "missing": 1 - built}}
         assert info["latest"] == digest
 
 
@@ -130,7 +132,13 @@ def test_tag_promotes_and_rolls_back_by_compare_and_swap(tmp_path: Path) -> None
     second = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
     promoted = nb("tag", "tiny/latest", "tiny/prod", "--cache", store.url, "--json")
     assert promoted.returncode == 0, promoted.stderr
-    assert json.loads(promoted.stdout) == {"ref": "tiny/prod", "previous": None, "manifest": second}
+    assert json.loads(promoted.stdout) == {
+        "schema": "neuronbuild.tag/1",
+        "store": store.url,
+        "ref": "tiny/prod",
+        "previous": None,
+        "manifest": second,
+    }
     rolled = nb("tag", first, "tiny/prod", "--cache", store.url)
     assert rolled.returncode == 0, rolled.stderr
     assert store.get_ref("tiny", "prod") == first

@@ -44,13 +44,15 @@ class GcReport:
     restored: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
+        """``gc --json`` less its ``store`` (``neuronbuild/schemas/gc.json``): ``deleted`` lists
+        paths by kind, ``n_deleted_by_kind`` counts them, ``bytes`` is the blobs' total."""
         return {
             "dry_run": self.dry_run,
-            "live_manifests": self.live_manifests,
-            "deleted": {kind: len(paths) for kind, paths in self.deleted.items()},
+            "n_live_manifests": self.live_manifests,
+            "n_deleted_by_kind": {kind: len(paths) for kind, paths in self.deleted.items()},
             "bytes": self.bytes,
             "restored": self.restored,
-            "paths": self.deleted,
+            "deleted": self.deleted,
         }
 
 
