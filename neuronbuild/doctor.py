@@ -20,33 +20,34 @@ from neuronbuild.store.records import UnitRecord
 
 @dataclass
 class UnitDiagnosis:
-    """One unit: its key, graphs, factors, whether it is built (its record and every blob
+    """One unit: its key, graphs, factors, whether it is cached (its record and every blob
     present), the differing factors, and why each makes a miss (``explanations``)."""
 
     key: str
     graphs: list[dict[str, Any]]
     factors: dict[str, Any]
-    held: bool
+    cached: bool
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
     explanations: list[str] = field(default_factory=list)
 
 
 def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
-    """Where ``<name>/latest`` points, built/missing graph counts per kind, the missing graphs."""
+    """Where ``<name>/latest`` points, cached/missing graph counts per kind, the missing graphs
+    (``status --json``'s ``recipe``)."""
     kinds: dict[str, dict[str, int]] = {}
     missing: list[dict[str, Any]] = []
     for unit in diagnose(recipe, store):
-        state = "built" if unit.held else "missing"
+        state = "cached" if unit.cached else "missing"
         for graph in unit.graphs:
-            kinds.setdefault(graph["kind"], {"built": 0, "missing": 0})[state] += 1
-            if not unit.held:
+            kinds.setdefault(graph["kind"], {"cached": 0, "missing": 0})[state] += 1
+            if not unit.cached:
                 missing.append(graph)
     return {
         "name": recipe.name,
         "latest": store.get_ref(recipe.name, LATEST),
-        "graphs": kinds,
-        "missing": missing,
+        "n_graphs_by_kind": kinds,
+        "missing_graphs": missing,
     }
 
 
@@ -66,7 +67,7 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
             unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
         )
         previous = sealed.get(_identity(unit.graphs))
-        if not diagnosis.held and previous is not None:
+        if not diagnosis.cached and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
             diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
             diagnosis.explanations = explain_differences(diagnosis.differences)

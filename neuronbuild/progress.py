@@ -1,6 +1,6 @@
 """Show long work on stderr: a live tqdm bar on a terminal, plain heartbeat lines in a log.
 
-On a terminal the bar is redrawn every second, so elapsed times tick while a unit compiles (a
+On a terminal the bar is redrawn twice a second, so elapsed times tick while a unit compiles (a
 Neuron phase runs for an hour, and tqdm alone redraws only when a unit ends). Without one (CI
 logs), carriage returns would pile up into one endless line, so plain lines are printed instead:
 one per event and, for what is still running, one per
@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, TextIO
 from tqdm import tqdm
 
 from neuronbuild import envs
+from neuronbuild.human import count, duration, size
+from neuronbuild.store.names import short
 
 if TYPE_CHECKING:
     from neuronbuild.graph import CompileUnit
@@ -39,34 +41,6 @@ MAX_LINE_CHARS = 160
 """The compiler's last line is cut to this many characters in a heartbeat."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-# Minimal human formats. The output vocabulary's own module (``neuronbuild.human``, another part
-# of issue 12) has the same rules; these two give way to it when both are merged.
-def human_size(n_bytes: float) -> str:
-    """``1600000`` -> ``"1.6 MB"``: decimal units, as the AWS and Hugging Face CLIs print."""
-    if n_bytes < 1000:
-        return f"{n_bytes:.0f} B"
-    value = float(n_bytes)
-    for unit in ("kB", "MB", "GB", "TB"):
-        value /= 1000
-        if value < 999.95 or unit == "TB":
-            return f"{value:.0f} {unit}" if value >= 99.95 else f"{value:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def human_duration(seconds: float) -> str:
-    """A span of time: ``"0.4 s"``, ``"42 s"``, ``"5 min 3 s"``, ``"2 h 5 min"``."""
-    if seconds < 10:
-        return f"{max(seconds, 0.0):.1f} s"
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        minutes, secs = divmod(whole, 60)
-        return f"{minutes} min" + (f" {secs} s" if secs else "")
-    hours, minutes = divmod(whole // 60, 60)
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 def clock(seconds: float) -> str:
@@ -191,13 +165,13 @@ class Progress:
         phase = f"{run.unit.phase} phase, " if run.unit.phase else ""
         line = last_line(log)
         said = f"; last line: {line}" if line else ""
-        return f"running  {run.unit.label()}: {phase}{human_duration(seconds)} so far{said}"
+        return f"running  {run.unit.label()}: {phase}{duration(seconds)} so far{said}"
 
     def started(self, unit: CompileUnit) -> None:
         with self._lock:
             now = time.monotonic()
             self.units[unit.key.digest] = _Running(unit, now, now + self.heartbeat)
-            self._line(f"started  {unit.label()} ({unit.key.digest[:19]})")
+            self._line(f"started  {unit.label()} ({short(unit.key.digest)})")
             if self.live:
                 self._update()
 
@@ -212,8 +186,8 @@ class Progress:
                 status = "FAILED "
             detail = f" ({result.error})" if result.error else ""
             self._line(
-                f"{status}  {result.unit.label()} ({result.unit.key.digest[:19]}) in "
-                f"{human_duration(result.seconds)}{detail}; "
+                f"{status}  {result.unit.label()} ({short(result.unit.key.digest)}) in "
+                f"{duration(result.seconds)}{detail}; "
                 f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
                 f"{self.failed} failed"
             )
@@ -256,8 +230,7 @@ class ByteProgress:
         )
         self._ticker: Ticker | None = None
         if not self.live:
-            noun = "blob" if blobs == 1 else "blobs"
-            line = f"{what}: {blobs} {noun}, {human_size(total)} to copy"
+            line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
             print(line, file=self.stream, flush=True)
             self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)
 
@@ -265,11 +238,11 @@ class ByteProgress:
         with self._lock:
             moved, seconds = self.moved, time.monotonic() - self.start
         rate = moved / seconds if seconds > 0 else 0.0
-        left = f", about {human_duration((self.total - moved) / rate)} left" if rate > 0 else ""
+        left = f", about {duration((self.total - moved) / rate)} left" if rate > 0 else ""
         percent = 100 * moved / self.total if self.total else 100.0
         print(
-            f"{self.what}: {human_size(moved)} of {human_size(self.total)} ({percent:.0f}%), "
-            f"{human_size(rate)}/s{left}",
+            f"{self.what}: {size(moved)} of {size(self.total)} ({percent:.0f}%), "
+            f"{size(int(rate))}/s{left}",
             file=self.stream,
             flush=True,
         )

@@ -33,11 +33,13 @@ OURS = {
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.graph",
+    "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
     "neuronbuild.model_files",
     "neuronbuild.plan",
     "neuronbuild.progress",  # byte progress of serve's fetch and of pull (tqdm)
     "neuronbuild.recipe",
+    "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
     "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.store",
@@ -45,6 +47,7 @@ OURS = {
     "neuronbuild.store.cas",
     "neuronbuild.store.digest",
     "neuronbuild.store.layout",
+    "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
     "neuronbuild.store.records",
     "neuronbuild.store.retry",

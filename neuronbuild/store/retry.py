@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from neuronbuild.progress import human_duration
+from neuronbuild.human import duration
 
 ATTEMPTS = 5
 """Attempts of one S3 request, the first included (botocore's standard mode also makes 5)."""
@@ -59,9 +59,7 @@ def report(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` on stderr, above any
     progress bar. ``attempt`` is the number of the attempt about to be made (2: the first
     retry)."""
-    tqdm.write(
-        f"retrying ({attempt}/{attempts}) in {human_duration(seconds)}: {reason}", file=sys.stderr
-    )
+    tqdm.write(f"retrying ({attempt}/{attempts}) in {duration(seconds)}: {reason}", file=sys.stderr)
 
 
 def backoff(attempt: int) -> float:
