@@ -14,7 +14,18 @@ from typing import Any, TypeVar
 import click
 
 from neuronbuild import __version__, envs, start_env
-from neuronbuild.console import format_table, run
+from neuronbuild.console import (
+    NORMAL,
+    QUIET,
+    VERBOSE,
+    format_table,
+    info,
+    key_text,
+    log_tail,
+    run,
+    set_verbosity,
+    verbosity,
+)
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid, UnitsFailed, UserError
 from neuronbuild.plan import Plan, build_plan
@@ -29,7 +40,7 @@ def echo_json(data: Any) -> None:
 
 
 def warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    info(f"warning: {message}", err=True)
 
 
 def load_or_exit(path: str) -> Recipe:
@@ -47,9 +58,41 @@ def warn_removed_env(recipe: Recipe) -> None:
         warn(line)
 
 
+def version_lines() -> list[str]:
+    """``--version``: neuronbuild's version, then each engine's toolchain as installed here."""
+    from neuronbuild.engines import get_engine
+    from neuronbuild.engines.compiler import UnitCompiler
+    from neuronbuild.recipe import TARGET_ENGINES
+
+    lines = [f"neuronbuild {__version__}"]
+    for name in sorted(set(TARGET_ENGINES.values())):
+        found = UnitCompiler.installed_versions(list(get_engine(name).required_toolchain))
+        listed = ", ".join(f"{d} {v or '(not installed)'}" for d, v in found.items())
+        lines.append(f"engine {name}: {listed}")
+    return lines
+
+
+def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        for line in version_lines():
+            click.echo(line)
+        ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="neuronbuild")
-def cli() -> None:
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Print neuronbuild's version and the engines' installed toolchains, and exit.",
+)
+@click.option(
+    "-v", "--verbose", is_flag=True, help="More detail: unit keys in full, failed units' log tails."
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and final result lines.")
+def cli(verbose: bool, quiet: bool) -> None:
     """Compile vLLM's graphs ahead of time, store them content-addressed, serve them.
 
     \b
@@ -58,7 +101,12 @@ def cli() -> None:
       neuronbuild plan recipe.yaml         list every graph that will be compiled
       neuronbuild compile recipe.yaml      compile and publish them to the store
       neuronbuild serve recipe.yaml        serve them with vLLM, compilation forbidden
+
+    -v and -q go before the command: neuronbuild -q compile recipe.yaml.
     """
+    if verbose and quiet:
+        raise click.UsageError("-v/--verbose and -q/--quiet: give one of them")
+    set_verbosity(VERBOSE if verbose else QUIET if quiet else NORMAL)
 
 
 @cli.command()
@@ -183,6 +231,22 @@ LWW_OPTION = click.option(
 )
 
 
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "held", "skipped": "other shard"}
+"""What a dry run says of a unit of each status: it would compile it, the store holds it, or
+another shard owns it."""
+
+
+def dry_run_table(units: list[dict[str, Any]]) -> list[str]:
+    """``compile --dry-run``'s listing: per unit what the real run would do, its label and key."""
+    rows = [["WOULD", "UNIT", "KEY"]]
+    for unit in units:
+        action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
+        if unit.get("shard") is not None and unit["status"] == "skipped":
+            action = f"shard {unit['shard']}"
+        rows.append([action, unit["label"], key_text(unit["key"])])
+    return format_table(rows, indent="  ")
+
+
 @cli.command(name="compile")
 @click.argument(
     "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
@@ -275,6 +339,10 @@ def compile_(
         warn_removed_env(recipe)
     # A missing folder reads as empty and is created by the first write, after every check.
     store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
+    local = None
+    if local_cache:  # checked before hours of work; a dry run creates nothing
+        local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
+        local.check_writable(leave_nothing=dry_run, option="--local-cache")
     run = compile_recipes(
         recipes,
         store,
@@ -285,8 +353,8 @@ def compile_(
         shard=shard,
         executor=runner,
     )
-    if local_cache:
-        tiers = TieredStore(Store(local_cache, create=True), store)
+    if local is not None and not dry_run:
+        tiers = TieredStore(local, store)
         for report in run.recipes:
             if report.manifest:
                 tiers.write_through(report.manifest, report.name, LATEST)
@@ -307,6 +375,8 @@ def compile_(
             for unit in report.units:
                 if unit["status"] == "failed":
                     click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+                    for line in log_tail(unit["log"]) if verbosity() >= VERBOSE else []:
+                        click.echo(f"  | {line}", err=True)
                 elif unit.get("entries", {}).get("reused"):
                     entries = unit["entries"]
                     click.echo(
@@ -317,6 +387,8 @@ def compile_(
             click.echo(
                 f"{report.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s"
             )
+            for line in dry_run_table(report.units) if dry_run else []:
+                click.echo(line)
             if report.manifest:
                 click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
             elif report.blocked:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
+from neuronbuild.console import info
 from neuronbuild.errors import StoreError, UserError
 from neuronbuild.store.cas import Store, parse_ref
 from neuronbuild.store.tiered import TieredStore
@@ -19,7 +20,7 @@ from .serve_options import split_serve_args
 def echo_notes(notes: list[str]) -> None:
     """Print what a tiered store did that a user should hear about, one line each."""
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        info(f"note: {note}", err=True)
 
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -174,7 +175,7 @@ def serve(
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:
-        click.echo(f"warning: {line}", err=True)
+        info(f"warning: {line}", err=True)
     for m in prepared.allowed:
         click.echo(
             f"WARNING: --allow-mismatch {m.name}: serving artifacts built for {m.built_for} on a "

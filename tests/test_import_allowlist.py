@@ -32,6 +32,7 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
+    "neuronbuild.folders",  # the store's dry-run write probe
     "neuronbuild.graph",
     "neuronbuild.keys",
     "neuronbuild.model_files",
