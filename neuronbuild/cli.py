@@ -24,6 +24,7 @@ from neuronbuild.console import (
     log_tail,
     run,
     set_verbosity,
+    use_colour,
     verbosity,
 )
 from neuronbuild.cpu_isa import host_isa
@@ -630,27 +631,42 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     miss which factor differs from the recipe's last sealed build."""
     from dataclasses import asdict
 
-    from neuronbuild.doctor import diagnose
+    from neuronbuild.doctor import diagnose, differing_factors, summary
     from neuronbuild.store.cas import Store
 
     units = diagnose(load_or_exit(recipe_path), Store(cache))
     if as_json:
         echo_json([asdict(u) for u in units])
         return
+    colour = use_colour()
+
+    def echo(text: str, **style: Any) -> None:
+        styled = colour and any(style.values())
+        click.echo(click.style(text, **style) if styled else text, color=colour)
+
+    echo(summary(units), bold=True)
     for unit in units:
         labels = ", ".join(" ".join(f"{k}={v}" for k, v in g.items()) for g in unit.graphs)
-        click.echo(f"{'HIT ' if unit.held else 'MISS'} {unit.key} ({labels})")
-        for name, value in unit.factors.items():
-            click.echo(f"     {name}: {json.dumps(value, sort_keys=True)}")
-        if unit.differences:
-            click.echo(f"     differs from {unit.compared_with}:")
+        if unit.held:
+            echo(f"HIT  {unit.key} ({labels})", fg="green")
+        else:
+            echo(f"MISS {unit.key} ({labels})", fg="red", bold=True)
+        if unit.differences:  # the answer first: what differs, and why that misses
+            echo(f"     differs from {unit.compared_with}:")
             for line in unit.differences:
-                click.echo(f"       {line}")
-            click.echo("     why it misses:")
+                echo(f"       {line}", fg="yellow", bold=True)
+            echo("     why it misses:")
             for line in unit.explanations:
-                click.echo(f"       {line}")
+                echo(f"       {line}")
+            echo("     every factor:")
         elif not unit.held:
-            click.echo("     no sealed build of this graph to compare with; compile it")
+            echo("     no sealed build of this graph to compare with; compile it")
+        indent = " " * (7 if unit.differences else 5)
+        differing = set(differing_factors(unit))
+        for name, value in unit.factors.items():
+            mark = name in differing or any(d.startswith(f"{name}.") for d in differing)
+            text = f"{indent}{name}: {json.dumps(value, sort_keys=True)}"
+            echo(text, fg="yellow" if mark else None)
 
 
 @cli.command()

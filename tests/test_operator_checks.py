@@ -191,3 +191,97 @@ def test_dry_run_refuses_each_thing_the_real_run_depends_on_alone_writing_nothin
     assert message.format(tmp=tmp_path) in result.stderr
     assert "Traceback" not in result.stderr
     assert tree(tmp_path) == before
+
+
+# doctor: the summary first, the differing factor first, colour on a terminal only.
+
+
+def test_doctor_summary_counts_units_and_names_the_differing_factors_most_frequent_first() -> None:
+    from neuronbuild.doctor import UnitDiagnosis, summary
+
+    def unit(held: bool, *differences: str) -> UnitDiagnosis:
+        compared = "app/latest (sha256:ab)" if differences else None
+        return UnitDiagnosis("sha256:00", [], {}, held, list(differences), compared)
+
+    seqs, pin = (
+        "engine_args.max_num_seqs: recipe 8, manifest 4",
+        "toolchain.nki: recipe 1, manifest 2",
+    )
+    assert summary([unit(True)]) == "1 of 1 unit held"
+    assert summary([unit(True), unit(True), unit(True), unit(False, seqs), unit(False, seqs)]) == (
+        "3 of 5 units held, 2 missing: factor engine_args.max_num_seqs differs from "
+        "app/latest (sha256:ab)"
+    )
+    assert summary(
+        [unit(False, pin), unit(False, seqs), unit(False, seqs, pin, pin), unit(False)]
+    ) == (
+        "0 of 4 units held, 4 missing: factors toolchain.nki, engine_args.max_num_seqs differ from "
+        "app/latest (sha256:ab); 1 without a sealed build to compare with: compile"
+    )
+
+
+@pytest.fixture
+def missed(tmp_path: Path, write_recipe: Any) -> tuple[Path, str]:
+    """A recipe whose one unit misses because max_num_seqs differs from the store's build."""
+    from neuronbuild.store.cas import Store
+    from tests.conftest import publish_build
+
+    store = Store(str(tmp_path / "store"), create=True)
+    publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    return write_recipe(cpu_recipe(cpu_isa="host", max_num_seqs=8)), store.url
+
+
+def on_a_terminal(*args: str, env: dict[str, str]) -> str:
+    """What ``neuronbuild ARGS`` prints with a terminal as its stdout."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "neuronbuild", *args],
+        stdout=follower,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env},
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    process.wait(timeout=30)
+    os.close(leader)
+    return out.decode()
+
+
+def test_doctor_prints_the_summary_then_the_differing_factor_before_every_factor(
+    missed: tuple[Path, str],
+) -> None:
+    recipe, store = missed
+    result = neuronbuild("doctor", str(recipe), "--cache", store)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(
+        "0 of 1 unit held, 1 missing: factor engine_args.max_num_seqs differs from tiny/latest ("
+    )
+    assert lines[1].startswith("MISS sha256:")
+    assert lines[3] == "       engine_args.max_num_seqs: recipe 8, manifest 4"
+    assert lines.index("       engine_args.max_num_seqs: recipe 8, manifest 4") < next(
+        i for i, line in enumerate(lines) if line.strip().startswith("schema:")
+    )
+    assert "\x1b[" not in result.stdout  # piped: no colour
+
+
+def test_doctor_colours_a_terminal_unless_no_color_is_set(missed: tuple[Path, str]) -> None:
+    recipe, store = missed
+    coloured = on_a_terminal("doctor", str(recipe), "--cache", store, env={"NO_COLOR": ""})
+    assert "\x1b[31m\x1b[1mMISS " in coloured  # red
+    assert "\x1b[33m\x1b[1m       engine_args.max_num_seqs: recipe 8" in coloured  # yellow
+    plain = on_a_terminal("doctor", str(recipe), "--cache", store, env={"NO_COLOR": "1"})
+    assert "MISS " in plain and "\x1b[" not in plain
