@@ -77,6 +77,8 @@ class CompileReport:
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    """Each unit's label by key, for human output (not in the JSON)."""
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -321,6 +323,7 @@ def prepare_recipe(
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
+    report.labels = {unit.key.digest: unit.label() for unit in plan.units}
     try:
         compiler = plan.engine.compiler()
         compiler.check_install()
@@ -430,7 +433,6 @@ def compile_recipes(
     def row(unit: CompileUnit, status: str) -> dict[str, Any]:
         data: dict[str, Any] = {
             "key": unit.key.digest,
-            "label": unit.label(),
             "graphs": [g.to_json() for g in unit.graphs],
             "status": status,
         }

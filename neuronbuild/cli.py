@@ -9,7 +9,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -32,6 +32,9 @@ from neuronbuild.errors import RecipeInvalid, UnitsFailed, UserError
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 from neuronbuild_runtime.cli import echo_notes, pull, serve
+
+if TYPE_CHECKING:  # not at run time: `neuronbuild serve` must not load the build
+    from neuronbuild.build import CompileReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -232,19 +235,19 @@ LWW_OPTION = click.option(
 )
 
 
-DRY_RUN_ACTIONS = {"missing": "compile", "cached": "held", "skipped": "other shard"}
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "cached", "skipped": "other shard"}
 """What a dry run says of a unit of each status: it would compile it, the store holds it, or
 another shard owns it."""
 
 
-def dry_run_table(units: list[dict[str, Any]]) -> list[str]:
+def dry_run_table(report: CompileReport) -> list[str]:
     """``compile --dry-run``'s listing: per unit what the real run would do, its label and key."""
     rows = [["WOULD", "UNIT", "KEY"]]
-    for unit in units:
+    for unit in report.units:
         action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
         if unit.get("shard") is not None and unit["status"] == "skipped":
             action = f"shard {unit['shard']}"
-        rows.append([action, unit["label"], key_text(unit["key"])])
+        rows.append([action, report.labels[unit["key"]], key_text(unit["key"])])
     return format_table(rows, indent="  ")
 
 
@@ -388,7 +391,7 @@ def compile_(
             click.echo(
                 f"{report.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s"
             )
-            for line in dry_run_table(report.units) if dry_run else []:
+            for line in dry_run_table(report) if dry_run else []:
                 click.echo(line)
             if report.manifest:
                 click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")

@@ -40,10 +40,10 @@ def differing_factors(unit: UnitDiagnosis) -> list[str]:
 
 def summary(units: list[UnitDiagnosis]) -> str:
     """One line: how many units the store holds, and for the misses the factors that differ
-    from the last sealed build, most frequent first (``3 of 5 units held, 2 missing: factor
+    from the last sealed build, most frequent first (``3 of 5 units cached, 2 missing: factor
     engine_args.max_num_seqs differs from tiny/latest (sha256:...)``)."""
     held = sum(u.held for u in units)
-    line = f"{held} of {len(units)} unit{'s' if len(units) != 1 else ''} held"
+    line = f"{held} of {len(units)} unit{'s' if len(units) != 1 else ''} cached"
     misses = [u for u in units if not u.held]
     if not misses:
         return line

@@ -149,7 +149,7 @@ def test_dry_run_lists_every_unit_with_what_the_real_run_would_do_and_writes_not
     before = tree(tmp_path)
     result = dry_run(ready, "--cache", str(store))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[2].split() == ["held", "dynamic", unit.key.digest[:19]]
+    assert result.stdout.splitlines()[2].split() == ["cached", "dynamic", unit.key.digest[:19]]
     assert tree(tmp_path) == before
 
 
@@ -207,15 +207,15 @@ def test_doctor_summary_counts_units_and_names_the_differing_factors_most_freque
         "engine_args.max_num_seqs: recipe 8, manifest 4",
         "toolchain.nki: recipe 1, manifest 2",
     )
-    assert summary([unit(True)]) == "1 of 1 unit held"
+    assert summary([unit(True)]) == "1 of 1 unit cached"
     assert summary([unit(True), unit(True), unit(True), unit(False, seqs), unit(False, seqs)]) == (
-        "3 of 5 units held, 2 missing: factor engine_args.max_num_seqs differs from "
+        "3 of 5 units cached, 2 missing: factor engine_args.max_num_seqs differs from "
         "app/latest (sha256:ab)"
     )
     assert summary(
         [unit(False, pin), unit(False, seqs), unit(False, seqs, pin, pin), unit(False)]
     ) == (
-        "0 of 4 units held, 4 missing: factors toolchain.nki, engine_args.max_num_seqs differ from "
+        "0 of 4 units cached, 4 missing: factors toolchain.nki, engine_args.max_num_seqs differ from "
         "app/latest (sha256:ab); 1 without a sealed build to compare with: compile"
     )
 
@@ -268,7 +268,7 @@ def test_doctor_prints_the_summary_then_the_differing_factor_before_every_factor
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith(
-        "0 of 1 unit held, 1 missing: factor engine_args.max_num_seqs differs from tiny/latest ("
+        "0 of 1 unit cached, 1 missing: factor engine_args.max_num_seqs differs from tiny/latest ("
     )
     assert lines[1].startswith("MISS sha256:")
     assert lines[3] == "       engine_args.max_num_seqs: recipe 8, manifest 4"
