@@ -36,6 +36,7 @@ OURS = {
     "neuronbuild.graph",
     "neuronbuild.keys",
     "neuronbuild.model_files",
+    "neuronbuild.options",  # the options commands share
     "neuronbuild.plan",
     "neuronbuild.recipe",
     "neuronbuild.start_env",
