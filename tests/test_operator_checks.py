@@ -423,3 +423,29 @@ def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:
     log.write_text("".join(f"line {i}\n" for i in range(100_000)))
     assert log_tail(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
     assert log_tail(str(tmp_path / "gone.log")) == []
+
+
+def test_verbose_prints_the_tail_of_a_failed_units_log(
+    tmp_path: Path, write_recipe: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from neuronbuild.cli import cli
+    from neuronbuild.engines.neuron import NeuronEngine
+    from neuronbuild.errors import UnitsFailed
+    from neuronbuild.plan import build_plan
+    from tests.claims import model_folder
+    from tests.fake_compiler import FakeCompiler
+
+    data = neuron_recipe({"num_seqs_buckets": [1, 8]}, model=str(model_folder(tmp_path)))
+    recipe = write_recipe(data)
+    labels = [u.label() for u in build_plan(load_recipe(recipe)).units]
+    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: FakeCompiler({labels[0]: "exit1"}))
+    args = ["compile", str(recipe), "--cache", str(tmp_path / "store")]
+    args += ["--log-dir", str(tmp_path / "logs")]
+    for flags, tail in (([], False), (["-v"], True)):
+        result = CliRunner().invoke(cli, [*flags, *args])
+        assert isinstance(result.exception, UnitsFailed), result.output
+        lines = result.stderr.splitlines()
+        after = lines[next(i for i, line in enumerate(lines) if line.startswith("FAILED ")) :]
+        assert ("  | neuronx-cc: compilation failed" in after) is tail, result.stderr
