@@ -19,6 +19,7 @@ from neuronbuild.console import (
     NORMAL,
     QUIET,
     VERBOSE,
+    detail,
     format_table,
     info,
     key_text,
@@ -26,7 +27,6 @@ from neuronbuild.console import (
     run,
     set_verbosity,
     use_colour,
-    verbosity,
 )
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
@@ -403,8 +403,8 @@ def compile_(
             for unit in report.units:
                 if unit["status"] == "failed":
                     click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
-                    for line in log_tail(unit["log"]) if verbosity() >= VERBOSE else []:
-                        click.echo(f"  | {line}", err=True)
+                    for line in log_tail(unit["log"]) if "log" in unit else []:
+                        detail(f"  | {line}", err=True)
                 elif unit.get("entries", {}).get("reused"):
                     entries = unit["entries"]
                     click.echo(
