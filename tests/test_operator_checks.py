@@ -449,3 +449,23 @@ def test_verbose_prints_the_tail_of_a_failed_units_log(
         lines = result.stderr.splitlines()
         after = lines[next(i for i, line in enumerate(lines) if line.startswith("FAILED ")) :]
         assert ("  | neuronx-cc: compilation failed" in after) is tail, result.stderr
+
+
+def test_dry_run_probes_an_s3_store_leaving_nothing_and_refuses_a_missing_bucket(
+    ready: Path,
+) -> None:
+    import s3fs
+
+    from tests.conftest import moto_s3
+
+    with moto_s3("neuronbuild-dry-run") as env:
+        env = {**env, "XDG_CACHE_HOME": str(ready.parent / "xdg")}
+        args = ["compile", str(ready), "--dry-run", "--cache"]
+        result = neuronbuild(*args, "s3://neuronbuild-dry-run/store", env=env)
+        assert result.returncode == 0, result.stderr
+        assert "compile  dynamic" in result.stdout
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        assert fs.find("neuronbuild-dry-run") == []  # the probe object is gone
+        missing = neuronbuild(*args, "s3://no-such-bucket/store", env=env)
+        assert missing.returncode == 3, missing.stderr
+        assert "no-such-bucket" in missing.stderr and "Traceback" not in missing.stderr

@@ -148,7 +148,12 @@ class Store:
                 ) from None
             return
         probe = self.layout.tmp(f"probe-{uuid.uuid4().hex}")
-        self.backend.put(probe, b"")
+        try:
+            self.backend.put(probe, b"")
+        except FileNotFoundError as exc:  # s3fs's NoSuchBucket
+            raise StoreError(
+                f"{option} {self.url}: cannot write there: {exc.strerror or exc}; check the URL"
+            ) from None
         self.backend.delete(probe)
 
     def url_of(self, path: str) -> str:
