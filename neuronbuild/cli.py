@@ -264,7 +264,7 @@ LWW_OPTION = click.option(
 )
 
 
-DRY_RUN_ACTIONS = {"missing": "compile", "cached": "cached", "skipped": "other shard"}
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "cached", "skipped": "skip"}
 """What a dry run says of a unit of each status: it would compile it, the store holds it, or
 another shard owns it."""
 
@@ -275,7 +275,7 @@ def dry_run_table(report: CompileReport) -> list[str]:
     for unit in report.units:
         action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
         if unit.get("shard") is not None and unit["status"] == "skipped":
-            action = f"shard {unit['shard']}"
+            action = f"skip (shard {unit['shard']})"
         rows.append([action, report.labels[unit["key"]], key_text(unit["key"])])
     return format_table(rows, indent="  ")
 

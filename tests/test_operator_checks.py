@@ -469,3 +469,16 @@ def test_dry_run_probes_an_s3_store_leaving_nothing_and_refuses_a_missing_bucket
         missing = neuronbuild(*args, "s3://no-such-bucket/store", env=env)
         assert missing.returncode == 3, missing.stderr
         assert "no-such-bucket" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_sharded_dry_run_names_the_shard_of_each_unit_it_skips(tmp_path: Path) -> None:
+    from tests.conftest import RECIPES
+
+    recipe = tmp_path / "llama.yaml"  # here: the run's caches go beside its recipe
+    recipe.write_text((RECIPES / "llama-3.3-70b-trn2.yaml").read_text())
+    args = ["--cache", str(tmp_path / "store"), "--shard", "0/2"]
+    result = dry_run(recipe, *args)
+    assert result.returncode == 2  # no Neuron SDK here: the listing still says what would run
+    rows = [line.split("  ")[1] for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert rows[1:] == ["compile", "skip (shard 1)"], result.stdout
+    assert "compiling here would fail" in result.stderr
