@@ -197,7 +197,7 @@ def serve(
             click.echo("would run:")
             click.echo(prepared.command())
         return
-    click.echo(
+    info(
         f"neuronbuild: serving {prepared.manifest} ({prepared.files} files verified) from "
         f"{prepared.cache_root}; compilation is disabled",
         err=True,
