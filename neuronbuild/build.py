@@ -68,7 +68,8 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 class CompileReport:
     """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
     missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
-    ``blocked``: why compiling here would be refused (dry run)."""
+    ``blocked``: why compiling here would be refused (dry run); ``labels``: each unit's label by
+    key, for human lines (not in the JSON)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -78,7 +79,6 @@ class CompileReport:
     blocked: str | None = None
     sharded: bool = False
     labels: dict[str, str] = field(default_factory=dict)
-    """Each unit's label by key, for human output (not in the JSON)."""
 
     @property
     def statuses(self) -> tuple[str, ...]:
