@@ -93,13 +93,15 @@ class CompileReport:
         return sum(u["status"] == status for u in self.units)
 
     def to_json(self) -> dict[str, Any]:
+        """One recipe of ``compile --json`` (``neuronbuild/schemas/compile.json``)."""
         return {
             "name": self.name,
             "manifest": self.manifest,
             "ref": self.ref,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,
-            "totals": {s: self.count(s) for s in self.statuses},
+            "n_units": len(self.units),
+            "n_units_by_status": {s: self.count(s) for s in self.statuses},
             "units": self.units,
         }
 
@@ -293,10 +295,11 @@ class RunReport:
         return sum(r.failed for r in self.recipes)
 
     def to_json(self) -> dict[str, Any]:
+        """``compile --json`` less its ``store`` (``neuronbuild/schemas/compile.json``)."""
         return {
             "shard": None if self.shard is None else str(self.shard),
-            "units": self.units,
-            "assigned": self.assigned,
+            "n_units": self.units,
+            "n_assigned": self.assigned,
             "seconds": round(self.seconds, 3),
             "recipes": [r.to_json() for r in self.recipes],
         }
@@ -488,7 +491,11 @@ def compile_recipes(
             elif done.ok:
                 record, entries = done.value
                 report.units.append(
-                    {**row(unit, "compiled"), "seconds": round(done.seconds, 1), "entries": entries}
+                    {
+                        **row(unit, "compiled"),
+                        "seconds": round(done.seconds, 1),
+                        "n_entries_by_origin": entries,
+                    }
                 )
                 run.records[key] = record
             else:

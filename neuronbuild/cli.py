@@ -20,6 +20,7 @@ from neuronbuild.console import (
     QUIET,
     VERBOSE,
     detail,
+    echo_json,
     format_table,
     info,
     key_text,
@@ -30,6 +31,7 @@ from neuronbuild.console import (
 )
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
+from neuronbuild.human import ago, count, duration, size, text, when
 from neuronbuild.options import (
     cache_option,
     dry_run_option,
@@ -39,6 +41,7 @@ from neuronbuild.options import (
 )
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe
+from neuronbuild.store.names import short
 from neuronbuild_runtime.cli import echo_notes, pull, serve
 
 if TYPE_CHECKING:  # not at run time: `neuronbuild serve` must not load the build
@@ -47,10 +50,6 @@ if TYPE_CHECKING:  # not at run time: `neuronbuild serve` must not load the buil
 F = TypeVar("F", bound=Callable[..., Any])
 
 CACHE_OPTION = cache_option
-
-
-def echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 def warn(message: str) -> None:
@@ -123,6 +122,18 @@ def cli(verbose: bool, quiet: bool) -> None:
     set_verbosity(VERBOSE if verbose else QUIET if quiet else NORMAL)
 
 
+def invalid(path: str) -> dict[str, Any]:
+    """``validate``'s entry for a recipe that failed (its errors added by the caller)."""
+    return {
+        "path": path,
+        "valid": False,
+        "name": None,
+        "target": None,
+        "n_graphs": None,
+        "warnings": [],
+    }
+
+
 @cli.command()
 @click.argument("recipes", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @json_option()
@@ -146,10 +157,8 @@ def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
         except RecipeInvalid as exc:
             results.append(
                 {
-                    "recipe": path,
-                    "valid": False,
+                    **invalid(path),
                     "errors": [str(e) for e in exc.errors],
-                    "warnings": [],
                 }
             )
             continue
@@ -157,55 +166,53 @@ def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
         if strict and recipe.warnings:
             results.append(
                 {
-                    "recipe": path,
-                    "valid": False,
+                    **invalid(path),
                     "errors": [f"{w} (--strict)" for w in recipe.warnings],
-                    "warnings": [],
                 }
             )
             continue
         results.append(
             {
-                "recipe": path,
+                "path": path,
                 "valid": True,
                 "name": recipe.name,
                 "target": recipe.target,
-                "graphs": len(plan.graphs),
+                "n_graphs": len(plan.graphs),
                 "errors": [],
                 "warnings": list(recipe.warnings),
             }
         )
     if as_json:
-        echo_json(results)
+        echo_json("validate", {"recipes": results})
     else:
         for result in results:
             for w in result["warnings"]:
-                warn(f"{result['recipe']}: {w}")
+                warn(f"{result['path']}: {w}")
             if result["valid"]:
                 click.echo(
-                    f"ok: {result['recipe']} ({result['name']}, target {result['target']}, "
-                    f"{result['graphs']} graphs)"
+                    f"ok: {result['path']} ({result['name']}, target {result['target']}, "
+                    f"{count(result['n_graphs'], 'graph')})"
                 )
             for e in result["errors"]:
-                click.echo(f"{result['recipe']}: {e}", err=True)
+                click.echo(f"{result['path']}: {e}", err=True)
     if not all(r["valid"] for r in results):
         sys.exit(2)
 
 
-def _plan_table(plan: Plan, held: set[str] | None) -> list[str]:
-    head = ["#", "KIND", "BUCKET", "UNIT KEY"] + (["CACHED"] if held is not None else [])
+def _plan_table(plan: Plan, cached: set[str] | None) -> list[str]:
+    head = ["#", "KIND", "BUCKET", "UNIT KEY"] + (["CACHED"] if cached is not None else [])
     rows = [head]
     for i, unit in enumerate(plan.units, 1):
         for graph in unit.graphs:
             dims = " ".join(f"{k}={v}" for k, v in graph.dims) or "(all shapes)"
-            row = [str(i), graph.kind, dims, unit.key.digest[:19]]
-            if held is not None:
-                row.append("yes" if unit.key.digest in held else "no")
+            row = [str(i), graph.kind, dims, short(unit.key.digest)]
+            if cached is not None:
+                row.append("yes" if unit.key.digest in cached else "no")
             rows.append(row)
     return format_table(rows)
 
 
-def units_held(plan: Plan, cache: str) -> set[str] | None:
+def units_cached(plan: Plan, cache: str) -> set[str] | None:
     """The plan's unit keys the store at ``cache`` holds. Planning needs no store: when
     ``--cache`` was not given, a missing default store folder leaves the column out (None) and
     an unreachable one is a warning, not an error."""
@@ -240,16 +247,19 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
     """
     recipe = load_or_exit(recipe_path)
     the_plan = build_plan(recipe)
-    held = units_held(the_plan, cache)
+    cached = units_cached(the_plan, cache)
     if as_json:
-        echo_json(the_plan.to_json(held))
+        echo_json("plan", {"store": cache, **the_plan.to_json(cached)})
         return
     click.echo(f"{recipe.name}: target {recipe.target}, engine {the_plan.engine.name}")
     click.echo(f"note: {the_plan.engine.note}")
-    for line in _plan_table(the_plan, held):
+    for line in _plan_table(the_plan, cached):
         click.echo(line)
     totals = ", ".join(f"{kind} {n}" for kind, n in the_plan.totals().items())
-    click.echo(f"total: {totals}; {len(the_plan.graphs)} graphs in {len(the_plan.units)} units")
+    click.echo(
+        f"total: {totals}; {count(len(the_plan.graphs), 'graph')} in "
+        f"{count(len(the_plan.units), 'unit')}"
+    )
     if explain:
         for unit in the_plan.units:
             click.echo(f"\nunit {unit.key.digest} ({unit.label()})")
@@ -388,32 +398,31 @@ def compile_(
                 tiers.write_through(report.manifest, report.name, LATEST)
         echo_notes(tiers.notes)
     if as_json:
-        if len(run.recipes) == 1:  # one recipe: its report, as before several were accepted
-            data = run.to_json()
-            echo_json({"store": store.url, "shard": data["shard"], **data["recipes"][0]})
-        else:
-            echo_json({"store": store.url, **run.to_json()})
+        echo_json("compile", {"store": store.url, "dry_run": dry_run, **run.to_json()})
     else:
         if shard is not None:
             click.echo(
-                f"shard {shard}: {run.assigned} of {run.units} units"
+                f"shard {shard}: {run.assigned} of {count(run.units, 'unit')}"
                 + ("" if run.assigned else "; no units in this shard, nothing to do")
             )
         for report in run.recipes:
             for unit in report.units:
                 if unit["status"] == "failed":
-                    click.echo(f"FAILED {unit['key'][:19]}: {unit['error']}", err=True)
+                    click.echo(f"FAILED {short(unit['key'])}: {unit['error']}", err=True)
                     for line in log_tail(unit["log"]) if "log" in unit else []:
                         detail(f"  | {line}", err=True)
-                elif unit.get("entries", {}).get("reused"):
-                    entries = unit["entries"]
+                elif unit.get("n_entries_by_origin", {}).get("reused"):
+                    entries = unit["n_entries_by_origin"]
                     click.echo(
-                        f"{unit['key'][:19]}: {entries['compiled']} entries compiled, "
+                        f"{short(unit['key'])}: "
+                        f"{count(entries['compiled'], 'entry', 'entries')} compiled, "
                         f"{entries['reused']} reused from the previous build"
                     )
-            totals = ", ".join(f"{n} {s}" for s, n in report.to_json()["totals"].items() if n)
+            by_status = report.to_json()["n_units_by_status"].items()
+            totals = ", ".join(f"{n} {s}" for s, n in by_status if n)
             click.echo(
-                f"{report.name}: {len(report.units)} units ({totals}) in {report.seconds:.1f} s"
+                f"{report.name}: {count(len(report.units), 'unit')} ({totals}) "
+                f"in {duration(report.seconds)}"
             )
             for line in dry_run_table(report) if dry_run else []:
                 click.echo(line)
@@ -480,12 +489,12 @@ def seal(
     store = Store(cache, last_writer_wins=last_writer_wins)
     report = seal_plans([build_plan(r) for r in recipes], store, tag=tag, shards=shards)
     if as_json:
-        echo_json({"store": store.url, **report.to_json()})
+        echo_json("seal", {"store": store.url, **report.to_json()})
     else:
         for m in report.missing:
             owner = f"shard {m.shard}/{shards}" if m.shard is not None else "its shard"
             click.echo(
-                f"MISSING {m.recipe} {m.key[:19]} ({m.graphs}): {m.why}; re-run {owner}",
+                f"MISSING {m.recipe} {short(m.key)} ({m.label}): {m.why}; re-run {owner}",
                 err=True,
             )
         for sealed in report.sealed:
@@ -494,7 +503,7 @@ def seal(
         owners = sorted({m.shard for m in report.missing if m.shard is not None})
         which = f" (shards {', '.join(map(str, owners))} of {shards})" if owners else ""
         raise UnitsFailed(
-            f"not sealed: {len(report.missing)} unit(s) missing{which}; nothing written"
+            f"not sealed: {count(len(report.missing), 'unit')} missing{which}; nothing written"
         )
 
 
@@ -516,13 +525,15 @@ def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
     store = Store(cache)
     report = verify_manifest(store, store.resolve(target), deep=deep)
     if as_json:
-        echo_json(report.to_json())
+        echo_json("verify", {"store": store.url, **report.to_json()})
     else:
         for problem in report.problems:
             click.echo(problem, err=True)
-        state = "ok" if not report.problems else f"{len(report.problems)} problem(s)"
+        state = "ok" if not report.problems else count(len(report.problems), "problem")
         how = "re-hashed" if deep else "present with their sizes"
-        click.echo(f"{report.manifest}: {report.files} blobs, {report.bytes} bytes {how}: {state}")
+        click.echo(
+            f"{report.manifest}: {count(report.blobs, 'blob')}, {size(report.bytes)} {how}: {state}"
+        )
     if report.problems:
         sys.exit(2)
 
@@ -550,19 +561,22 @@ def push(
     Examples:
       neuronbuild push app/latest --from ./ci-store --cache s3://bucket/store
     """
-    from neuronbuild.store.cas import Store, parse_ref
+    from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
-    report = copy_manifest(src, dst, src.resolve(target), jobs=jobs)
-    if not target.startswith("sha256:"):
-        dst.set_ref(*parse_ref(target), report.manifest)
+    found = src.resolve_target(target)
+    report = copy_manifest(src, dst, found.digest, jobs=jobs)
+    ref = "/".join(found.ref) if found.ref else None
+    if found.ref:
+        dst.set_ref(*found.ref, report.manifest)
     if as_json:
-        echo_json(report.to_json())
+        echo_json("push", {"from": src.url, "store": dst.url, "ref": ref, **report.to_json()})
     else:
         click.echo(
-            f"pushed {report.manifest} to {dst.url}: {report.copied} blobs copied "
-            f"({report.bytes} bytes), {report.skipped} already there"
+            f"pushed {report.manifest}{f' ({ref})' if ref else ''} to {dst.url}: "
+            f"{count(report.copied, 'blob')} copied ({size(report.bytes)}), "
+            f"{report.skipped} already there"
         )
 
 
@@ -591,9 +605,17 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_js
     before = store.get_ref(name, ref_tag)
     store.move_ref(name, ref_tag, digest, before)
     if as_json:
-        echo_json({"ref": destination, "previous": before, "manifest": digest})
+        echo_json(
+            "tag",
+            {
+                "store": store.url,
+                "ref": f"{name}/{ref_tag}",
+                "previous": before,
+                "manifest": digest,
+            },
+        )
     else:
-        click.echo(f"{destination}: {before or '(new)'} -> {digest}")
+        click.echo(f"{name}/{ref_tag}: {short(before) if before else '(new)'} -> {digest}")
 
 
 @cli.command(name="ls")
@@ -617,19 +639,45 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
             ref: [move.to_json() for move in store.ref_history(*parse_ref(ref))] for ref in refs
         }
     if as_json:
-        echo_json(data)
+        echo_json("ls", data)
         return
-    rows = [["REF", "MANIFEST"]] + [[r, d] for r, d in sorted(refs.items())]
+    rows = [["REF", "MANIFEST"]] + [[r, short(d)] for r, d in sorted(refs.items())]
     for line in format_table(rows):
         click.echo(line)
     for ref, moves in data.get("history", {}).items():
-        for move in moves:
-            click.echo(f"  {ref} {move['time']:.0f} {move['previous']} -> {move['manifest']}")
-    click.echo(
-        f"{data['manifests']} manifests, {data['units']} unit records, "
-        f"{data['blobs']} blobs, {data['bytes']} bytes, {data['layouts']} node layouts "
-        f"in {store.url}"
+        click.echo(f"\nhistory of {ref}:")
+        rows = [["MOVED", "FROM", "TO"]] + [
+            [
+                f"{when(move['time'])} ({ago(move['time'])})",
+                short(move["previous"]) if move["previous"] else text(None),
+                short(move["manifest"]),
+            ]
+            for move in reversed(moves)
+        ]
+        for line in format_table(rows, indent="  "):
+            click.echo(line)
+    click.echo(store_counts(data, store.url))
+
+
+def store_counts(data: dict[str, Any], url: str) -> str:
+    """``ls`` and ``status``'s line of what a store holds (``data``: :meth:`Store.overview`)."""
+    return (
+        f"{count(data['n_manifests'], 'manifest')}, "
+        f"{count(data['n_unit_records'], 'unit record')}, {count(data['n_blobs'], 'blob')} "
+        f"({size(data['bytes'])}), {count(data['n_layouts'], 'node layout')} in {url}"
     )
+
+
+GC_NOUNS = {
+    "blobs": ("blob",),
+    "units": ("unit record",),
+    "manifests": ("manifest",),
+    "history": ("ref history entry", "ref history entries"),
+    "layouts": ("node layout record",),
+    "tmp": ("temporary file",),
+    "locks": ("stale lock",),
+}
+"""What ``gc`` says for each store folder it sweeps (its JSON keeps the folder names)."""
 
 
 @cli.command()
@@ -665,19 +713,21 @@ def gc(
     from neuronbuild.store.cas import Store
     from neuronbuild.store.gc import collect_garbage
 
+    store = Store(cache, last_writer_wins=last_writer_wins)
     report = collect_garbage(
-        Store(cache, last_writer_wins=last_writer_wins),
-        keep_last=keep_last,
-        older_than_days=older_than,
-        dry_run=dry_run,
+        store, keep_last=keep_last, older_than_days=older_than, dry_run=dry_run
     )
     if as_json:
-        echo_json(report.to_json())
+        echo_json("gc", {"store": store.url, **report.to_json()})
         return
     verb = "would delete" if dry_run else "deleted"
-    counts = ", ".join(f"{len(p)} {kind}" for kind, p in report.deleted.items()) or "nothing"
+    counts = (
+        ", ".join(count(len(p), *GC_NOUNS.get(kind, (kind,))) for kind, p in report.deleted.items())
+        or "nothing"
+    )
     click.echo(
-        f"{report.live_manifests} live manifests; {verb} {counts} ({report.bytes} blob bytes)"
+        f"{count(report.live_manifests, 'live manifest')}; {verb} {counts} "
+        f"({size(report.bytes)} of blobs)"
     )
     for digest in report.restored:
         click.echo(f"kept {digest}: a ref moved to it while gc ran")
@@ -700,20 +750,24 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     from neuronbuild.doctor import diagnose, differing_factors, summary
     from neuronbuild.store.cas import Store
 
-    units = diagnose(load_or_exit(recipe_path), Store(cache))
+    recipe = load_or_exit(recipe_path)
+    store = Store(cache)
+    units = diagnose(recipe, store)
     if as_json:
-        echo_json([asdict(u) for u in units])
+        echo_json(
+            "doctor", {"store": store.url, "name": recipe.name, "units": [asdict(u) for u in units]}
+        )
         return
     colour = use_colour()
 
-    def echo(text: str, **style: Any) -> None:
+    def echo(line: str, **style: Any) -> None:
         styled = colour and any(style.values())
-        click.echo(click.style(text, **style) if styled else text, color=colour)
+        click.echo(click.style(line, **style) if styled else line, color=colour)
 
     echo(summary(units), bold=True)
     for unit in units:
         labels = ", ".join(" ".join(f"{k}={v}" for k, v in g.items()) for g in unit.graphs)
-        if unit.held:
+        if unit.cached:
             echo(f"HIT  {unit.key} ({labels})", fg="green")
         else:
             echo(f"MISS {unit.key} ({labels})", fg="red", bold=True)
@@ -725,14 +779,14 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
             for line in unit.explanations:
                 echo(f"       {line}")
             echo("     every factor:")
-        elif not unit.held:
+        elif not unit.cached:
             echo("     no sealed build of this graph to compare with; compile it")
         indent = " " * (7 if unit.differences else 5)
         differing = set(differing_factors(unit))
         for name, value in unit.factors.items():
             mark = name in differing or any(d.startswith(f"{name}.") for d in differing)
-            text = f"{indent}{name}: {json.dumps(value, sort_keys=True)}"
-            echo(text, fg="yellow" if mark else None)
+            factor = f"{indent}{name}: {json.dumps(value, sort_keys=True)}"
+            echo(factor, fg="yellow" if mark else None)
 
 
 @cli.command()
@@ -740,7 +794,7 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
 @CACHE_OPTION
 @json_option()
 def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
-    """The store's refs and sizes; with RECIPE, how many of its graphs per kind are built or
+    """The store's refs and sizes; with RECIPE, how many of its graphs per kind are cached or
     missing, and where <name>/latest points.
 
     \b
@@ -756,18 +810,15 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
     if recipe_path is not None:
         data["recipe"] = recipe_status(load_or_exit(recipe_path), store)
     if as_json:
-        echo_json(data)
+        echo_json("status", data)
         return
-    click.echo(
-        f"{store.url}: {len(data['refs'])} refs, {data['manifests']} manifests, "
-        f"{data['units']} unit records, {data['blobs']} blobs, {data['bytes']} bytes, "
-        f"{data['layouts']} node layouts"
-    )
+    click.echo(f"{count(len(data['refs']), 'ref')}, {store_counts(data, store.url)}")
     if "recipe" in data:
         info = data["recipe"]
         click.echo(f"{info['name']}/latest -> {info['latest'] or '(none)'}")
-        rows = [["KIND", "BUILT", "MISSING"]] + [
-            [kind, str(n["built"]), str(n["missing"])] for kind, n in info["graphs"].items()
+        rows = [["KIND", "CACHED", "MISSING"]] + [
+            [kind, str(n["cached"]), str(n["missing"])]
+            for kind, n in info["n_graphs_by_kind"].items()
         ]
         for line in format_table(rows):
             click.echo(line)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronbuild.graph import Graph
+from neuronbuild.human import count
 from neuronbuild.keys import explain_differences, factor_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
@@ -21,13 +22,13 @@ from neuronbuild.store.records import UnitRecord
 
 @dataclass
 class UnitDiagnosis:
-    """One unit: its key, graphs, factors, whether it is built (its record and every blob
+    """One unit: its key, graphs, factors, whether it is cached (its record and every blob
     present), the differing factors, and why each makes a miss (``explanations``)."""
 
     key: str
     graphs: list[dict[str, Any]]
     factors: dict[str, Any]
-    held: bool
+    cached: bool
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
     explanations: list[str] = field(default_factory=list)
@@ -42,9 +43,9 @@ def summary(units: list[UnitDiagnosis]) -> str:
     """One line: how many units the store holds, and for the misses the factors that differ
     from the last sealed build, most frequent first (``3 of 5 units cached, 2 missing: factor
     engine_args.max_num_seqs differs from tiny/latest (sha256:...)``)."""
-    held = sum(u.held for u in units)
-    line = f"{held} of {len(units)} unit{'s' if len(units) != 1 else ''} cached"
-    misses = [u for u in units if not u.held]
+    cached = sum(u.cached for u in units)
+    line = f"{cached} of {count(len(units), 'unit')} cached"
+    misses = [u for u in units if not u.cached]
     if not misses:
         return line
     counts = Counter(f for u in misses for f in differing_factors(u))
@@ -62,20 +63,21 @@ def summary(units: list[UnitDiagnosis]) -> str:
 
 
 def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
-    """Where ``<name>/latest`` points, built/missing graph counts per kind, the missing graphs."""
+    """Where ``<name>/latest`` points, cached/missing graph counts per kind, the missing graphs
+    (``status --json``'s ``recipe``)."""
     kinds: dict[str, dict[str, int]] = {}
     missing: list[dict[str, Any]] = []
     for unit in diagnose(recipe, store):
-        state = "built" if unit.held else "missing"
+        state = "cached" if unit.cached else "missing"
         for graph in unit.graphs:
-            kinds.setdefault(graph["kind"], {"built": 0, "missing": 0})[state] += 1
-            if not unit.held:
+            kinds.setdefault(graph["kind"], {"cached": 0, "missing": 0})[state] += 1
+            if not unit.cached:
                 missing.append(graph)
     return {
         "name": recipe.name,
         "latest": store.get_ref(recipe.name, LATEST),
-        "graphs": kinds,
-        "missing": missing,
+        "n_graphs_by_kind": kinds,
+        "missing_graphs": missing,
     }
 
 
@@ -95,7 +97,7 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
             unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
         )
         previous = sealed.get(_identity(unit.graphs))
-        if not diagnosis.held and previous is not None:
+        if not diagnosis.cached and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
             diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
             diagnosis.explanations = explain_differences(diagnosis.differences)

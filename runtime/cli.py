@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from neuronbuild import envs
-from neuronbuild.console import info
+from neuronbuild.console import echo_json, info
 from neuronbuild.errors import StoreError, UserError
+from neuronbuild.human import count, size
 from neuronbuild.options import (
     cache_option,
     dry_run_option,
@@ -17,7 +17,7 @@ from neuronbuild.options import (
     json_option,
     local_cache_option,
 )
-from neuronbuild.store.cas import Store, parse_ref
+from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, exec_vllm, prepare
@@ -65,19 +65,24 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     """
     remote = Store(cache)
     tiers = TieredStore(Store(local_cache, create=True), remote)
-    digest = remote.resolve(target)
+    found = remote.resolve_target(target)
+    digest = found.digest
     report = tiers.fill(digest, jobs=jobs, recheck=True)
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
-    if not target.startswith("sha256:"):
-        tiers.local.set_ref(*parse_ref(target), digest)
+    ref = "/".join(found.ref) if found.ref else None
+    if found.ref:
+        tiers.local.set_ref(*found.ref, digest)
     echo_notes(tiers.notes)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo_json(
+            "pull", {"from": remote.url, "store": tiers.local.url, "ref": ref, **report.to_json()}
+        )
     else:
         click.echo(
-            f"pulled {digest} into {tiers.local.url}: {report.copied} blobs fetched "
-            f"({report.bytes} bytes), {report.skipped} already there"
+            f"pulled {digest}{f' ({ref})' if ref else ''} into {tiers.local.url}: "
+            f"{count(report.copied, 'blob')} fetched ({size(report.bytes)}), "
+            f"{report.skipped} already there"
         )
 
 
@@ -188,17 +193,18 @@ def serve(
         )
     if dry_run:
         if as_json:
-            click.echo(json.dumps(prepared.to_json(), indent=2))
+            echo_json("serve", prepared.to_json())
         else:
             click.echo(
-                f"manifest {prepared.manifest}: {prepared.files} files, {prepared.bytes} bytes"
+                f"manifest {prepared.manifest}: {count(prepared.files, 'file')}, "
+                f"{size(prepared.bytes)}"
             )
             click.echo(f"would lay out under {prepared.cache_root}")
             click.echo("would run:")
             click.echo(prepared.command())
         return
     info(
-        f"neuronbuild: serving {prepared.manifest} ({prepared.files} files verified) from "
+        f"neuronbuild: serving {prepared.manifest} ({count(prepared.files, 'file')} verified) from "
         f"{prepared.cache_root}; compilation is disabled",
         err=True,
     )
