@@ -23,6 +23,7 @@ from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
+from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.progress import Progress
@@ -260,6 +261,20 @@ def run_unit(
             raise UnitFailed("cancelled")
 
 
+def check_log_dir(log_dir: Path) -> None:
+    """Raise UserError, naming ``--log-dir``, unless ``log_dir`` can be written or created
+    (probed, nothing left behind): a unit's log is its only trace when it fails."""
+    fix = "pass --log-dir with a folder this user can write"
+    try:
+        check_writable_folder(log_dir)
+    except FolderInTheWay as exc:
+        raise UserError(f"--log-dir {log_dir}: {exc}; {fix}") from None
+    except OSError as exc:
+        raise UserError(
+            f"--log-dir {log_dir}: cannot write in {exc.filename} ({exc.strerror}); {fix}"
+        ) from None
+
+
 @dataclass
 class RecipeRun:
     """One recipe's part of a compile run: its plan, report, the records the store holds for
@@ -316,8 +331,8 @@ def prepare_recipe(
     ``outages``).
 
     Raises:
-        UserError: broken install, toolchain or host mismatch, model not on this host (only
-            reported in a dry run).
+        UserError: broken install, toolchain or host mismatch, model not on this host, log
+            folder not writable (only reported in a dry run).
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
@@ -328,6 +343,7 @@ def prepare_recipe(
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
         check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
+        check_log_dir(log_dir)
     except UserError as exc:
         if not dry_run:
             raise
@@ -385,13 +401,15 @@ def compile_recipes(
     compiled and published, and nothing is sealed (``neuronbuild seal`` does, once every shard
     has run). ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``
     (default: each recipe's own log folder), removed on success and kept on failure.
-    ``dry_run`` runs every check and reports which units would compile (status ``missing``)
-    without compiling. ``executor``: where units run (default: worker threads here).
+    ``dry_run`` runs every check (the checks of a real run, the store's and the log folder's
+    writability included) and reports which units would compile (status ``missing``), writing
+    nothing. ``executor``: where units run (default: worker threads here).
 
     Raises:
         UserError: broken install, toolchain or host mismatch (before anything runs), or two
             recipes with one name.
-        StoreError: the store failed while publishing (a unit's outage is not its failure).
+        StoreError: the store failed while publishing (a unit's outage is not its failure),
+            or, in a dry run, cannot be written.
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -439,6 +457,7 @@ def compile_recipes(
         return data
 
     if dry_run:
+        store.check_writable(leave_nothing=True)
         for run in runs:
             for unit in run.plan.units:
                 key = unit.key.digest

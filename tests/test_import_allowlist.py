@@ -32,10 +32,12 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
+    "neuronbuild.folders",  # the store's dry-run write probe
     "neuronbuild.graph",
     "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
     "neuronbuild.model_files",
+    "neuronbuild.options",  # the options commands share
     "neuronbuild.plan",
     "neuronbuild.progress",  # byte progress of serve's fetch and of pull (tqdm)
     "neuronbuild.recipe",

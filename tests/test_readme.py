@@ -380,7 +380,10 @@ def option_problems(text: str) -> list[str]:
     vllm = set(server_options())
     commands = cli.commands  # type: ignore[attr-defined]
     anywhere = {
-        o for c in commands.values() for p in c.params for o in (*p.opts, *p.secondary_opts)
+        o
+        for c in (cli, *commands.values())  # the group's own options (-v, -q) too
+        for p in c.params
+        for o in (*p.opts, *p.secondary_opts)
     }
     for span in re.findall(r"`([^`\n]+)`", prose):
         named = named_options(span)

@@ -21,6 +21,7 @@ import fsspec
 
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
@@ -130,14 +131,35 @@ class Store:
         """Whether the store is a local (or NFS) folder, usable as a node's local tier."""
         return isinstance(self.backend, FolderBackend)
 
-    def check_writable(self) -> None:
+    def check_writable(self, *, leave_nothing: bool = False, option: str = "--cache") -> None:
         """Write and delete a probe object, so a read-only store fails before hours of work.
 
+        ``leave_nothing`` (a dry run): a folder store, existing or not, is probed by
+        :func:`~neuronbuild.folders.check_writable_folder`, which creates no folder either;
+        ``option`` names the store in messages.
+
         Raises:
-            UserError: publishing is not possible at this URL. StoreError: the write failed.
+            UserError: publishing is not possible at this URL, or a file stands where the store
+                folder must be. StoreError: the write failed.
         """
+        if leave_nothing and self.is_folder:
+            try:
+                check_writable_folder(Path(self.layout.tmp("probe")).parent)
+            except FolderInTheWay as exc:
+                raise UserError(f"{option} {self.url}: {exc}; give a folder") from None
+            except OSError as exc:
+                raise StoreError(
+                    f"{option} {self.url}: cannot write in {exc.filename} ({exc.strerror}); "
+                    "give a folder this user can write, or fix its permissions"
+                ) from None
+            return
         probe = self.layout.tmp(f"probe-{uuid.uuid4().hex}")
-        self.backend.put(probe, b"")
+        try:
+            self.backend.put(probe, b"")
+        except FileNotFoundError as exc:  # s3fs's NoSuchBucket
+            raise StoreError(
+                f"{option} {self.url}: cannot write there: {exc.strerror or exc}; check the URL"
+            ) from None
         self.backend.delete(probe)
 
     def url_of(self, path: str) -> str:
