@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from tqdm import tqdm
 
 from neuronbuild import envs
+from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import count, duration, size
 from neuronbuild.store.names import short
 
@@ -101,7 +102,7 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line.
+    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) shows none of it.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).
@@ -123,7 +124,8 @@ class Progress:
         self.units: dict[str, _Running] = {}
         self.heartbeat = envs.HEARTBEAT_SECONDS.get()
         self._lock = threading.Lock()
-        self.live = self.stream.isatty()
+        self.quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
+        self.live = self.stream.isatty() and not self.quiet
         self.bar = tqdm(
             total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
         )
@@ -137,6 +139,8 @@ class Progress:
         return len(self.units)
 
     def _line(self, text: str) -> None:
+        if self.quiet:
+            return
         if self.live:
             self.bar.write(text, file=self.stream)
         else:
@@ -205,8 +209,8 @@ class Progress:
 class ByteProgress:
     """Bytes moved of ``total`` bytes in ``blobs`` blobs (``push``, ``pull``, ``serve``'s fetch):
     a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts and one every
-    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS`, never a carriage return. :meth:`advance` may
-    be called from any thread.
+    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS`, never a carriage return; nothing under ``-q``.
+    :meth:`advance` may be called from any thread.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number.
@@ -218,7 +222,8 @@ class ByteProgress:
         self.moved = 0
         self.start = time.monotonic()
         self._lock = threading.Lock()
-        self.live = self.stream.isatty()
+        quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
+        self.live = self.stream.isatty() and not quiet
         self.bar = tqdm(
             total=total,
             desc=what,
@@ -229,7 +234,7 @@ class ByteProgress:
             dynamic_ncols=True,
         )
         self._ticker: Ticker | None = None
-        if not self.live:
+        if not self.live and not quiet:
             line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
             print(line, file=self.stream, flush=True)
             self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)

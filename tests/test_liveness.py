@@ -418,3 +418,25 @@ def test_a_ref_move_that_lost_a_race_says_it_retries(
     assert re.fullmatch(
         r"retrying \(2/5\) in 0\.1 s: tiny/prod points at sha256:\w+, not None", line
     )
+
+
+def test_quiet_shows_no_progress_on_a_terminal_or_in_a_log(tmp_path: Path) -> None:
+    path = tmp_path / "live.yaml"
+    data = neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path)))
+    path.write_text(yaml.safe_dump(data))
+    behaviour = json.dumps({PREFILL: "sleep1.2", DECODE: "sleep1.2"})
+    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, behaviour, "-q", "compile", str(path)]
+    argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs")]
+    code, shown, _ = on_terminal([*argv, "-j", "2"])
+    assert code == 0, shown
+    assert "compile:" not in shown and "started" not in shown, shown
+    argv[-1] = str(tmp_path / "logs2")
+    logged = subprocess.run(
+        [*argv, "--cache", str(tmp_path / "other")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEURONBUILD_HEARTBEAT_SECONDS": "0.3"},
+    )
+    assert logged.returncode == 0, logged.stderr
+    assert "running" not in logged.stderr and "started" not in logged.stderr, logged.stderr

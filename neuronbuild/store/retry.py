@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import duration
 
 ATTEMPTS = 5
@@ -57,8 +58,10 @@ TRANSIENT_CODES = frozenset(
 
 def report(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` on stderr, above any
-    progress bar. ``attempt`` is the number of the attempt about to be made (2: the first
-    retry)."""
+    progress bar, unless ``-q`` asked for errors and results only. ``attempt`` is the number of
+    the attempt about to be made (2: the first retry)."""
+    if verbosity() <= QUIET:
+        return
     tqdm.write(f"retrying ({attempt}/{attempts}) in {duration(seconds)}: {reason}", file=sys.stderr)
 
 
