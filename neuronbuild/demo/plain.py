@@ -4,8 +4,8 @@ the reference that ``neuronbuild serve``'s answer is compared with.
 
 The child runs ``python -m neuronbuild.demo.plain ENGINE_ARGS_JSON PROMPT MAX_TOKENS`` in the
 recipe's folder (a relative model path resolves there, as at compile and serve) and prints the
-answer as one JSON line after :data:`ANSWER`. vLLM spawns processes, so the work sits under a
-``__main__`` guard (cpu-engine-facts.md).
+answer as one JSON line after :data:`ANSWER`: ``{"text": ..., "at": <Unix seconds>}``. The work
+sits under a ``__main__`` guard, as every script that builds ``vllm.LLM`` (cpu-engine-facts.md).
 """
 
 from __future__ import annotations
@@ -31,15 +31,18 @@ if TYPE_CHECKING:
 ANSWER = "neuronbuild-demo-plain-answer: "
 """Starts the child's answer line (vLLM logs to the same streams)."""
 
-EAGER = {"enforce_eager": True}
-"""Run the model eagerly. Plain vLLM's CPU start otherwise compiles it with Inductor, a second
-compile beside the demo's own (about a minute on 2 cores). Greedy decoding still picks the same
-tokens: each next token of the demo model leads the runner-up by 8 logits or more, far beyond
-what bfloat16 rounding in another kernel order moves."""
+LEAN = {"enforce_eager": True, "distributed_executor_backend": "uni"}
+"""Engine arguments added to the recipe's so that plain vLLM costs the demo little: the model runs
+eagerly (vLLM's CPU start otherwise compiles it with Inductor, a second compile beside the demo's
+own, about a minute on 2 cores), and in one process (with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``;
+each of vLLM's processes otherwise imports torch and vLLM again). Measured on a loaded 2-core
+machine: the answer 41 s after start, 18 s of CPU, against 59 s with vLLM's own processes. Greedy
+decoding still picks the same tokens: each next token of the demo model leads the runner-up by 7
+logits or more, far beyond what bfloat16 rounding in another kernel order moves."""
 
 
 class PlainVllm(Child):
-    """Plain vLLM (``vllm.LLM`` with ``recipe``'s engine arguments and :data:`EAGER`) answering
+    """Plain vLLM (``vllm.LLM`` with ``recipe``'s engine arguments and :data:`LEAN`) answering
     ``prompt`` greedily (temperature 0, at most ``max_tokens`` tokens) in a child process whose
     output goes to ``log``.
 
@@ -51,15 +54,18 @@ class PlainVllm(Child):
 
     def __init__(self, recipe: Recipe, prompt: str, max_tokens: int, log: Path) -> None:
         argv = [sys.executable, "-m", "neuronbuild.demo.plain"]
-        argv += [json.dumps({**recipe.engine_args, **EAGER}), prompt, str(max_tokens)]
+        argv += [json.dumps({**recipe.engine_args, **LEAN}), prompt, str(max_tokens)]
         super().__init__(argv, log, cwd=recipe.workdir)
         self.cache_root: Path | None = None
+        self.started_at = 0.0
 
     def __enter__(self) -> Self:
         self.cache_root = Path(tempfile.mkdtemp(prefix="neuronbuild-plain-vllm-"))
         self.env = {**os.environ, envs.HF_HUB_OFFLINE: "1"}
         self.env[envs.VLLM_CACHE_ROOT] = str(self.cache_root)
         self.env[envs.NEURONBUILD_VLLM_COMPAT] = "0"
+        self.env[envs.VLLM_ENABLE_V1_MULTIPROCESSING] = "0"
+        self.started_at = time.time()
         return super().__enter__()
 
     def __exit__(
@@ -70,8 +76,9 @@ class PlainVllm(Child):
             shutil.rmtree(self.cache_root, ignore_errors=True)
 
     def answer(self, timeout: float = READY_TIMEOUT) -> tuple[str, float]:
-        """The answer, and the seconds from start until it was printed; then ends the child
-        (vLLM's own shutdown takes seconds more and tells nothing).
+        """The answer, and the seconds from start until the child printed it (it may have run
+        beside other work long before this call); then ends the child (vLLM's own shutdown takes
+        seconds more and tells nothing).
 
         Raises:
             RuntimeError: the child exited without an answer, or gave none within ``timeout``
@@ -82,11 +89,10 @@ class PlainVllm(Child):
         while time.monotonic() < deadline:
             exited = self.proc.poll() is not None
             lines = self.log.read_text(errors="replace").splitlines()
-            answers = [line[len(ANSWER) :] for line in lines if line.startswith(ANSWER)]
+            answers = [json.loads(ln[len(ANSWER) :]) for ln in lines if ln.startswith(ANSWER)]
             if answers:
-                seconds = time.monotonic() - self.started
                 self.stop()
-                return str(json.loads(answers[-1])), seconds
+                return str(answers[-1]["text"]), float(answers[-1]["at"]) - self.started_at
             if exited:
                 raise RuntimeError(f"plain vLLM exited with {self.proc.returncode}:\n{self.tail()}")
             time.sleep(0.5)
@@ -101,7 +107,8 @@ def main(argv: list[str]) -> int:
 
     llm = LLM(**engine_args)
     [request] = llm.generate([argv[1]], SamplingParams(temperature=0, max_tokens=int(argv[2])))
-    print(ANSWER + json.dumps(request.outputs[0].text), flush=True)
+    answer = {"text": request.outputs[0].text, "at": time.time()}
+    print(ANSWER + json.dumps(answer), flush=True)
     return 0
 
 
