@@ -53,7 +53,10 @@ def test_the_greedy_answer_to_the_demo_prompt_is_the_paragraphs_continuation_and
     with torch.no_grad():
         out = lm.generate(prompt, max_new_tokens=text.MAX_TOKENS, do_sample=False)
     new = out[0, prompt.shape[1] :].tolist()
-    assert text.CONTINUATION == " a single man in possession of a good fortune, must be in want of a wife."
+    assert (
+        text.CONTINUATION
+        == " a single man in possession of a good fortune, must be in want of a wife."
+    )
     assert tokenizer.decode(new, skip_special_tokens=True) == text.CONTINUATION
     # It stops at the paragraph's end, well inside the demo's token budget.
     assert new[-1] == EOS_ID and len(new) < text.MAX_TOKENS

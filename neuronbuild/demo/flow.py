@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plain vLLM failed: {exc}", file=sys.stderr)
             return 1
     print(
-        f"plain vLLM (no neuronbuild, run eagerly, started beside the compile) answered "
-        f"{plain_seconds:.0f} s after its start (log: {plain_log})",
+        f"plain vLLM (eager, in one process, no neuronbuild) answered {plain_seconds:.0f} s "
+        f"after its start, beside the compile (log: {plain_log})",
         flush=True,
     )
     print("== 3/4 serving it from the store with compilation forbidden", flush=True)
