@@ -25,6 +25,26 @@ def neuronbuild(*args: str) -> list[str]:
     return [sys.executable, "-m", "neuronbuild", *args]
 
 
+def serve_and_ask(recipe: str, cache: str, prompt: str) -> tuple[str, bool] | None:
+    """Steps 3 and 4: serve ``recipe`` from ``cache``, ask ``prompt`` greedily; the answer and
+    whether vLLM loaded the prebuilt artifact, or None when the server did not start."""
+    print("== 3/4 serving it from the store with compilation forbidden", flush=True)
+    port = free_port()
+    log = Path("build") / "serve.log"
+    serve = neuronbuild("serve", recipe, "--cache", cache, "--port", str(port))
+    serve += ["--host", "127.0.0.1"]
+    with Server(serve, port, log) as server:
+        try:
+            seconds = server.wait_ready()
+        except RuntimeError as exc:
+            print(f"serve failed: {exc}", file=sys.stderr)
+            return None
+        loaded = "Directly load AOT compilation" in log.read_text(errors="replace")
+        print(f"server ready in {seconds:.0f} s (log: {log})", flush=True)
+        print(f"== 4/4 one greedy completion request: {prompt!r}", flush=True)
+        return server.complete(prompt, max_tokens=text.MAX_TOKENS), loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
@@ -41,42 +61,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.recipe}: {exc}", file=sys.stderr)
         return 2
     plain_log = Path("build") / "plain-vllm.log"
-    # Plain vLLM answers the same request meanwhile, for comparison: on the core the compile
-    # leaves idle most of the time (Inductor compiles on one thread), so it adds little.
+    # Plain vLLM answers the same request meanwhile, for comparison, on the core that the compile
+    # (Inductor compiles on one thread) or the server's start leaves idle most of the time.
     with PlainVllm(recipe, args.prompt, text.MAX_TOKENS, plain_log) as plain:
         print(f"== 2/4 compiling {args.recipe} ahead of time into {args.cache}", flush=True)
+        print(f"(plain vLLM answers the same request meanwhile; log: {plain_log})", flush=True)
         compiled = subprocess.run(neuronbuild("compile", args.recipe, "--cache", args.cache))
         if compiled.returncode != 0:
             return compiled.returncode
+        served = serve_and_ask(args.recipe, args.cache, args.prompt)
+        if served is None:
+            return 1
+        answer, loaded = served
         try:
             plain_answer, plain_seconds = plain.answer()
         except RuntimeError as exc:
             print(f"plain vLLM failed: {exc}", file=sys.stderr)
             return 1
-    print(
-        f"plain vLLM (eager, in one process, no neuronbuild) answered {plain_seconds:.0f} s "
-        f"after its start, beside the compile (log: {plain_log})",
-        flush=True,
-    )
-    print("== 3/4 serving it from the store with compilation forbidden", flush=True)
-    port = free_port()
-    log = Path("build") / "serve.log"
-    serve = neuronbuild("serve", args.recipe, "--cache", args.cache, "--port", str(port))
-    serve += ["--host", "127.0.0.1"]
-    with Server(serve, port, log) as server:
-        try:
-            seconds = server.wait_ready()
-        except RuntimeError as exc:
-            print(f"serve failed: {exc}", file=sys.stderr)
-            return 1
-        loaded = "Directly load AOT compilation" in log.read_text(errors="replace")
-        print(f"server ready in {seconds:.0f} s (log: {log})", flush=True)
-        print(f"== 4/4 one greedy completion request: {args.prompt!r}", flush=True)
-        answer = server.complete(args.prompt, max_tokens=text.MAX_TOKENS)
     same = answer == plain_answer
     print(f"neuronbuild serve: {answer!r}")
     print(f"plain vLLM:        {plain_answer!r}")
     print(f"same answer: {'yes' if same else 'no'}")
+    print(
+        f"(plain vLLM: eager, in one process, no neuronbuild; it answered {plain_seconds:.0f} s "
+        f"after its start)"
+    )
     print(
         "demo done: vLLM served a model compiled ahead of time by neuronbuild, "
         + (

@@ -58,6 +58,14 @@ LIBRARIES = ("torch", "transformers", "tokenizers")
 """Distributions whose version may change the bytes written, so a change rebuilds."""
 
 
+def _version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None (the build then fails on its import)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def inputs_digest(seed: int) -> str:
     """``sha256:<hex>`` over everything that determines the built files (text, architecture,
     training settings, seed, library versions, :data:`FORMAT`)."""
@@ -68,7 +76,7 @@ def inputs_digest(seed: int) -> str:
         "config": CONFIG,
         "steps": STEPS,
         "learning_rate": LEARNING_RATE,
-        "libraries": {name: metadata.version(name) for name in LIBRARIES},
+        "libraries": {name: _version(name) for name in LIBRARIES},
     }
     canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
