@@ -23,6 +23,7 @@ from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
+from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
@@ -67,7 +68,8 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 class CompileReport:
     """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
     missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
-    ``blocked``: why compiling here would be refused (dry run)."""
+    ``blocked``: why compiling here would be refused (dry run); ``labels``: each unit's label by
+    key, for human lines (not in the JSON)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -76,6 +78,7 @@ class CompileReport:
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -90,13 +93,15 @@ class CompileReport:
         return sum(u["status"] == status for u in self.units)
 
     def to_json(self) -> dict[str, Any]:
+        """One recipe of ``compile --json`` (``neuronbuild/schemas/compile.json``)."""
         return {
             "name": self.name,
             "manifest": self.manifest,
             "ref": self.ref,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,
-            "totals": {s: self.count(s) for s in self.statuses},
+            "n_units": len(self.units),
+            "n_units_by_status": {s: self.count(s) for s in self.statuses},
             "units": self.units,
         }
 
@@ -246,6 +251,20 @@ def run_unit(
             raise UnitFailed("cancelled")
 
 
+def check_log_dir(log_dir: Path) -> None:
+    """Raise UserError, naming ``--log-dir``, unless ``log_dir`` can be written or created
+    (probed, nothing left behind): a unit's log is its only trace when it fails."""
+    fix = "pass --log-dir with a folder this user can write"
+    try:
+        check_writable_folder(log_dir)
+    except FolderInTheWay as exc:
+        raise UserError(f"--log-dir {log_dir}: {exc}; {fix}") from None
+    except OSError as exc:
+        raise UserError(
+            f"--log-dir {log_dir}: cannot write in {exc.filename} ({exc.strerror}); {fix}"
+        ) from None
+
+
 @dataclass
 class RecipeRun:
     """One recipe's part of a compile run: its plan, report, the records the store holds for
@@ -276,10 +295,11 @@ class RunReport:
         return sum(r.failed for r in self.recipes)
 
     def to_json(self) -> dict[str, Any]:
+        """``compile --json`` less its ``store`` (``neuronbuild/schemas/compile.json``)."""
         return {
             "shard": None if self.shard is None else str(self.shard),
-            "units": self.units,
-            "assigned": self.assigned,
+            "n_units": self.units,
+            "n_assigned": self.assigned,
             "seconds": round(self.seconds, 3),
             "recipes": [r.to_json() for r in self.recipes],
         }
@@ -301,17 +321,19 @@ def prepare_recipe(
     ``outages``).
 
     Raises:
-        UserError: broken install, toolchain or host mismatch, model not on this host (only
-            reported in a dry run).
+        UserError: broken install, toolchain or host mismatch, model not on this host, log
+            folder not writable (only reported in a dry run).
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
+    report.labels = {unit.key.digest: unit.label() for unit in plan.units}
     try:
         compiler = plan.engine.compiler()
         compiler.check_install()
         toolchain = check_toolchain(recipe, compiler)
         compiler.check_host(recipe)
         check_model_present(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)
+        check_log_dir(log_dir)
     except UserError as exc:
         if not dry_run:
             raise
@@ -369,13 +391,15 @@ def compile_recipes(
     compiled and published, and nothing is sealed (``neuronbuild seal`` does, once every shard
     has run). ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``
     (default: each recipe's own log folder), removed on success and kept on failure.
-    ``dry_run`` runs every check and reports which units would compile (status ``missing``)
-    without compiling. ``executor``: where units run (default: worker threads here).
+    ``dry_run`` runs every check (the checks of a real run, the store's and the log folder's
+    writability included) and reports which units would compile (status ``missing``), writing
+    nothing. ``executor``: where units run (default: worker threads here).
 
     Raises:
         UserError: broken install, toolchain or host mismatch (before anything runs), or two
             recipes with one name.
-        StoreError: the store failed while publishing (a unit's outage is not its failure).
+        StoreError: the store failed while publishing (a unit's outage is not its failure),
+            or, in a dry run, cannot be written.
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -420,6 +444,7 @@ def compile_recipes(
         return data
 
     if dry_run:
+        store.check_writable(leave_nothing=True)
         for run in runs:
             for unit in run.plan.units:
                 key = unit.key.digest
@@ -466,7 +491,11 @@ def compile_recipes(
             elif done.ok:
                 record, entries = done.value
                 report.units.append(
-                    {**row(unit, "compiled"), "seconds": round(done.seconds, 1), "entries": entries}
+                    {
+                        **row(unit, "compiled"),
+                        "seconds": round(done.seconds, 1),
+                        "n_entries_by_origin": entries,
+                    }
                 )
                 run.records[key] = record
             else:

@@ -1,18 +1,113 @@
 """The CLI edge: run a click command and turn neuronbuild's errors into exit codes and one-line
 messages (never a traceback for a user's mistake), with the taxonomy of
 :mod:`neuronbuild.errors`; SIGTERM is turned into :class:`~neuronbuild.errors.Interrupted` so that
-every command cleans up and exits 128 + 15.
+every command cleans up and exits 128 + 15. Under ``--json`` a failure is also a JSON document on
+stdout (:func:`echo_error_json`), so that a script reading stdout always gets one.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from types import FrameType
+from typing import Any
 
 import click
 
+from neuronbuild import envs
 from neuronbuild.errors import Interrupted, exit_code, message_lines
+from neuronbuild.schemas import ERROR, schema_id
+from neuronbuild.store.names import short
+
+_printed_json = False
+"""Whether this process printed its ``--json`` document: a failure after it (``verify`` finding
+problems, ``compile`` with failed units) adds no second document, so stdout stays one value."""
+
+
+def echo_json(shape: str, data: Mapping[str, Any]) -> None:
+    """Print one ``--json`` document: ``data`` with ``"schema": "neuronbuild.<shape>/1"`` first
+    (the shape's file in :mod:`neuronbuild.schemas` describes it)."""
+    global _printed_json
+    click.echo(json.dumps({"schema": schema_id(shape), **data}, indent=2))
+    _printed_json = True
+
+
+def echo_error_json(lines: Sequence[str], code: int) -> None:
+    """Print a failure as ``{"schema": "neuronbuild.error/1", "error": ..., "errors": [...],
+    "exit_code": N}`` on stdout (the one-line messages still go to stderr), unless the command
+    already printed its document."""
+    if not _printed_json:
+        echo_json(ERROR, {"error": "\n".join(lines), "errors": list(lines), "exit_code": code})
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before a ``--``): read from the arguments
+    themselves, so that a usage error click raises before it parses ``--json`` is JSON too."""
+    args = list(argv)
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+"""Verbosity levels: ``-q`` (errors and final result lines only), default, ``-v`` (more detail:
+keys in full, the tail of a failed unit's log)."""
+
+_verbosity = NORMAL
+"""Set once per process by the command group's ``-v``/``-q`` (:func:`set_verbosity`); every
+command reads it through the functions below, so one flag means one thing everywhere."""
+
+LOG_TAIL_LINES = 20
+"""Lines of a failed unit's log that ``-v`` prints."""
+
+
+def set_verbosity(level: int) -> None:
+    """Set the verbosity (:data:`QUIET`, :data:`NORMAL` or :data:`VERBOSE`; clamped)."""
+    global _verbosity
+    _verbosity = max(QUIET, min(VERBOSE, level))
+
+
+def verbosity() -> int:
+    """The verbosity the user asked for (see :data:`QUIET`)."""
+    return _verbosity
+
+
+def info(message: str, err: bool = False) -> None:
+    """Print a line that is neither an error nor a final result (a note, a warning, progress
+    detail): dropped by ``-q``."""
+    if _verbosity > QUIET:
+        click.echo(message, err=err)
+
+
+def detail(message: str, err: bool = False) -> None:
+    """Print a line only ``-v`` asks for."""
+    if _verbosity >= VERBOSE:
+        click.echo(message, err=err)
+
+
+def key_text(digest: str) -> str:
+    """A unit key as human output shows it: its short form
+    (:func:`~neuronbuild.store.names.short`), in full with ``-v``."""
+    return digest if _verbosity >= VERBOSE else short(digest)
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of a log file (none when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 64 * 1024))  # the tail only: a compiler log can be large
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def use_colour(err: bool = False) -> bool:
+    """Whether to colour output to stdout (``err``: stderr): only on a terminal, and never when
+    ``$NO_COLOR`` is set to anything (https://no-color.org)."""
+    stream = sys.stderr if err else sys.stdout
+    return stream.isatty() and not envs.NO_COLOR_SET.get()
 
 
 def format_table(rows: list[list[str]], indent: str = "") -> list[str]:
@@ -28,24 +123,33 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
-def run(command: click.Command) -> None:
-    """Run ``command`` on ``sys.argv`` and exit with neuronbuild's exit codes."""
+def run(command: click.Command, argv: Sequence[str] | None = None) -> None:
+    """Run ``command`` on ``argv`` (default ``sys.argv[1:]``) and exit with neuronbuild's exit
+    codes; under ``--json``, a failure is printed as a ``neuronbuild.error/1`` document too."""
+    global _printed_json
+    _printed_json = False
     signal.signal(signal.SIGTERM, _interrupt)
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = wants_json(args)
+
+    def fail(lines: list[str], code: int) -> None:
+        for line in lines:
+            click.echo(line, err=True)
+        if as_json:
+            echo_error_json(lines, code)
+        sys.exit(code)
+
     try:
-        command.main(standalone_mode=False)
-    except click.exceptions.Abort:  # click's SIGINT
-        click.echo("aborted", err=True)
-        sys.exit(128 + signal.SIGINT)
-    except click.ClickException as exc:
+        command.main(args, standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click's SIGINT, or ours
+        fail(["aborted"], 128 + signal.SIGINT)
+    except click.ClickException as exc:  # a usage error: click's own message, then JSON
         exc.show()
+        if as_json:
+            echo_error_json([f"error: {exc.format_message()}"], 2)
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("aborted", err=True)
-        sys.exit(128 + signal.SIGINT)
     except Exception as exc:
         code = exit_code(exc)
         if code is None:
             raise
-        for line in message_lines(exc):
-            click.echo(line, err=True)
-        sys.exit(code)
+        fail(message_lines(exc), code)

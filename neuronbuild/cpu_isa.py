@@ -27,6 +27,36 @@ EXTENSIONS = {
 }
 
 
+MACHINES = ("x86_64", "aarch64", "ppc64le", "s390x", "riscv64")
+"""Machine names as :func:`host_isa` spells them (``platform.machine()``, normalised), for the
+architectures vLLM's CPU build supports."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is no instruction set this module could print or :data:`HOST`, or None.
+
+    A name is ``<machine>`` (``-v1`` to ``-v4`` required on x86_64, no level elsewhere) plus
+    ``+<extension>`` for each of that machine's :data:`EXTENSIONS`, as :func:`host_isa` writes it.
+    """
+    if name == HOST or name == host_isa():
+        return None
+    base, *extensions = name.split("+")
+    machine, dash, level = base.partition("-")
+    if machine not in MACHINES:
+        return f"unknown machine {machine!r} (known: {', '.join(MACHINES)})"
+    levels = [lv for lv, _ in X86_LEVELS] if machine == "x86_64" else []
+    if machine == "x86_64" and level not in ("v1", *levels):
+        return f"x86_64 needs a level, one of -v1, -{', -'.join(levels)}"
+    if machine != "x86_64" and dash:
+        return f"{machine} has no levels; drop -{level}"
+    known = EXTENSIONS.get(machine, ())
+    for extension in extensions:
+        if extension not in known:
+            listed = ", ".join(known) or "none"
+            return f"unknown {machine} extension {extension!r} (known: {listed})"
+    return None
+
+
 def _cpu_flags() -> set[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()

@@ -7,10 +7,12 @@ differ from the same graph's unit in the recipe's last sealed manifest (``<name>
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from neuronbuild.graph import Graph
+from neuronbuild.human import count
 from neuronbuild.keys import explain_differences, factor_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
@@ -20,33 +22,62 @@ from neuronbuild.store.records import UnitRecord
 
 @dataclass
 class UnitDiagnosis:
-    """One unit: its key, graphs, factors, whether it is built (its record and every blob
+    """One unit: its key, graphs, factors, whether it is cached (its record and every blob
     present), the differing factors, and why each makes a miss (``explanations``)."""
 
     key: str
     graphs: list[dict[str, Any]]
     factors: dict[str, Any]
-    held: bool
+    cached: bool
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
     explanations: list[str] = field(default_factory=list)
 
 
+def differing_factors(unit: UnitDiagnosis) -> list[str]:
+    """The factors (``engine_args.max_num_seqs``) that differ for a missing unit, in order."""
+    return [line.split(": ", 1)[0] for line in unit.differences]
+
+
+def summary(units: list[UnitDiagnosis]) -> str:
+    """One line: how many units the store holds, and for the misses the factors that differ
+    from the last sealed build, most frequent first (``3 of 5 units cached, 2 missing: factor
+    engine_args.max_num_seqs differs from tiny/latest (sha256:...)``)."""
+    cached = sum(u.cached for u in units)
+    line = f"{cached} of {count(len(units), 'unit')} cached"
+    misses = [u for u in units if not u.cached]
+    if not misses:
+        return line
+    counts = Counter(f for u in misses for f in differing_factors(u))
+    parts = []
+    if counts:
+        names = ", ".join(name for name, _ in counts.most_common())
+        which = "factor" if len(counts) == 1 else "factors"
+        verb = "differs" if len(counts) == 1 else "differ"
+        compared = next(u.compared_with for u in misses if u.compared_with)
+        parts.append(f"{which} {names} {verb} from {compared}")
+    unmatched = sum(not u.differences for u in misses)
+    if unmatched:
+        parts.append(f"{unmatched} without a sealed build to compare with: compile")
+    return f"{line}, {len(misses)} missing: {'; '.join(parts)}"
+
+
 def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
-    """Where ``<name>/latest`` points, built/missing graph counts per kind, the missing graphs."""
+    """Where ``<name>/latest`` points, cached/missing graph counts per kind, the missing graphs
+    (``status --json``'s ``recipe``)."""
     kinds: dict[str, dict[str, int]] = {}
     missing: list[dict[str, Any]] = []
     for unit in diagnose(recipe, store):
-        state = "built" if unit.held else "missing"
+        state = "cached" if unit.cached else "missing"
         for graph in unit.graphs:
-            kinds.setdefault(graph["kind"], {"built": 0, "missing": 0})[state] += 1
-            if not unit.held:
+            kinds.setdefault(graph["kind"], {"cached": 0, "missing": 0})[state] += 1
+            if not unit.cached:
                 missing.append(graph)
     return {
         "name": recipe.name,
         "latest": store.get_ref(recipe.name, LATEST),
-        "graphs": kinds,
-        "missing": missing,
+        "n_graphs_by_kind": kinds,
+        "missing_graphs": missing,
     }
 
 
@@ -66,7 +97,7 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
             unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
         )
         previous = sealed.get(_identity(unit.graphs))
-        if not diagnosis.held and previous is not None:
+        if not diagnosis.cached and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
             diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
             diagnosis.explanations = explain_differences(diagnosis.differences)

@@ -29,6 +29,9 @@ NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
 
+NO_COLOR = "NO_COLOR"
+"""Set to anything: no colour even on a terminal (https://no-color.org)."""
+
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 """The index of a Kubernetes indexed Job's pod (from 0): ``compile --shard auto/N``."""
 AWS_BATCH_JOB_ARRAY_INDEX = "AWS_BATCH_JOB_ARRAY_INDEX"
@@ -104,6 +107,8 @@ S3_READ_TIMEOUT = Var(NEURONBUILD_S3_READ_TIMEOUT, positive_seconds, 20.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
+NO_COLOR_SET = Var(NO_COLOR, lambda text: True, False)
+"""Whether ``$NO_COLOR`` is set (an empty value counts as unset, as no-color.org says)."""
 
 
 def user_cache() -> Path:

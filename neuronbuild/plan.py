@@ -33,24 +33,28 @@ class Plan:
         """Number of graphs per kind, in first-seen order."""
         return dict(Counter(g.kind for g in self.graphs))
 
-    def to_json(self, held: set[str] | None = None) -> dict[str, Any]:
-        """The plan as ``plan --json`` prints it. ``held``: unit keys the store holds, if asked."""
-        units = []
-        for unit in self.units:
-            entry: dict[str, Any] = {
+    def to_json(self, cached: set[str] | None = None) -> dict[str, Any]:
+        """The plan as ``plan --json`` prints it (``neuronbuild/schemas/plan.json``).
+        ``cached``: unit keys the store holds with every blob, if asked (else each unit's
+        ``cached`` is null)."""
+        units = [
+            {
                 "key": unit.key.digest,
+                "label": unit.label(),
+                "cached": None if cached is None else unit.key.digest in cached,
                 "graphs": [g.to_json() for g in unit.graphs],
                 "factors": dict(unit.key.factors),
             }
-            if held is not None:
-                entry["cached"] = unit.key.digest in held
-            units.append(entry)
+            for unit in self.units
+        ]
         return {
             "name": self.recipe.name,
             "target": self.recipe.target,
             "engine": self.engine.name,
+            "n_graphs": len(self.graphs),
+            "n_units": len(self.units),
+            "n_graphs_by_kind": self.totals(),
             "graphs": [g.to_json() for g in self.graphs],
-            "totals": self.totals(),
             "units": units,
         }
 

@@ -319,12 +319,80 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     return dataclasses.replace(recipe, warnings=tuple(warnings), serve=serve)
 
 
+def duplicate_keys(node: yaml.Node | None, path: str = "") -> list[RecipeError]:
+    """One error per key that a mapping under ``node`` (a composed YAML document) holds twice,
+    naming its dotted path and both lines (1-based).
+
+    YAML 1.2 requires a mapping's keys to be unique (spec section 3.2.1.1); pyyaml keeps the
+    last value silently, so a recipe edited in two places would compile what nobody reads.
+    Keys compare as the Python values they load as, the way the loaded mapping would merge them
+    (``1`` and ``"1"`` differ; ``true``, ``True`` and ``1`` do not); an alias is walked once.
+    """
+    errors: list[RecipeError] = []
+    seen: set[int] = set()
+    constructor = yaml.SafeLoader("")
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{path}[{i}]")
+        if not isinstance(node, yaml.MappingNode):
+            return
+        lines: dict[Any, int] = {}  # key -> the line it first appears on
+        for key_node, value_node in node.value:
+            child = path
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                child = f"{path}.{key_node.value}" if path else str(key_node.value)
+                line = key_node.start_mark.line + 1
+                try:
+                    key = constructor.construct_object(key_node)
+                    first = lines.get(key)
+                    lines.setdefault(key, line)
+                except (TypeError, yaml.YAMLError):  # unhashable or unreadable: not a duplicate
+                    first = None
+                if first is not None:
+                    where = f"lines {first} and {line}" if first != line else f"line {line}"
+                    errors.append(
+                        RecipeError(
+                            child,
+                            MISSING,
+                            f"duplicate key, at {where}; YAML would keep only the last "
+                            "silently: delete one",
+                        )
+                    )
+            walk(value_node, child)
+
+    if node is not None:
+        walk(node, path)
+    return errors
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """The YAML document in ``text``, refusing duplicate keys (:func:`duplicate_keys`).
+
+    Raises:
+        RecipeInvalid: a key appears twice in one mapping. yaml.YAMLError: not valid YAML.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        errors = duplicate_keys(node)
+        if errors:
+            raise RecipeInvalid(source, errors)
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def load_recipe(path: str | Path) -> Recipe:
     """Read and validate the recipe at ``path``.
 
     Raises:
-        RecipeInvalid: the file is missing, is not YAML, or fails validation (see
-            :func:`parse_recipe`).
+        RecipeInvalid: the file is missing, is not YAML, holds a key twice in one mapping, or
+            fails validation (see :func:`parse_recipe`).
     """
     source = str(path)
     try:
@@ -343,7 +411,7 @@ def load_recipe(path: str | Path) -> Recipe:
             ],
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = _load_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

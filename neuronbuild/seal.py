@@ -30,7 +30,7 @@ class MissingUnit:
 
     recipe: str
     key: str
-    graphs: str
+    label: str
     why: str
     shard: int | None
 
@@ -38,7 +38,7 @@ class MissingUnit:
         return {
             "recipe": self.recipe,
             "key": self.key,
-            "graphs": self.graphs,
+            "label": self.label,
             "why": self.why,
             "shard": self.shard,
         }
@@ -110,7 +110,7 @@ def seal_plans(
             planned = [PlannedUnit(u, plan.engine) for plan in plans for u in plan.units]
             owner = assign_units(planned, store, shards)
             report.missing = [
-                MissingUnit(m.recipe, m.key, m.graphs, m.why, owner[m.key]) for m in report.missing
+                MissingUnit(m.recipe, m.key, m.label, m.why, owner[m.key]) for m in report.missing
             ]
         report.seconds = time.monotonic() - start
         return report

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from neuronbuild import envs
+from neuronbuild.console import echo_json, info
 from neuronbuild.errors import StoreError, UserError
-from neuronbuild.store.cas import Store, parse_ref
+from neuronbuild.human import count, size
+from neuronbuild.options import (
+    cache_option,
+    dry_run_option,
+    jobs_option,
+    json_option,
+    local_cache_option,
+)
+from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, exec_vllm, prepare
@@ -19,7 +27,7 @@ from .serve_options import split_serve_args
 def echo_notes(notes: list[str]) -> None:
     """Print what a tiered store did that a user should hear about, one line each."""
     for note in notes:
-        click.echo(f"note: {note}", err=True)
+        info(f"note: {note}", err=True)
 
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -42,33 +50,39 @@ class ServeCommand(click.Command):
 
 @click.command(context_settings=HELP)
 @click.argument("target", metavar="REF|MANIFEST")
-@click.option("--cache", default=envs.default_cache_url, help="The remote store to pull from.")
-@click.option(
-    "--local-cache", required=True, type=click.Path(file_okay=False), help="Local store to fill."
-)
-@click.option(
-    "-j", "--jobs", default=8, show_default=True, type=click.IntRange(1), help="Parallel transfers."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@cache_option
+@local_cache_option("the one to fill.", required=True)
+@jobs_option("blob transfers", default=8)
+@json_option()
 def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) -> None:
     """Pre-stage a node or a container image: copy REF|MANIFEST and its blobs (verified) into
     --local-cache, after which `serve --local-cache` runs without network access. Checks free
-    disk space first; an interrupted pull resumes."""
+    disk space first; an interrupted pull resumes.
+
+    \b
+    Examples:
+      neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
+    """
     remote = Store(cache)
     tiers = TieredStore(Store(local_cache, create=True), remote)
-    digest = remote.resolve(target)
+    found = remote.resolve_target(target)
+    digest = found.digest
     report = tiers.fill(digest, jobs=jobs, recheck=True)
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
-    if not target.startswith("sha256:"):
-        tiers.local.set_ref(*parse_ref(target), digest)
+    ref = "/".join(found.ref) if found.ref else None
+    if found.ref:
+        tiers.local.set_ref(*found.ref, digest)
     echo_notes(tiers.notes)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo_json(
+            "pull", {"from": remote.url, "store": tiers.local.url, "ref": ref, **report.to_json()}
+        )
     else:
         click.echo(
-            f"pulled {digest} into {tiers.local.url}: {report.copied} blobs fetched "
-            f"({report.bytes} bytes), {report.skipped} already there"
+            f"pulled {digest}{f' ({ref})' if ref else ''} into {tiers.local.url}: "
+            f"{count(report.copied, 'blob')} fetched ({size(report.bytes)}), "
+            f"{report.skipped} already there"
         )
 
 
@@ -96,17 +110,10 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
 @click.argument("recipe", required=False, type=click.Path(dir_okay=False))
 @click.option("--ref", help="Serve the manifest a ref points at: <name>/<tag>.")
 @click.option("--manifest", "manifest_digest", help="Serve one manifest: sha256:<64 hex>.")
-@click.option(
-    "--cache",
-    default=envs.default_cache_url,
-    show_default="$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store",
-    help="The store (a folder or URL).",
-)
-@click.option(
-    "--local-cache",
-    type=click.Path(file_okay=False),
-    help="Local store to fetch blobs into first (default: the --cache folder itself, else "
-    "~/.cache/neuronbuild/store).",
+@cache_option
+@local_cache_option(
+    "blobs are fetched into it first (default: none for a --cache folder, else "
+    "~/.cache/neuronbuild/store)."
 )
 @click.option(
     "--vllm-cache-root",
@@ -130,13 +137,10 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     help="Serve although this node differs from the build in NAME (a distribution, target, "
     "cpu_isa, model_files); repeatable. For operators who know the artifacts still run.",
 )
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Check the manifest, the node and every blob's presence, print the vLLM command; "
-    "write nothing, start nothing.",
+@dry_run_option(
+    "check the manifest, the node and every blob's presence, print the vLLM command, start nothing"
 )
-@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the result as JSON.")
+@json_option(" (with --dry-run)")
 def serve(
     recipe: str | None,
     ref: str | None,
@@ -158,6 +162,12 @@ def serve(
     manifest is missing or incomplete, when RECIPE no longer matches it, when this node differs
     from the build (installed versions, target, instruction set, model files), or when an
     option would change what was compiled.
+
+    \b
+    Examples:
+      neuronbuild serve recipe.yaml --port 8000
+      neuronbuild serve --ref app/prod --cache s3://bucket/store --local-cache /var/cache/nb
+      neuronbuild serve --ref app/prod --dry-run
     """
     if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
         raise UserError("give exactly one of RECIPE, --ref NAME/TAG or --manifest sha256:...")
@@ -174,7 +184,7 @@ def serve(
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:
-        click.echo(f"warning: {line}", err=True)
+        info(f"warning: {line}", err=True)
     for m in prepared.allowed:
         click.echo(
             f"WARNING: --allow-mismatch {m.name}: serving artifacts built for {m.built_for} on a "
@@ -183,17 +193,18 @@ def serve(
         )
     if dry_run:
         if as_json:
-            click.echo(json.dumps(prepared.to_json(), indent=2))
+            echo_json("serve", prepared.to_json())
         else:
             click.echo(
-                f"manifest {prepared.manifest}: {prepared.files} files, {prepared.bytes} bytes"
+                f"manifest {prepared.manifest}: {count(prepared.files, 'file')}, "
+                f"{size(prepared.bytes)}"
             )
             click.echo(f"would lay out under {prepared.cache_root}")
             click.echo("would run:")
             click.echo(prepared.command())
         return
-    click.echo(
-        f"neuronbuild: serving {prepared.manifest} ({prepared.files} files verified) from "
+    info(
+        f"neuronbuild: serving {prepared.manifest} ({count(prepared.files, 'file')} verified) from "
         f"{prepared.cache_root}; compilation is disabled",
         err=True,
     )

@@ -22,12 +22,12 @@ from typing import Any
 from neuronbuild import start_env
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
+from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
-from neuronbuild.store.cas import LATEST, parse_ref
-from neuronbuild.store.digest import check_digest
+from neuronbuild.store.cas import LATEST
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import lay_out, register
 from neuronbuild.store.records import Manifest
@@ -89,7 +89,7 @@ class Prepared:
         return {
             "manifest": self.manifest,
             "vllm_cache_root": str(self.cache_root),
-            "files": self.files,
+            "n_files": self.files,
             "bytes": self.bytes,
             "cwd": str(self.cwd),
             "argv": self.argv,
@@ -179,8 +179,8 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
-            f"{what}: its recipe plans {len(planned)} unit(s) that differ from its "
-            f"{len(sealed)} sealed unit(s); it was edited after sealing or is hostile"
+            f"{what}: its recipe plans {count(len(planned), 'unit')} that differ from its "
+            f"{count(len(sealed), 'sealed unit')}; it was edited after sealing or is hostile"
         )
     return recipe
 
@@ -212,22 +212,16 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     if source.manifest is not None:
-        try:
-            digest = check_digest(source.manifest, "--manifest")
-        except StoreDataInvalid as exc:
-            raise UserError(str(exc)) from None
+        digest = tiers.resolve_target(source.manifest, "manifest").digest
     else:
-        name, tag = (recipe_file.name, LATEST) if recipe_file else parse_ref(source.ref or "")
-        found = tiers.get_ref(name, tag)
-        if found is None:
-            hint = (
-                f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
-                f"{source.recipe} --cache {tiers.url}`"
-                if source.recipe
-                else "check the name with `neuronbuild ls`"
-            )
-            raise UserError(f"{tiers.url} has no {name}/{tag}: {hint}")
-        digest = found
+        hint = (
+            f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
+            f"{source.recipe} --cache {tiers.url}`"
+            if recipe_file
+            else ""
+        )
+        ref = f"{recipe_file.name}/{LATEST}" if recipe_file else source.ref or ""
+        digest = tiers.resolve_target(ref, "ref", hint).digest
     manifest = tiers.get_manifest(digest)
     with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
         check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
@@ -279,7 +273,8 @@ def prepare(
             missing = tiers.remote.missing_blobs(missing)
         if missing:
             raise StoreDataInvalid(
-                f"manifest {digest} is incomplete in {tiers.url}: {len(missing)} blob(s) missing"
+                f"manifest {digest} is incomplete in {tiers.url}: "
+                f"{count(len(missing), 'blob')} missing"
             )
     else:
         if tiers.local.missing_blobs(manifest.files()):

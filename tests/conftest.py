@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -209,3 +210,18 @@ def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def can_unshare_uts() -> bool:
+    """Whether ``unshare --uts`` may give a child another host name here (containers often
+    forbid it); the tests that use it say so when they fall back to in-process checks."""
+    try:
+        out = subprocess.run(
+            ["unshare", "--uts", "sh", "-c", "hostname elsewhere && hostname"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "elsewhere" != socket.gethostname()

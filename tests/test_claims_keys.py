@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import RECIPES
+from tests.conftest import RECIPES, can_unshare_uts
 
 PLAN_KEYS = """
 import json, os, platform, socket, sys
@@ -39,19 +39,6 @@ def copy_project(where: Path) -> Path:
     model.mkdir(parents=True)
     (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}\n')
     return where
-
-
-def can_unshare_uts() -> bool:
-    try:
-        out = subprocess.run(
-            ["unshare", "--uts", "sh", "-c", "hostname elsewhere && hostname"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and out.stdout.strip() == "elsewhere"
 
 
 def plan_keys(where: Path, env: dict[str, str], host: str, unshare: bool) -> list[list[object]]:

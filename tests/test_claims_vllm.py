@@ -33,7 +33,7 @@ def compile_demo(recipe: Path, store: Path, logs: Path) -> str:
         "compile", str(recipe), "--cache", str(store), "--log-dir", str(logs), "--json"
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)["manifest"]  # type: ignore[no-any-return]
+    return json.loads(result.stdout)["recipes"][0]["manifest"]  # type: ignore[no-any-return]
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -49,7 +49,7 @@ def test_validate_json_lists_every_recipe(write_recipe: Any) -> None:
     bad = write_recipe(neuron_recipe(max_model_len=None), "bad.yaml")
     result = neuronbuild("validate", "--json", str(RECIPES / "cpu-tiny-llama.yaml"), str(bad))
     assert result.returncode == 2
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)["recipes"]
     assert [r["valid"] for r in data] == [True, False]
     assert data[1]["errors"] == ["max_model_len: is required; add it to the recipe"]
 
@@ -108,7 +108,8 @@ def test_compile_dry_run_lists_what_would_compile(write_recipe: Any) -> None:
         "compile", str(path), "--cache", str(path.parent / "store"), "--dry-run", "--json"
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["totals"]["missing"] == 1
+    [recipe] = json.loads(result.stdout)["recipes"]
+    assert recipe["n_units_by_status"]["missing"] == 1
 
 
 def test_compile_and_its_dry_run_refuse_a_model_that_is_not_on_this_host(

@@ -59,7 +59,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
         "compile", str(recipe), "--cache", str(store), "--log-dir", str(root / "logs"), "--json"
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout)["totals"]["compiled"] == 1
+    assert json.loads(result.stdout)["recipes"][0]["n_units_by_status"]["compiled"] == 1
     return Demo(root, recipe, store)
 
 
@@ -101,8 +101,8 @@ def test_a_second_compile_compiles_nothing_and_seals_the_same_manifest(
         "--json",
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["totals"] == {"cached": 1, "compiled": 0, "failed": 0, "missing": 0}
+    [report] = json.loads(result.stdout)["recipes"]
+    assert report["n_units_by_status"] == {"cached": 1, "compiled": 0, "failed": 0, "missing": 0}
     assert report["manifest"] == before
     written_through = Store(str(local))
     assert written_through.get_ref("cpu-tiny-llama", "latest") == before
@@ -200,7 +200,7 @@ def test_sigterm_during_compile_ends_every_engine_process_and_publishes_nothing(
 
     rerun = neuronbuild("compile", str(recipe), "--cache", str(store), "--json")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    digest = json.loads(rerun.stdout)["manifest"]
+    digest = json.loads(rerun.stdout)["recipes"][0]["manifest"]
     s = Store(str(store))
     assert s.get_ref("cpu-tiny-llama", "latest") == digest
     assert all(s.has_blob(f) for f in s.get_manifest(digest).files())
@@ -218,7 +218,7 @@ def test_a_failing_unit_exits_1_keeps_its_log_and_seals_nothing(tmp_path: Path) 
         "compile", str(recipe), "--cache", str(store), "--log-dir", str(logs), "--json"
     )
     assert result.returncode == 1, result.stderr[-2000:]
-    [unit] = json.loads(result.stdout)["units"]
+    [unit] = json.loads(result.stdout)["recipes"][0]["units"]
     assert unit["status"] == "failed" and "log:" in unit["error"]
     [log] = logs.iterdir()
     assert "nosuchmodeltype" in log.read_text(errors="replace")

@@ -32,11 +32,15 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
+    "neuronbuild.folders",  # the store's dry-run write probe
     "neuronbuild.graph",
+    "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
     "neuronbuild.model_files",
+    "neuronbuild.options",  # the options commands share
     "neuronbuild.plan",
     "neuronbuild.recipe",
+    "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
     "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.store",
@@ -44,6 +48,7 @@ OURS = {
     "neuronbuild.store.cas",
     "neuronbuild.store.digest",
     "neuronbuild.store.layout",
+    "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
     "neuronbuild.store.records",
     "neuronbuild.store.tiered",

@@ -324,12 +324,12 @@ def test_doctor_explains_a_miss_by_the_factor_that_caused_it(
     store = Store(str(tmp_path / "store"), create=True)
     publish_build(store, cpu_recipe(cpu_isa="host", model="./m"), tmp_path, "a", str(path))
     [hit] = diagnose(load_recipe(path), store)
-    assert hit.held
+    assert hit.cached
     write_model(tmp_path / "m", "Qwen3ForCausalLM")
     started_with(VLLM_PP_LAYER_PARTITION="1,1")
     path.write_text(json.dumps(cpu_recipe(cpu_isa="host", model="./m", block_size=256)))
     [miss] = diagnose(load_recipe(path), store)
-    assert not miss.held
+    assert not miss.cached
     assert [d.split(":")[0] for d in miss.differences] == [
         "engine_args.block_size",
         "env.VLLM_PP_LAYER_PARTITION",
@@ -358,7 +358,7 @@ def dry_run_totals(recipe: Path, store: Path, env: dict[str, str]) -> dict[str, 
         env=env,
     )
     assert result.returncode == 0, result.stderr
-    totals: dict[str, int] = json.loads(result.stdout)["totals"]
+    totals: dict[str, int] = json.loads(result.stdout)["recipes"][0]["n_units_by_status"]
     return totals
 
 

@@ -256,7 +256,7 @@ def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path)
     second = compile_small(bigger, store, tmp_path)
     assert second.manifest is not None
     assert compiled_graphs(double) == ["prefill 512 0"]
-    entries = {u["graphs"][0]["kind"]: u["entries"] for u in second.units}
+    entries = {u["graphs"][0]["kind"]: u["n_entries_by_origin"] for u in second.units}
     assert entries["prefill"] == {"compiled": 1, "reused": 3}
     assert entries["decode"] == {"compiled": 0, "reused": 4}
 
@@ -424,7 +424,7 @@ def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
     got = sorted(f.path for f in store.get_manifest(last.manifest).files())
     want = sorted(f.path for f in fresh_store.get_manifest(fresh.manifest).files())
     assert got == want
-    entries = {u["graphs"][0]["kind"]: u["entries"] for u in last.units}
+    entries = {u["graphs"][0]["kind"]: u["n_entries_by_origin"] for u in last.units}
     assert entries["prefill"] == {"compiled": 0, "reused": 2}
 
 
@@ -444,7 +444,7 @@ def test_units_at_once_are_sized_with_the_workers_that_really_run(
     assert compiler.concurrency(recipe, 3, 3)[0] == 2
     setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "32")
     at_once, note = compiler.concurrency(recipe, 3, 3)
-    assert at_once == 1 and note is not None and "32 compile worker(s)" in note
+    assert at_once == 1 and note is not None and "1 rank x 32 compile workers" in note
     monkeypatch.undo()
     limit = tmp_path / "memory.max"
     limit.write_text(f"{2 * 2**30}\n")

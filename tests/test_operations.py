@@ -45,6 +45,22 @@ def test_unreachable_objects_are_swept_and_live_ones_kept(tmp_path: Path) -> Non
     assert not verify_manifest(store, live, deep=True).problems
 
 
+def test_a_timing_goes_with_its_unit_and_a_live_units_timing_stays(tmp_path: Path) -> None:
+    from neuronbuild.store.records import UnitTiming
+
+    store = Store(str(tmp_path / "store"), create=True)
+    live = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    [live_key] = [u.key for u in store.get_manifest(live).units]
+    dead_key = "sha256:" + "d" * 64
+    for key in (live_key, dead_key):
+        store.put_timing(UnitTiming(key, "sha256:" + "5" * 64, 12.5))
+
+    assert not collect_garbage(store, now=time.time()).deleted  # young: kept
+    swept = collect_garbage(store, now=LATER)
+    assert swept.deleted["timings"] == [store.layout.timing("sha256:" + "5" * 64, dead_key)]
+    assert [t.key for t in store.timings({"sha256:" + "5" * 64})] == [live_key]
+
+
 def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     old = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
@@ -65,13 +81,15 @@ def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
     [hit] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host")), store)
-    assert hit.held and not hit.differences
+    assert hit.cached and not hit.differences
     [miss] = diagnose(parse_recipe(cpu_recipe(cpu_isa="host", max_model_len=512)), store)
-    assert not miss.held
+    assert not miss.cached
     assert miss.differences == ["engine_args.max_model_len: recipe 512, manifest 256"]
 
 
-def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_recipe: Any) -> None:
+def test_status_counts_cached_and_missing_graphs_per_kind(
+    tmp_path: Path, write_recipe: Any
+) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     data = cpu_recipe(cpu_isa="host")
     digest = publish_build(store, data, tmp_path, "a")
@@ -92,7 +110,7 @@ def test_status_counts_built_and_missing_graphs_per_kind(tmp_path: Path, write_r
         )
         assert result.returncode == 0, result.stderr
         info = json.loads(result.stdout)["recipe"]
-        assert info["graphs"] == {"dynamic": {"built": built, "missing": 1 - built}}
+        assert info["n_graphs_by_kind"] == {"dynamic": {"cached": built, "missing": 1 - built}}
         assert info["latest"] == digest
 
 
@@ -114,7 +132,13 @@ def test_tag_promotes_and_rolls_back_by_compare_and_swap(tmp_path: Path) -> None
     second = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
     promoted = nb("tag", "tiny/latest", "tiny/prod", "--cache", store.url, "--json")
     assert promoted.returncode == 0, promoted.stderr
-    assert json.loads(promoted.stdout) == {"ref": "tiny/prod", "previous": None, "manifest": second}
+    assert json.loads(promoted.stdout) == {
+        "schema": "neuronbuild.tag/1",
+        "store": store.url,
+        "ref": "tiny/prod",
+        "previous": None,
+        "manifest": second,
+    }
     rolled = nb("tag", first, "tiny/prod", "--cache", store.url)
     assert rolled.returncode == 0, rolled.stderr
     assert store.get_ref("tiny", "prod") == first

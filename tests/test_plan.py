@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -16,7 +15,14 @@ import pytest
 from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe, parse_recipe
-from tests.conftest import NEURON_TOOLCHAIN, RECIPES, REPO, cpu_recipe, neuron_recipe
+from tests.conftest import (
+    NEURON_TOOLCHAIN,
+    RECIPES,
+    REPO,
+    can_unshare_uts,
+    cpu_recipe,
+    neuron_recipe,
+)
 
 
 def graphs_of(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -268,7 +274,7 @@ def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Pat
     ).stdout
     other_env = {**env, "USER": "someone-else", "HOME": str(tmp_path), "HOSTNAME": "elsewhere"}
     command = [sys.executable, "-c", script]
-    if sys.platform.startswith("linux") and _can_unshare_uts():
+    if sys.platform.startswith("linux") and can_unshare_uts():
         # A different host name, as seen by gethostname(), in a new UTS namespace.
         command = [
             "unshare",
@@ -284,19 +290,6 @@ def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Pat
     ).stdout
     assert json.loads(here) == json.loads(there)
     assert len(json.loads(here)) == 2 + 2 + 3  # phases of the three Neuron recipes
-
-
-def _can_unshare_uts() -> bool:
-    try:
-        out = subprocess.run(
-            ["unshare", "--uts", "sh", "-c", "hostname elsewhere && hostname"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and out.stdout.strip() == "elsewhere" != socket.gethostname()
 
 
 def test_cpu_engine_environment_is_controlled_and_keyed(started_with: Any) -> None:

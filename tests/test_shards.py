@@ -219,7 +219,7 @@ def test_several_recipes_compile_together_one_manifest_and_ref_each(tmp_path: Pa
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert [r["name"] for r in report["recipes"]] == ["a", "b", "b-twin"]
-    assert report["units"] == 2
+    assert report["n_units"] == 2
     store = Store(cache)
     assert set(store.refs()) == {"a/latest", "b/latest", "b-twin/latest"}
     assert builds(tmp_path) == {2: 1, 4: 1}  # the shared unit compiled once
@@ -261,7 +261,7 @@ def test_three_shards_at_once_build_every_unit_once_and_seal_like_one_process(
     paths = four_recipes(tmp_path / "recipes")
     reports = run_shards(paths, cache, 3, env)
     assert builds(tmp_path) == dict.fromkeys(SEQS, 1)
-    assert sum(r["assigned"] for r in reports) == 4
+    assert sum(r["n_assigned"] for r in reports) == 4
     store = Store(cache)
     assert store.refs() == {}  # shards seal nothing
     sealed = neuronbuild("seal", *paths, "--cache", cache, "--shards", "3", "--json", env=env)
@@ -328,7 +328,7 @@ def test_shard_auto_reads_the_kubernetes_index(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["shard"] == "3/4" and report["assigned"] == 1
+    assert report["shard"] == "3/4" and report["n_assigned"] == 1
     assert sum(builds(tmp_path).values()) == 1
 
 
@@ -381,7 +381,7 @@ def test_a_local_ray_cluster_builds_two_recipes_to_sealed_manifests(tmp_path: Pa
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     report = json.loads(out)
-    assert [r["totals"]["compiled"] for r in report["recipes"]] == [1, 1]
+    assert [r["n_units_by_status"]["compiled"] for r in report["recipes"]] == [1, 1]
     # The engines ran under Ray's worker processes, not under neuronbuild's.
     lines = (tmp_path / "builds.jsonl").read_text().splitlines()
     parents = {json.loads(line)["ppid"] for line in lines}

@@ -132,7 +132,7 @@ def test_a_local_ray_cluster_builds_two_cpu_recipes_to_sealed_manifests(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert [r["totals"]["compiled"] for r in report["recipes"]] == [1, 1]
+    assert [r["n_units_by_status"]["compiled"] for r in report["recipes"]] == [1, 1]
     store = Store(str(cache))
     for n in SEQS[:2]:
         ref = f"demo-{n}/latest"

@@ -93,10 +93,17 @@ def test_a_ref_cannot_point_at_an_unknown_manifest(tmp_path: Path) -> None:
         store.move_ref("demo", "latest", "sha256:" + "0" * 64, None)
 
 
-@pytest.mark.parametrize("ref", ["demo", "a/b/c", "../x", "demo/", "/latest", "demo/la test"])
+@pytest.mark.parametrize(
+    "ref", ["a/b/c", "../x", "demo/", "/latest", "demo/la test", "", "la test"]
+)
 def test_bad_refs_are_user_errors(ref: str) -> None:
     with pytest.raises(UserError):
         parse_ref(ref)
+
+
+def test_a_bare_name_is_its_latest_ref() -> None:
+    assert parse_ref("demo") == ("demo", "latest")
+    assert parse_ref("demo/prod") == ("demo", "prod")
 
 
 def test_a_corrupt_blob_is_never_materialised(tmp_path: Path) -> None:

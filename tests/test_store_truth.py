@@ -98,11 +98,11 @@ def test_a_graph_is_built_only_while_its_blobs_are_present(
     os.unlink(store.layout.blob(store.get_manifest(digest).files()[0].digest))
 
     status = json.loads(nb("status", str(recipe), "--cache", store.url, "--json").stdout)
-    assert status["recipe"]["graphs"] == {"dynamic": {"built": 0, "missing": 1}}
+    assert status["recipe"]["n_graphs_by_kind"] == {"dynamic": {"cached": 0, "missing": 1}}
     plan = json.loads(nb("plan", str(recipe), "--cache", store.url, "--json").stdout)
     assert [u["cached"] for u in plan["units"]] == [False]
     doctor = nb("doctor", str(recipe), "--cache", store.url)
-    assert doctor.returncode == 0 and doctor.stdout.startswith("MISS")
+    assert doctor.returncode == 0 and doctor.stdout.splitlines()[1].startswith("MISS")
 
 
 def one_unit_build(tmp_path: Path) -> tuple[Store, Plan, UnitRecord]:
@@ -219,7 +219,7 @@ def test_serve_lays_out_node_locally_with_hard_links_never_inside_the_store(
         not in {"blobs", "units", "manifests", "refs", "history", "tmp", "locks", "layouts"}
     ]
     listed = json.loads(nb("ls", "--cache", store.url, "--json").stdout)
-    assert listed["layouts"] == 1
+    assert listed["n_layouts"] == 1
 
 
 def test_serve_dry_run_writes_nothing(tmp_path: Path) -> None:
@@ -265,8 +265,8 @@ def test_gc_sweeps_the_layout_record_of_a_dead_manifest(tmp_path: Path) -> None:
     root = Path(laid_out(store, env)["vllm_cache_root"])
     store.backend.delete(store.layout.ref("tiny", "latest"))
     report = nb("gc", "--older-than", "0", "--json", "--cache", store.url, env=env)
-    assert json.loads(report.stdout)["deleted"]["layouts"] == 1
-    assert store.summary()["layouts"] == 0
+    assert json.loads(report.stdout)["n_deleted_by_kind"]["layouts"] == 1
+    assert store.summary()["n_layouts"] == 0
     assert not root.exists()  # the folder serve chose goes with its record
 
 

@@ -86,6 +86,15 @@ class CpuEngine(Engine):
                     f"cpu_isa: {cpu_isa.host_isa()} (this host) or cpu_isa: {cpu_isa.HOST}",
                 )
             )
+        elif (problem := cpu_isa.name_problem(recipe.cpu_isa)) is not None:
+            errors.append(
+                RecipeError(
+                    "cpu_isa",
+                    recipe.cpu_isa,
+                    f"not an instruction set: {problem}; set cpu_isa: {cpu_isa.host_isa()} "
+                    f"(this host, as `neuronbuild isa` prints it) or cpu_isa: {cpu_isa.HOST}",
+                )
+            )
         for arg, example in EXPLICIT_ARGS.items():
             if recipe.engine_args.get(arg) is None:
                 errors.append(

@@ -27,6 +27,7 @@ from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, w
 from neuronbuild.engines.neuron import speculative_tokens
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
+from neuronbuild.human import count
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
@@ -228,18 +229,19 @@ class NeuronCompiler(UnitCompiler):
         self.workers = user_workers or max(1, budget // (at_once * ranks))
         note = None
         if at_once < min(jobs, units):
-            note = f"compiling {at_once} unit(s) at once, not {jobs}"
+            note = f"compiling {count(at_once, 'unit')} at once, not {jobs}"
         if ranks * (user_workers or 1) > budget:
             note = (
-                f"even 1 unit at a time runs {ranks} rank(s) x {user_workers or 1} compile "
-                f"worker(s) = {ranks * (user_workers or 1)} neuronx-cc processes (about "
+                f"even 1 unit at a time runs {count(ranks, 'rank')} x "
+                f"{count(user_workers or 1, 'compile worker')} = "
+                f"{ranks * (user_workers or 1)} neuronx-cc processes (about "
                 f"{ranks * (user_workers or 1) * per_process:.0f} GiB at {per_process:g} GiB each) "
                 f"on a host with {memory:.0f} GiB; runs killed for memory are retried with "
                 "fewer workers"
             )
         elif note is not None:
             note += (
-                f" and {self.workers} compile worker(s) per rank: {memory:.0f} GiB and "
+                f" and {count(self.workers, 'compile worker')} per rank: {memory:.0f} GiB and "
                 f"{host_cores()} cores at {per_process:g} GiB per neuronx-cc process "
                 f"({envs.NEURONBUILD_NEURON_COMPILE_GIB})"
             )

@@ -5,6 +5,7 @@
 - :mod:`.records`: the typed records (file, unit record, manifest, ref move) and their parsing;
 - :mod:`.backends`: atomic primitives per file system; imported by nothing outside this package;
 - :mod:`.cas`: :class:`~.cas.Store`, one store at one URL;
+- :mod:`.names`: what a user types for a manifest (a ref, a bare name, a digest prefix) resolved;
 - :mod:`.tiered`: a local folder in front of a remote store;
 - :mod:`.transfer`, :mod:`.verify`, :mod:`.gc`, :mod:`.node`: copy, check, sweep, lay out.
 

@@ -21,15 +21,20 @@ import fsspec
 
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
-from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, Layout, parse_ref
+from neuronbuild.store.layout import (
+    LATEST,
+    MAX_RECORD_BYTES,
+    MAX_SMALL_BYTES,
+    Layout,
+    parse_ref,
+)
+from neuronbuild.store.names import Listing, Target, resolve_manifest, resolve_ref, resolve_target
 from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
-
-LATEST = "latest"
-"""The tag ``compile`` moves: ``<recipe name>/latest``."""
 
 LIST_THRESHOLD = 64
 """Above this many blobs, presence is checked from one listing instead of one request each."""
@@ -124,14 +129,35 @@ class Store:
         """Whether the store is a local (or NFS) folder, usable as a node's local tier."""
         return isinstance(self.backend, FolderBackend)
 
-    def check_writable(self) -> None:
+    def check_writable(self, *, leave_nothing: bool = False, option: str = "--cache") -> None:
         """Write and delete a probe object, so a read-only store fails before hours of work.
 
+        ``leave_nothing`` (a dry run): a folder store, existing or not, is probed by
+        :func:`~neuronbuild.folders.check_writable_folder`, which creates no folder either;
+        ``option`` names the store in messages.
+
         Raises:
-            UserError: publishing is not possible at this URL. StoreError: the write failed.
+            UserError: publishing is not possible at this URL, or a file stands where the store
+                folder must be. StoreError: the write failed.
         """
+        if leave_nothing and self.is_folder:
+            try:
+                check_writable_folder(Path(self.layout.tmp("probe")).parent)
+            except FolderInTheWay as exc:
+                raise UserError(f"{option} {self.url}: {exc}; give a folder") from None
+            except OSError as exc:
+                raise StoreError(
+                    f"{option} {self.url}: cannot write in {exc.filename} ({exc.strerror}); "
+                    "give a folder this user can write, or fix its permissions"
+                ) from None
+            return
         probe = self.layout.tmp(f"probe-{uuid.uuid4().hex}")
-        self.backend.put(probe, b"")
+        try:
+            self.backend.put(probe, b"")
+        except FileNotFoundError as exc:  # s3fs's NoSuchBucket
+            raise StoreError(
+                f"{option} {self.url}: cannot write there: {exc.strerror or exc}; check the URL"
+            ) from None
         self.backend.delete(probe)
 
     def url_of(self, path: str) -> str:
@@ -512,29 +538,37 @@ class Store:
         return {"store": self.url, "refs": self.refs(), **self.summary()}
 
     def summary(self) -> dict[str, int]:
-        """Counts of manifests, unit records, blobs, node layouts, and the blobs' bytes."""
+        """Counts (``n_manifests``, ``n_unit_records``, ``n_blobs``, ``n_layouts``) and the
+        blobs' ``bytes``."""
         blobs = self.backend.list_sizes(self.layout.folder("blobs"))
         return {
-            "manifests": len(self.backend.find(self.layout.folder("manifests"))),
-            "units": len(self.backend.find(self.layout.folder("units"))),
-            "blobs": len(blobs),
+            "n_manifests": len(self.backend.find(self.layout.folder("manifests"))),
+            "n_unit_records": len(self.backend.find(self.layout.folder("units"))),
+            "n_blobs": len(blobs),
             "bytes": sum(blobs.values()),
-            "layouts": len(self.backend.find(self.layout.folder("layouts"))),
+            "n_layouts": len(self.backend.find(self.layout.folder("layouts"))),
         }
 
-    def resolve(self, ref_or_digest: str) -> str:
-        """A manifest digest from ``sha256:<hex>`` or ``<name>/<tag>``.
+    def listing(self) -> Listing:
+        """How :mod:`~neuronbuild.store.names` reads this store's refs and manifests."""
+        return Listing(self.get_ref, lambda: sorted(self.refs()), self.manifest_digests, self.url)
+
+    def resolve_target(self, text: str, accept: str = "any") -> Target:
+        """The manifest ``text`` names, and the ref it came through: ``accept`` ``"any"`` takes a
+        ref, a bare name (``<name>/latest``), a digest or a unique prefix of one (see
+        :mod:`~neuronbuild.store.names`); ``"ref"`` refs and bare names only; ``"manifest"``
+        digests and prefixes only.
 
         Raises:
-            UserError: a ref that does not exist, or text that is neither.
+            UserError: nothing matches (the refs that exist are named), a prefix is ambiguous or
+                too short, or the text is neither a ref nor a digest.
         """
-        if ref_or_digest.startswith("sha256:"):
-            try:
-                return check_digest(ref_or_digest, "manifest")
-            except StoreDataInvalid as exc:
-                raise UserError(str(exc)) from None
-        name, tag = parse_ref(ref_or_digest)
-        digest = self.get_ref(name, tag)
-        if digest is None:
-            raise UserError(f"{self.url}: no ref {name}/{tag}; compile its recipe first")
-        return digest
+        if accept == "ref":
+            return resolve_ref(self.listing(), text)
+        if accept == "manifest":
+            return resolve_manifest(self.listing(), text)
+        return resolve_target(self.listing(), text)
+
+    def resolve(self, text: str) -> str:
+        """The manifest digest ``text`` names (see :meth:`resolve_target`)."""
+        return self.resolve_target(text).digest

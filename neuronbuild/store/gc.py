@@ -44,13 +44,15 @@ class GcReport:
     restored: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
+        """``gc --json`` less its ``store`` (``neuronbuild/schemas/gc.json``): ``deleted`` lists
+        paths by kind, ``n_deleted_by_kind`` counts them, ``bytes`` is the blobs' total."""
         return {
             "dry_run": self.dry_run,
-            "live_manifests": self.live_manifests,
-            "deleted": {kind: len(paths) for kind, paths in self.deleted.items()},
+            "n_live_manifests": self.live_manifests,
+            "n_deleted_by_kind": {kind: len(paths) for kind, paths in self.deleted.items()},
             "bytes": self.bytes,
             "restored": self.restored,
-            "paths": self.deleted,
+            "deleted": self.deleted,
         }
 
 
@@ -152,12 +154,18 @@ def collect_garbage(
         if sweep.old(path):
             sweep.delete("units", path)
         elif key is not None and (record := store.get_unit(key)) is not None:
+            live_units.add(key)
             live_blobs.update(f.digest for f in record.files)  # an unsealed shard
     for path in store.backend.find(layout.folder("blobs")):
         if layout.digest_of("blobs", path) not in live_blobs and sweep.old(path):
             sweep.delete("blobs", path)
 
-    # The store's other kinds.
+    # The store's other kinds. A timing goes with its unit: the kept units' timings still give
+    # every shape its measured cost (neuronbuild.costs reads timings of other keys of a shape).
+    for path in store.backend.find(layout.folder("timings")):
+        named = layout.timing_of(path)
+        if (named is None or named[1] not in live_units) and sweep.old(path):
+            sweep.delete("timings", path)
     for path in store.backend.find(layout.folder("tmp")):
         if sweep.old(path):
             sweep.delete("tmp", path)

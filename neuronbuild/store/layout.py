@@ -40,15 +40,25 @@ KINDS = ("blobs", "units", "manifests", "refs", "history", "layouts", "timings",
 """Every top-level folder of a store; anything else under the root is not ours."""
 
 
+LATEST = "latest"
+"""The tag ``compile`` moves (``<recipe name>/latest``), and the one a bare name means."""
+
+
 def parse_ref(ref: str) -> tuple[str, str]:
-    """``<name>/<tag>`` -> ``(name, tag)``.
+    """``<name>/<tag>`` -> ``(name, tag)``; a bare ``<name>`` means ``<name>/latest`` (as
+    docker's ``image`` means ``image:latest``).
 
     Raises:
         UserError: anything else (the message shows the expected form).
     """
     name, sep, tag = ref.partition("/")
-    if not sep or not REF_PART.match(name) or not REF_PART.match(tag):
-        raise UserError(f"ref {ref!r}: expected <name>/<tag>, e.g. cpu-tiny-llama/latest")
+    if not sep:
+        tag = LATEST
+    if not REF_PART.match(name) or not REF_PART.match(tag):
+        raise UserError(
+            f"ref {ref!r}: expected <name>/<tag> or <name> (for <name>/latest), "
+            "e.g. cpu-tiny-llama/latest"
+        )
     return name, tag
 
 

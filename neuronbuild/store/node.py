@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.human import count
 from neuronbuild.store.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
@@ -147,7 +148,7 @@ def lay_out(
     if missing:
         names = ", ".join(f"{f.path} ({f.digest[:19]})" for f in missing[:3])
         raise StoreDataInvalid(
-            f"manifest {digest} is incomplete in {tiers.local.url}: {len(missing)} blob(s) "
+            f"manifest {digest} is incomplete in {tiers.local.url}: {count(len(missing), 'blob')} "
             f"missing, e.g. {names}; publish it again (neuronbuild compile) before serving"
         )
     try:

@@ -9,10 +9,12 @@ user should hear about comes back as :attr:`TieredStore.notes`, which the CLI pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store
+from neuronbuild.store.names import Listing, Target, resolve_manifest, resolve_ref, resolve_target
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scratch_folder
 
@@ -46,6 +48,34 @@ class TieredStore:
                 f"{self.remote.url} unreachable ({exc}); using the pulled {name}/{tag}"
             )
             return digest
+
+    def resolve_target(self, text: str, accept: str = "any", hint: str = "") -> Target:
+        """What ``text`` names (see :meth:`Store.resolve_target`), read as :meth:`get_ref` reads
+        refs: from the remote, or from the local tier when the remote cannot be reached.
+        ``hint``: what to do when a ref is missing (appended to the error)."""
+
+        def listed(read: Callable[[Store], list[str]]) -> Callable[[], list[str]]:
+            def call() -> list[str]:
+                if self.remote is None:
+                    return read(self.local)
+                try:
+                    return read(self.remote)
+                except StoreError:
+                    return read(self.local)
+
+            return call
+
+        listing = Listing(
+            self.get_ref,
+            listed(lambda store: sorted(store.refs())),
+            listed(Store.manifest_digests),
+            self.url,
+        )
+        if accept == "ref":
+            return resolve_ref(listing, text, hint)
+        if accept == "manifest":
+            return resolve_manifest(listing, text)
+        return resolve_target(listing, text)
 
     def get_manifest(self, digest: str) -> Manifest:
         """Manifests are immutable: the local tier's copy is as good as the remote's, once it

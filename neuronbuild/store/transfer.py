@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.human import size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.digest import hex_of
 from neuronbuild.store.records import FileRecord
@@ -37,10 +38,11 @@ class CopyReport:
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, object]:
+        """What ``push`` and ``pull --json`` print of a copy (``bytes``: those copied)."""
         return {
             "manifest": self.manifest,
-            "blobs_copied": self.copied,
-            "blobs_present": self.skipped,
+            "n_blobs_copied": self.copied,
+            "n_blobs_present": self.skipped,
             "bytes": self.bytes,
             "notes": list(self.notes),
         }
@@ -53,8 +55,8 @@ def check_free_space(store: Store, needed: int) -> None:
     free = shutil.disk_usage(store.root).free
     if free < needed + DISK_MARGIN_BYTES:
         raise UserError(
-            f"{store.url}: {needed / 2**30:.2f} GiB of blobs to fetch but only "
-            f"{free / 2**30:.2f} GiB free; free space or pick another --local-cache"
+            f"{store.url}: {size(needed)} of blobs to fetch but only {size(free)} free (keeping "
+            f"{size(DISK_MARGIN_BYTES)} spare); free space or pick another --local-cache"
         )
 
 

@@ -13,15 +13,16 @@ class VerifyReport:
     """Problems found, one line each with the object's URL; empty when the manifest is sound."""
 
     manifest: str
-    files: int
+    blobs: int
     bytes: int
     deep: bool
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
+        """``verify --json`` less its ``store`` (``neuronbuild/schemas/verify.json``)."""
         return {
             "manifest": self.manifest,
-            "files": self.files,
+            "n_blobs": self.blobs,
             "bytes": self.bytes,
             "deep": self.deep,
             "ok": not self.problems,

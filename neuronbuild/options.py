@@ -1,0 +1,71 @@
+"""The command-line options several commands share, defined once: one name, one meaning and one
+help text everywhere (``neuronbuild`` and ``neuronbuild serve`` alike).
+
+``tests/test_operator_checks.py`` walks every command of the group and fails when one spells a
+shared option its own way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from neuronbuild import envs
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CACHE_HELP = "The store: a folder, file://, s3://bucket/prefix or another fsspec URL."
+CACHE_DEFAULT = "$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store"
+LOCAL_CACHE_HELP = "A local store folder in front of --cache"
+JOBS_HELP = "How many run at once"
+JSON_HELP = "Print the result as JSON on stdout instead of text (the same data)"
+DRY_RUN_HELP = "Run every check and print what would be done, changing nothing"
+
+
+def cache_option(f: F) -> F:
+    """``--cache URL``: the store a command reads or publishes to (DESIGN.md, "Command-line
+    conventions"), default ``$NEURONBUILD_CACHE``, else the user's cache folder."""
+    return click.option(
+        "--cache",
+        metavar="URL",
+        default=envs.default_cache_url,
+        show_default=CACHE_DEFAULT,
+        help=CACHE_HELP,
+    )(f)
+
+
+def local_cache_option(role: str, required: bool = False) -> Callable[[F], F]:
+    """``--local-cache DIR``: a node-local folder store in front of ``--cache``; ``role`` says
+    what this command does with it."""
+    return click.option(
+        "--local-cache",
+        metavar="DIR",
+        required=required,
+        type=click.Path(file_okay=False),
+        help=f"{LOCAL_CACHE_HELP}: {role}",
+    )
+
+
+def jobs_option(what: str, default: int) -> Callable[[F], F]:
+    """``-j/--jobs N``: how many of ``what`` run at once (like ``make -j``)."""
+    return click.option(
+        "-j",
+        "--jobs",
+        metavar="N",
+        default=default,
+        show_default=True,
+        type=click.IntRange(1),
+        help=f"{JOBS_HELP}: {what}.",
+    )
+
+
+def json_option(when: str = "") -> Callable[[F], F]:
+    """``--json``: the command's result as JSON on stdout, the same data the text shows."""
+    return click.option("--json", "as_json", is_flag=True, help=f"{JSON_HELP}{when}.")
+
+
+def dry_run_option(what: str) -> Callable[[F], F]:
+    """``--dry-run``: every check of the real run, and what it would do; nothing changes."""
+    return click.option("--dry-run", is_flag=True, help=f"{DRY_RUN_HELP}: {what}.")
