@@ -9,7 +9,6 @@ Usage: ``python -m neuronbuild.demo.model OUT_DIR [--seed N]``.
 """
 
 import argparse
-import hashlib
 import importlib
 import json
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from neuronbuild.demo import text
 from neuronbuild.demo.train import train_on_sequences
+from neuronbuild.store.digest import canonical_json, sha256_digest
 
 MARKER = ".neuronbuild-demo-complete"
 """Written last into the model folder, naming the digest of the build's inputs; a folder without
@@ -78,8 +78,7 @@ def inputs_digest(seed: int) -> str:
         "learning_rate": LEARNING_RATE,
         "libraries": {name: _version(name) for name in LIBRARIES},
     }
-    canonical = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+    return sha256_digest(canonical_json(inputs))
 
 
 def _is_complete(out_dir: Path, digest: str) -> bool:
