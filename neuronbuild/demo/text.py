@@ -1,8 +1,9 @@
 """The text the demo model learns, and the prompt the demo asks it.
 
 The two opening paragraphs of Jane Austen's *Pride and Prejudice* (1813, public domain), as
-Project Gutenberg's eBook #1342 prints them (chapter 1). Each paragraph is one training sequence
-that ends with the end-of-sequence token, so a greedy answer stops where its paragraph does.
+Project Gutenberg's eBook #1342 prints them (chapter 1; other editions differ by a comma or an
+"as"). Each paragraph is one training sequence that ends with the end-of-sequence token, so a
+greedy answer stops where its paragraph does.
 """
 
 PARAGRAPHS = (
