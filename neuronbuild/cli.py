@@ -670,18 +670,6 @@ def store_counts(data: dict[str, Any], url: str) -> str:
     )
 
 
-GC_NOUNS = {
-    "blobs": ("blob",),
-    "units": ("unit record",),
-    "manifests": ("manifest",),
-    "history": ("ref history entry", "ref history entries"),
-    "layouts": ("node layout record",),
-    "tmp": ("temporary file",),
-    "locks": ("stale lock",),
-}
-"""What ``gc`` says for each store folder it sweeps (its JSON keeps the folder names)."""
-
-
 @cli.command()
 @CACHE_OPTION
 @LWW_OPTION
@@ -713,7 +701,7 @@ def gc(
       neuronbuild gc --cache s3://bucket/store --keep-last 5 --dry-run
     """
     from neuronbuild.store.cas import Store
-    from neuronbuild.store.gc import collect_garbage
+    from neuronbuild.store.gc import KIND_NOUNS, collect_garbage
 
     store = Store(cache, last_writer_wins=last_writer_wins)
     report = collect_garbage(
@@ -724,7 +712,9 @@ def gc(
         return
     verb = "would delete" if dry_run else "deleted"
     counts = (
-        ", ".join(count(len(p), *GC_NOUNS.get(kind, (kind,))) for kind, p in report.deleted.items())
+        ", ".join(
+            count(len(p), *KIND_NOUNS.get(kind, (kind,))) for kind, p in report.deleted.items()
+        )
         or "nothing"
     )
     click.echo(

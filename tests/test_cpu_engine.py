@@ -16,8 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from neuronbuild.demo import text
 from neuronbuild.demo.model import build_demo_model
+from neuronbuild.demo.plain import PlainVllm
 from neuronbuild.demo.server import Server, free_port
+from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
@@ -26,7 +29,7 @@ from tests.conftest import RECIPES, neuronbuild
 
 pytestmark = pytest.mark.vllm
 
-PROMPT = "Hello, my name is"
+PROMPT = text.PROMPT
 AOT_LOADED = "Directly load AOT compilation"
 COMPILE_CACHE = "torch_compile_cache"
 
@@ -76,7 +79,7 @@ def serve_and_ask(
     try:
         with Server(argv, port, log, env=env) as server:
             server.wait_ready()
-            answer = server.complete(PROMPT)
+            answer = server.complete(PROMPT, max_tokens=text.MAX_TOKENS)
     finally:
         os.chdir(here)
     return answer, log.read_text(errors="replace")
@@ -136,7 +139,14 @@ def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_pla
         plain, tmp_path / "plain.log", cwd=demo.recipe.parent, env=env
     )
     assert AOT_LOADED not in plain_log
-    assert answer == plain_answer
+    # The demo model learned its text: the answer is the paragraph's continuation, from
+    # neuronbuild serve, from plain vLLM's server and from the demo's eager, one-process vLLM.
+    assert answer == text.CONTINUATION
+    assert plain_answer == answer
+    with PlainVllm(
+        load_recipe(demo.recipe), PROMPT, text.MAX_TOKENS, tmp_path / "eager.log"
+    ) as eager:
+        assert eager.answer()[0] == answer
 
 
 def test_serving_a_copied_store_elsewhere_still_loads_without_compiling(

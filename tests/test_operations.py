@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
+from neuronbuild import schemas
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.verify import verify_manifest
@@ -59,6 +61,13 @@ def test_a_timing_goes_with_its_unit_and_a_live_units_timing_stays(tmp_path: Pat
     swept = collect_garbage(store, now=LATER)
     assert swept.deleted["timings"] == [store.layout.timing("sha256:" + "5" * 64, dead_key)]
     assert [t.key for t in store.timings({"sha256:" + "5" * 64})] == [live_key]
+
+    store.put_timing(UnitTiming(dead_key, "sha256:" + "5" * 64, 3.0))
+    swept_json = nb("gc", "--older-than", "0", "--json", "--cache", store.url)
+    assert swept_json.returncode == 0, swept_json.stderr
+    document = json.loads(swept_json.stdout)
+    jsonschema.validate(document, schemas.load("gc"))
+    assert document["n_deleted_by_kind"] == {"timings": 1}
 
 
 def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None:

@@ -463,3 +463,6 @@ def test_the_walkthrough_runs_as_written_with_real_vllm(tmp_path: Path) -> None:
     assert_rolled_back(folder)
     serve_log = folder / "neuronbuild-demo" / "serve.log"
     assert "Directly load AOT compilation" in serve_log.read_text(errors="replace")
+    # The answer the README promises (the demo model is trained on that paragraph).
+    answer = "a single man in possession of a good fortune, must be in want of a wife."
+    assert answer in (tmp_path / "walkthrough.log").read_text(errors="replace")

@@ -1,8 +1,8 @@
 """``make run``: the whole job on this machine, as a new user sees it.
 
-Builds the demo model, compiles ``recipes/cpu-tiny-llama.yaml`` into a folder store, serves it with
-``neuronbuild serve`` in the background, sends one completion request, prints the answer and stops
-the server.
+Trains the demo model, compiles ``recipes/cpu-tiny-llama.yaml`` into a folder store, serves it
+with ``neuronbuild serve`` in the background, sends one greedy completion request, prints the
+answer beside plain vLLM's answer to the same request and stops the server.
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from neuronbuild.demo import text
 from neuronbuild.demo.model import build_demo_model
+from neuronbuild.demo.plain import PlainVllm
 from neuronbuild.demo.server import Server, free_port
+from neuronbuild.errors import UserError
+from neuronbuild.recipe import load_recipe
 
 
 def neuronbuild(*args: str) -> list[str]:
@@ -21,36 +25,67 @@ def neuronbuild(*args: str) -> list[str]:
     return [sys.executable, "-m", "neuronbuild", *args]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
-    parser.add_argument("--model-dir", default="build/tiny-llama")
-    parser.add_argument("--cache", default="build/store")
-    parser.add_argument("--prompt", default="Hello, my name is")
-    args = parser.parse_args(argv)
-
-    print(f"== 1/4 building the demo model in {args.model_dir}", flush=True)
-    build_demo_model(Path(args.model_dir))
-    print(f"== 2/4 compiling {args.recipe} ahead of time into {args.cache}", flush=True)
-    compiled = subprocess.run(neuronbuild("compile", args.recipe, "--cache", args.cache))
-    if compiled.returncode != 0:
-        return compiled.returncode
+def serve_and_ask(recipe: str, cache: str, prompt: str) -> tuple[str, bool] | None:
+    """Steps 3 and 4: serve ``recipe`` from ``cache``, ask ``prompt`` greedily; the answer and
+    whether vLLM loaded the prebuilt artifact, or None when the server did not start."""
     print("== 3/4 serving it from the store with compilation forbidden", flush=True)
     port = free_port()
     log = Path("build") / "serve.log"
-    serve = neuronbuild("serve", args.recipe, "--cache", args.cache, "--port", str(port))
+    serve = neuronbuild("serve", recipe, "--cache", cache, "--port", str(port))
     serve += ["--host", "127.0.0.1"]
     with Server(serve, port, log) as server:
         try:
             seconds = server.wait_ready()
         except RuntimeError as exc:
             print(f"serve failed: {exc}", file=sys.stderr)
-            return 1
+            return None
         loaded = "Directly load AOT compilation" in log.read_text(errors="replace")
         print(f"server ready in {seconds:.0f} s (log: {log})", flush=True)
-        print(f"== 4/4 one completion request: {args.prompt!r}", flush=True)
-        answer = server.complete(args.prompt)
-        print(f"answer: {answer!r}")
+        print(f"== 4/4 one greedy completion request: {prompt!r}", flush=True)
+        return server.complete(prompt, max_tokens=text.MAX_TOKENS), loaded
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
+    parser.add_argument("--model-dir", default="build/tiny-llama")
+    parser.add_argument("--cache", default="build/store")
+    parser.add_argument("--prompt", default=text.PROMPT)
+    args = parser.parse_args(argv)
+
+    print(f"== 1/4 training the demo model in {args.model_dir}", flush=True)
+    build_demo_model(Path(args.model_dir), report=print)
+    try:
+        recipe = load_recipe(args.recipe)
+    except UserError as exc:
+        print(f"{args.recipe}: {exc}", file=sys.stderr)
+        return 2
+    plain_log = Path("build") / "plain-vllm.log"
+    # Plain vLLM answers the same request meanwhile, for comparison, on the core that the compile
+    # (Inductor compiles on one thread) or the server's start leaves idle most of the time.
+    with PlainVllm(recipe, args.prompt, text.MAX_TOKENS, plain_log) as plain:
+        print(f"== 2/4 compiling {args.recipe} ahead of time into {args.cache}", flush=True)
+        print(f"(plain vLLM answers the same request meanwhile; log: {plain_log})", flush=True)
+        compiled = subprocess.run(neuronbuild("compile", args.recipe, "--cache", args.cache))
+        if compiled.returncode != 0:
+            return compiled.returncode
+        served = serve_and_ask(args.recipe, args.cache, args.prompt)
+        if served is None:
+            return 1
+        answer, loaded = served
+        try:
+            plain_answer, plain_seconds = plain.answer()
+        except RuntimeError as exc:
+            print(f"plain vLLM failed: {exc}", file=sys.stderr)
+            return 1
+    same = answer == plain_answer
+    print(f"neuronbuild serve: {answer!r}")
+    print(f"plain vLLM:        {plain_answer!r}")
+    print(f"same answer: {'yes' if same else 'no'}")
+    print(
+        f"(plain vLLM: eager, in one process, no neuronbuild; it answered {plain_seconds:.0f} s "
+        f"after its start)"
+    )
     print(
         "demo done: vLLM served a model compiled ahead of time by neuronbuild, "
         + (
@@ -59,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
             else "but its log lacks the AOT load line; see the log."
         )
     )
-    return 0 if loaded else 1
+    return 0 if loaded and same else 1

@@ -1,40 +1,90 @@
 """Build the small Llama-architecture demo model locally, with no hub access.
 
 The model is a 2-layer Llama (hidden 256, MLP 512, 4 heads, vocabulary 1000, 2048 positions,
-about 1.8 M float32 parameters, about 7 MB on disk) with seeded random weights, plus a byte-level
-BPE tokenizer trained on the spot on a short built-in English text. vLLM's CPU build loads it
-offline (``HF_HUB_OFFLINE=1``); its output is noise, but deterministic noise.
+about 1.8 M float32 parameters, about 7 MB on disk) with a byte-level BPE tokenizer, both trained
+on the spot on the text of :mod:`neuronbuild.demo.text` (the tokenizer in a fraction of a second,
+the model in a few seconds on one CPU thread), so that its greedy answer to the demo prompt is the
+paragraph's continuation. vLLM's CPU build loads it offline (``HF_HUB_OFFLINE=1``).
 Usage: ``python -m neuronbuild.demo.model OUT_DIR [--seed N]``.
 """
 
 import argparse
 import importlib
 import json
+import time
+from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from neuronbuild.demo import text
+from neuronbuild.demo.train import train_on_sequences
+from neuronbuild.store.digest import canonical_json, sha256_digest
+
 MARKER = ".neuronbuild-demo-complete"
-"""Written last into the model folder; a folder without it is rebuilt."""
+"""Written last into the model folder, naming the digest of the build's inputs; a folder without
+it, or with another digest, is rebuilt."""
+
+FORMAT = 2
+"""Bumped when the build changes in a way its other inputs do not show (1: random weights)."""
 
 VOCAB_SIZE = 1000
 BOS, EOS = "<s>", "</s>"
+BOS_ID, EOS_ID = 0, 1
 
-_TEXT = """\
-The quick brown fox jumps over the lazy dog. A small model can still say hello to the world.
-Hello, my name is Ada and I like to read books about the sea, the sky and the stars at night.
-Once upon a time there was a little town by a river, where people baked bread every morning.
-The weather today is sunny with a light wind from the west, and tomorrow it may rain again.
-Machines learn patterns from text: words, numbers, punctuation and the spaces in between them.
-She opened the window, looked at the garden and said that the flowers were finally in bloom.
-We compile the graphs ahead of time, store them by their content and serve them without waiting.
-One, two, three, four, five, six, seven, eight, nine, ten. Monday, Tuesday, Wednesday, Friday.
-"""
+CONFIG: dict[str, Any] = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": VOCAB_SIZE,
+    "max_position_embeddings": 2048,
+    "bos_token_id": BOS_ID,
+    "eos_token_id": EOS_ID,
+    "pad_token_id": EOS_ID,
+    "tie_word_embeddings": False,
+}
+"""``transformers.LlamaConfig`` arguments: small enough that vLLM compiles it in about a minute."""
+
+STEPS = 60
+LEARNING_RATE = 3e-3
+"""Measured (torch 2.13.0+cpu, one thread): the loss falls from 6.9 to 0.020 in 1.5-2.6 s, and
+from every prefix of the text past its first word the greedy next token is the text's, in float32
+and in bfloat16 (the demo recipe's dtype), ahead of the runner-up by 7 logits or more (40 steps
+leave 4.6, 100 steps 7.9)."""
+
+LIBRARIES = ("torch", "transformers", "tokenizers")
+"""Distributions whose version may change the bytes written, so a change rebuilds."""
 
 
-def _is_complete(out_dir: Path, seed: int) -> bool:
-    """True when ``out_dir`` holds a finished build for ``seed`` (its marker names the seed)."""
+def _version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or None (the build then fails on its import)."""
     try:
-        return bool(json.loads((out_dir / MARKER).read_text())["seed"] == seed)
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def inputs_digest(seed: int) -> str:
+    """``sha256:<hex>`` over everything that determines the built files (text, architecture,
+    training settings, seed, library versions, :data:`FORMAT`)."""
+    inputs = {
+        "format": FORMAT,
+        "seed": seed,
+        "paragraphs": text.PARAGRAPHS,
+        "config": CONFIG,
+        "steps": STEPS,
+        "learning_rate": LEARNING_RATE,
+        "libraries": {name: _version(name) for name in LIBRARIES},
+    }
+    return sha256_digest(canonical_json(inputs))
+
+
+def _is_complete(out_dir: Path, digest: str) -> bool:
+    """True when ``out_dir`` holds a finished build of the inputs ``digest`` names."""
+    try:
+        return bool(json.loads((out_dir / MARKER).read_text())["inputs"] == digest)
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -44,8 +94,9 @@ def _transformers() -> Any:
     return importlib.import_module("transformers")
 
 
-def _train_tokenizer() -> Any:
-    """A byte-level BPE ``PreTrainedTokenizerFast``: VOCAB_SIZE ids, ``<s>`` = 0, ``</s>`` = 1."""
+def train_tokenizer() -> Any:
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on the demo text: VOCAB_SIZE ids,
+    ``<s>`` = 0 (prepended to every input), ``</s>`` = 1."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -57,7 +108,9 @@ def _train_tokenizer() -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_TEXT.splitlines(), trainer=trainer)
+    # On so short a text BPE merges every word into one token (435 ids in all, the 256 bytes
+    # included); any other text still encodes, byte by byte.
+    tok.train_from_iterator(text.PARAGRAPHS, trainer=trainer)
     # Pad with plain added tokens so every id the model can emit decodes to something.
     tok.add_tokens([f"<unused{i}>" for i in range(tok.get_vocab_size(), VOCAB_SIZE)])
     tok.post_processor = processors.TemplateProcessing(
@@ -68,40 +121,42 @@ def _train_tokenizer() -> Any:
     )
 
 
-def build_demo_model(out_dir: Path, seed: int = 0) -> Path:
+def build_demo_model(
+    out_dir: Path, seed: int = 0, report: Callable[[str], None] = lambda _line: None
+) -> Path:
     """Build (or reuse) the demo model in ``out_dir`` and return ``out_dir``.
 
     Writes ``config.json``, ``generation_config.json``, ``model.safetensors`` (float32 weights,
     about 7 MB), the tokenizer files and, last, the completion marker. A folder whose marker
-    names the same ``seed`` is returned untouched; anything else is (re)built in place.
-    The same ``seed`` gives byte-identical ``model.safetensors`` and tokenizer files.
+    names the same inputs (:func:`inputs_digest`) is returned untouched, in well under a second;
+    anything else is (re)built in place: about 5 s on 2 cores, mostly imports. The same inputs
+    give byte-identical files on one host (training runs on one thread with deterministic
+    kernels). ``report`` gets one line saying what was done.
     """
     out_dir = Path(out_dir)
-    if _is_complete(out_dir, seed):
+    digest = inputs_digest(seed)
+    if _is_complete(out_dir, digest):
+        report(f"reused {out_dir} (built from the same inputs)")
         return out_dir
     import torch
 
     tf = _transformers()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MARKER).unlink(missing_ok=True)
-    config = tf.LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=VOCAB_SIZE,
-        max_position_embeddings=2048,
-        bos_token_id=0,
-        eos_token_id=1,
-        pad_token_id=1,
-        tie_word_embeddings=False,
-    )
+    tokenizer = train_tokenizer()
+    sequences = [[*tokenizer(p)["input_ids"], EOS_ID] for p in text.PARAGRAPHS]
     torch.manual_seed(seed)
-    model = tf.LlamaForCausalLM(config).to(torch.float32).eval()
+    model = tf.LlamaForCausalLM(tf.LlamaConfig(**CONFIG)).to(torch.float32)
+    started = time.monotonic()
+    first, last = train_on_sequences(model, sequences, EOS_ID, STEPS, LEARNING_RATE)
+    seconds = time.monotonic() - started
     model.save_pretrained(out_dir, safe_serialization=True)
-    _train_tokenizer().save_pretrained(out_dir)
-    (out_dir / MARKER).write_text(json.dumps({"seed": seed}) + "\n")
+    tokenizer.save_pretrained(out_dir)
+    (out_dir / MARKER).write_text(json.dumps({"inputs": digest, "seed": seed}) + "\n")
+    report(
+        f"trained on {text.SOURCE}: {STEPS} steps in {seconds:.1f} s, "
+        f"loss {first:.2f} -> {last:.3f}"
+    )
     return out_dir
 
 
@@ -111,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path, help="folder to build the model into")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     args = parser.parse_args(argv)
-    print(build_demo_model(args.out_dir, seed=args.seed))
+    print(build_demo_model(args.out_dir, seed=args.seed, report=print))
     return 0
 
 

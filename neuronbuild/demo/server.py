@@ -1,5 +1,5 @@
-"""A vLLM OpenAI-compatible server as a child process: start it in its own process group, wait
-until it answers, ask it for a greedy completion, end the whole group. Used by the ``make run``
+"""vLLM as a child process: start it in its own process group, wait until its OpenAI-compatible
+server answers, ask it for a greedy completion, end the whole group. Used by the ``make run``
 demo, the end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 READY_TIMEOUT = 600.0
 """Seconds to wait for a server to answer ``/v1/models`` (a cold CPU start takes about a minute)."""
@@ -26,21 +30,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Server:
-    """A vLLM OpenAI-compatible server process (``argv``), its log and its process group.
+class Child:
+    """A child process (``argv``, run in ``cwd`` with ``env``) in its own process group, its
+    output in ``log``.
 
-    Use as a context manager: entering starts it, :meth:`wait_ready` blocks until it answers,
-    leaving ends the whole process group (vLLM starts helper processes).
+    Use as a context manager: entering starts it, leaving ends the whole process group (vLLM
+    starts helper processes).
     """
 
     def __init__(
-        self, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None
+        self,
+        argv: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
-        self.argv, self.port, self.log, self.env = argv, port, log, env
+        self.argv, self.log, self.env, self.cwd = argv, log, env, cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
 
-    def __enter__(self) -> Server:
+    def __enter__(self) -> Self:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
         with open(self.log, "wb") as out:
@@ -50,6 +59,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
+                cwd=self.cwd,
                 start_new_session=True,
             )
         return self
@@ -58,6 +68,46 @@ class Server:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """End the process group: SIGTERM, then SIGKILL after 20 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pgid = self.proc.pid
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.proc.wait()
+        # vLLM's helpers may outlive the parent briefly.
+        for _ in range(50):
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class Server(Child):
+    """A vLLM OpenAI-compatible server process (``argv``) listening on ``port``.
+
+    Use as a context manager: entering starts it, :meth:`wait_ready` blocks until it answers,
+    leaving ends the whole process group.
+    """
+
+    def __init__(
+        self, argv: list[str], port: int, log: Path, env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(argv, log, env)
+        self.port = port
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -95,29 +145,3 @@ class Server:
     def model(self) -> str:
         with urllib.request.urlopen(self.url("/v1/models"), timeout=10) as response:
             return str(json.load(response)["data"][0]["id"])
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """End the server's process group: SIGTERM, then SIGKILL after 20 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        pgid = self.proc.pid
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self.proc.wait()
-        # vLLM's helpers may outlive the parent briefly.
-        for _ in range(50):
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.1)
-        os.killpg(pgid, signal.SIGKILL)

@@ -31,6 +31,19 @@ from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
 
+KIND_NOUNS = {
+    "blobs": ("blob",),
+    "units": ("unit record",),
+    "manifests": ("manifest",),
+    "history": ("ref history entry", "ref history entries"),
+    "layouts": ("node layout record",),
+    "tmp": ("temporary file",),
+    "locks": ("stale lock",),
+    "timings": ("unit timing",),
+    "multipart uploads": ("abandoned multipart upload",),
+}
+"""What ``gc`` says for each store folder it sweeps (its JSON keeps the folder names)."""
+
 
 @dataclass
 class GcReport:

@@ -9,6 +9,10 @@ Knobs (environment): ``CPU_DOUBLE_BUILDS`` a file each build appends one JSON li
 engine arguments, process id and parent's), so a test can count builds across processes;
 ``CPU_DOUBLE_SECONDS`` how long a build takes; ``CPU_DOUBLE_FAIL_SEQS`` a ``max_num_seqs``
 value whose build fails (exit 1 from the worker).
+
+``LLM.generate`` answers each prompt with a JSON text of what it was given (engine arguments,
+prompt, sampling parameters, working folder and the variables the demo's plain run sets), so a
+test reads back exactly what reached "vLLM".
 """
 
 from __future__ import annotations
@@ -17,14 +21,36 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __version__ = "0.32.0"
 
 
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    max_tokens: int = 16
+
+
+@dataclass
+class CompletionOutput:
+    text: str
+
+
+@dataclass
+class RequestOutput:
+    prompt: str
+    outputs: list[CompletionOutput]
+
+
+SEEN_ENV = ("VLLM_CACHE_ROOT", "NEURONBUILD_VLLM_COMPAT", "VLLM_ENABLE_V1_MULTIPROCESSING")
+
+
 class LLM:
     def __init__(self, **engine_args: Any) -> None:
+        self.engine_args = engine_args
         if str(engine_args.get("max_num_seqs")) == os.environ.get("CPU_DOUBLE_FAIL_SEQS"):
             raise RuntimeError("cpu double: told to fail this build")
         time.sleep(float(os.environ.get("CPU_DOUBLE_SECONDS", "0")))
@@ -47,3 +73,14 @@ class LLM:
                 os.write(fd, line.encode())  # one short O_APPEND write: whole lines only
             finally:
                 os.close(fd)
+
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[RequestOutput]:
+        seen = {
+            "engine_args": self.engine_args,
+            "sampling": asdict(params),
+            "cwd": os.getcwd(),
+            "env": {name: os.environ.get(name) for name in SEEN_ENV},
+        }
+        return [
+            RequestOutput(p, [CompletionOutput(json.dumps({**seen, "prompt": p}))]) for p in prompts
+        ]
