@@ -92,6 +92,8 @@ def compile_figures(repeat: int) -> None:
             store = str(root / f"ray-{i}")
             ray = neuronbuild("compile", *paths, "--cache", store, "--executor", "ray", "-j", "2")
             runs["2 Ray workers"].append(timed([ray]))
+            done = ", ".join(f"{name} {seconds[-1]:.0f} s" for name, seconds in runs.items())
+            print(f"run {i + 1} of {repeat}: {done}", flush=True)
         one = statistics.median(runs["1 process"])
         for name, seconds in runs.items():
             median = statistics.median(seconds)
