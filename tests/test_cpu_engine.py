@@ -171,7 +171,7 @@ def test_serve_against_an_empty_store_fails_before_vllm_starts(demo: Demo, tmp_p
     result = neuronbuild("serve", str(demo.recipe), "--cache", str(tmp_path / "empty"))
     assert result.returncode == 2
     assert time.monotonic() - start < 30
-    assert "no cpu-tiny-llama/latest" in result.stderr
+    assert "no ref cpu-tiny-llama/latest" in result.stderr
     assert "vllm" not in result.stdout.lower()
 
 
