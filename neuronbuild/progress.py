@@ -69,6 +69,17 @@ def last_line(log: Path | None) -> str | None:
     return None
 
 
+def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
+    """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` (``now`` when ``seconds`` is
+    0) on stderr, above any progress bar, unless ``-q`` asked for errors and results only.
+    ``attempt`` is the number of the attempt about to be made (2: the first retry). Whether and
+    when to retry is the caller's policy (:mod:`neuronbuild.store.retry` for stores)."""
+    if verbosity() <= QUIET:
+        return
+    when = f"in {duration(seconds)}" if seconds > 0 else "now"
+    tqdm.write(f"retrying ({attempt}/{attempts}) {when}: {reason}", file=sys.stderr)
+
+
 class Ticker:
     """Calls ``tick()`` every ``interval`` seconds on a daemon thread until :meth:`stop`."""
 

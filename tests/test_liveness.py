@@ -333,6 +333,40 @@ def test_a_persistent_store_fault_reports_each_retry_then_fails(
     assert [m.group(1) for m in found if m] == ["2", "3", "4", "5"], err
 
 
+def test_a_request_that_times_out_is_tried_five_times_not_twenty_five(
+    s3_behind: Behind, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # s3fs's own silent loop (5 attempts) around botocore's would make each timeout 5 x 5.
+    monkeypatch.setenv("NEURONBUILD_S3_READ_TIMEOUT", "0.3")
+    with (
+        s3_behind(stall_every=1, stall_seconds=1.0) as proxy,
+        pytest.raises(StoreError, match="timeout"),
+    ):
+        Store(f"s3://{BUCKET}/stalled")
+    assert proxy.requests == 1 + retry.ATTEMPTS  # the single-attempt probe, then one request
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "retrying" in line]
+    assert [line[:14] for line in lines] == [f"retrying ({n}/5)" for n in (2, 3, 4, 5)], err
+
+
+def test_a_body_cut_mid_read_is_read_again_and_says_so(
+    s3_behind: Behind, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    local, digest = published_with_model(tmp_path)
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+    with s3_behind():
+        copy_manifest(local, Store(url), digest, progress=io.StringIO(), what="push")
+    capfd.readouterr()
+    with s3_behind(cut_every=2) as proxy:
+        node = Store(str(tmp_path / "node"), create=True)
+        copy_manifest(Store(url), node, digest, progress=io.StringIO(), what="pull")
+        assert proxy.cut >= 2
+    assert node.get_manifest(digest) == local.get_manifest(digest)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert len(lines) == proxy.cut, lines
+    assert all(re.match(rf"retrying \([2-5]/5\) in \d+\.\d s: s3://{BUCKET}/", x) for x in lines)
+
+
 def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_it(
     s3_behind: Behind, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

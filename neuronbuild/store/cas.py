@@ -22,6 +22,7 @@ import fsspec
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.progress import retrying
 from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
@@ -206,7 +207,7 @@ class Store:
                 return digest, size
             if attempt:
                 why = f"{self.blob_url(digest)}: the stored size differs from {size} bytes"
-                retry.report(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
+                retrying(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
             self.backend.put_file(local_path, self.layout.blob(digest), on_bytes)
         if not self.has_blob(file):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
@@ -489,7 +490,7 @@ class Store:
                 if attempt == attempts - 1:
                     raise
                 seconds = 0.05 * (attempt + 1)
-                retry.report(attempt + 2, attempts, seconds, str(exc))
+                retrying(attempt + 2, attempts, seconds, str(exc))
                 time.sleep(seconds)
 
     def refs(self) -> dict[str, str]:
