@@ -113,7 +113,9 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) shows none of it.
+    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) drops the bar and the
+    start and end lines but keeps the heartbeats in a log: ``-q`` is what CI jobs use, and a
+    silent hour-long Neuron phase is what gets a CI job killed.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).
@@ -136,7 +138,8 @@ class Progress:
         self.heartbeat = envs.HEARTBEAT_SECONDS.get()
         self._lock = threading.Lock()
         self.quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
-        self.live = self.stream.isatty() and not self.quiet
+        self.tty = self.stream.isatty()
+        self.live = self.tty and not self.quiet
         self.bar = tqdm(
             total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
         )
@@ -149,8 +152,8 @@ class Progress:
     def running(self) -> int:
         return len(self.units)
 
-    def _line(self, text: str) -> None:
-        if self.quiet:
+    def _line(self, text: str, heartbeat: bool = False) -> None:
+        if self.quiet and (self.tty or not heartbeat):
             return
         if self.live:
             self.bar.write(text, file=self.stream)
@@ -173,7 +176,8 @@ class Progress:
             for key, run in self.units.items():
                 if now >= run.next_beat:
                     run.next_beat += self.heartbeat
-                    self._line(self._heartbeat(run, now - run.start, self.logs.get(key)))
+                    beat = self._heartbeat(run, now - run.start, self.logs.get(key))
+                    self._line(beat, heartbeat=True)
 
     @staticmethod
     def _heartbeat(run: _Running, seconds: float, log: Path | None) -> str:
@@ -219,8 +223,10 @@ class Progress:
 
 class ByteProgress:
     """Bytes moved of ``total`` bytes in ``blobs`` blobs (``push``, ``pull``, ``serve``'s fetch):
-    a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts and one every
-    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS`, never a carriage return; nothing under ``-q``.
+    a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts, one every
+    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS` and one when it ends, never a carriage return.
+    ``-q`` drops the bar and the start and end lines, not the periodic lines in a log (a CI job
+    must not go silent).
     :meth:`advance` may be called from any thread.
 
     Raises:
@@ -234,7 +240,8 @@ class ByteProgress:
         self.start = time.monotonic()
         self._lock = threading.Lock()
         quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
-        self.live = self.stream.isatty() and not quiet
+        tty = self.stream.isatty()
+        self.live = tty and not quiet
         self.bar = tqdm(
             total=total,
             desc=what,
@@ -245,9 +252,12 @@ class ByteProgress:
             dynamic_ncols=True,
         )
         self._ticker: Ticker | None = None
-        if not self.live and not quiet:
-            line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
-            print(line, file=self.stream, flush=True)
+        self.lines = not tty  # plain lines in a log
+        self.quiet = quiet
+        if self.lines:
+            if not quiet:
+                line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
+                print(line, file=self.stream, flush=True)
             self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)
 
     def _report(self) -> None:
@@ -264,14 +274,22 @@ class ByteProgress:
         )
 
     def advance(self, n_bytes: int) -> None:
-        """Count ``n_bytes`` more bytes moved."""
+        """Count ``n_bytes`` more bytes moved, never past ``total``: a blob uploaded again (its
+        stored size differed) reports its bytes twice, and 140% would read as a fault."""
         with self._lock:
-            self.moved += n_bytes
-            self.bar.update(n_bytes)
+            step = max(0, min(n_bytes, self.total - self.moved))
+            self.moved += step
+            self.bar.update(step)
 
     def close(self) -> None:
-        """Stop the lines and leave the bar at its last state."""
+        """Stop the lines and leave the bar at its last state; in a log, say what was moved in
+        how long (the start line's closing line; none under ``-q``)."""
         if self._ticker is not None:
             self._ticker.stop()
         with self._lock:
             self.bar.close()
+            moved, seconds = self.moved, time.monotonic() - self.start
+        if self.lines and not self.quiet:
+            rate = f", {size(int(moved / seconds))}/s" if seconds > 0 else ""
+            line = f"{self.what}: {size(moved)} of {size(self.total)} in {duration(seconds)}{rate}"
+            print(line, file=self.stream, flush=True)

@@ -247,8 +247,9 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
         time.sleep(0.4)
         meter.advance(500_000)
     meter.close()
-    first, *lines = stream.getvalue().splitlines()
+    first, *lines, last = stream.getvalue().splitlines()
     assert first == "pull: 3 blobs, 3.0 MB to copy"
+    assert re.fullmatch(r"pull: 1\.5 MB of 3\.0 MB in 1\.\d s, [\d.]+ (kB|MB)/s", last), last
     assert 3 <= len(lines) <= 5, lines
     size = r"[\d.]+ (B|kB|MB)"
     pattern = rf"pull: {size} of 3\.0 MB \((\d+)%\), {size}/s(, about [\d.]+ s left)?"
@@ -257,6 +258,22 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
     percents = [int(m.group(2)) for m in found if m]
     assert percents == sorted(percents) and percents[-1] in (33, 50), lines
     assert any(m.group(4) for m in found if m), lines  # an ETA once bytes moved
+
+
+def test_byte_progress_never_passes_the_total_when_a_blob_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "60")
+    stream = io.StringIO()
+    meter = ByteProgress("push", 1_000_000, 1, stream)
+    meter.advance(1_000_000)
+    meter.advance(1_000_000)  # the upload again: its stored size differed
+    meter._report()
+    meter.close()
+    assert meter.moved == 1_000_000
+    _, report, last = stream.getvalue().splitlines()
+    assert report.startswith("push: 1.0 MB of 1.0 MB (100%)"), report
+    assert last.startswith("push: 1.0 MB of 1.0 MB in "), last
 
 
 Behind = Callable[..., contextlib.AbstractContextManager[FaultyProxy]]
@@ -473,4 +490,6 @@ def test_quiet_shows_no_progress_on_a_terminal_or_in_a_log(tmp_path: Path) -> No
         env={**os.environ, "PYTHONPATH": str(REPO), "NEURONBUILD_HEARTBEAT_SECONDS": "0.3"},
     )
     assert logged.returncode == 0, logged.stderr
-    assert "running" not in logged.stderr and "started" not in logged.stderr, logged.stderr
+    # In a log (CI, where -q is used) the heartbeats stay: a silent job gets killed.
+    assert "started" not in logged.stderr and "done" not in logged.stderr, logged.stderr
+    assert re.search(r"running  (prefill|decode) \(2 graphs\): .* so far", logged.stderr)
