@@ -33,7 +33,7 @@ from neuronbuild.store.layout import (
     Layout,
     parse_ref,
 )
-from neuronbuild.store.names import Listing, Target, resolve_manifest, resolve_ref, resolve_target
+from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
@@ -569,21 +569,15 @@ class Store:
         """How :mod:`~neuronbuild.store.names` reads this store's refs and manifests."""
         return Listing(self.get_ref, lambda: sorted(self.refs()), self.manifest_digests, self.url)
 
-    def resolve_target(self, text: str, accept: str = "any") -> Target:
-        """The manifest ``text`` names, and the ref it came through: ``accept`` ``"any"`` takes a
-        ref, a bare name (``<name>/latest``), a digest or a unique prefix of one (see
-        :mod:`~neuronbuild.store.names`); ``"ref"`` refs and bare names only; ``"manifest"``
-        digests and prefixes only.
+    def resolve_target(self, text: str, accept: Accept = "any") -> Target:
+        """The manifest ``text`` names, and the ref it came through, read as ``accept`` says
+        (see :func:`~neuronbuild.store.names.resolve`).
 
         Raises:
             UserError: nothing matches (the refs that exist are named), a prefix is ambiguous or
                 too short, or the text is neither a ref nor a digest.
         """
-        if accept == "ref":
-            return resolve_ref(self.listing(), text)
-        if accept == "manifest":
-            return resolve_manifest(self.listing(), text)
-        return resolve_target(self.listing(), text)
+        return resolve(self.listing(), text, accept)
 
     def resolve(self, text: str) -> str:
         """The manifest digest ``text`` names (see :meth:`resolve_target`)."""
