@@ -409,6 +409,8 @@ def compile_recipes(
             recipes with one name.
         StoreError: the store failed while publishing (a unit's outage is not its failure),
             or, in a dry run, cannot be written.
+        EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (in a dry run
+            too).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -456,6 +458,7 @@ def compile_recipes(
         return data
 
     if dry_run:
+        envs.HEARTBEAT_SECONDS.get()  # the real run's progress reads it; a bad value fails there
         store.check_writable(leave_nothing=True)
         for run in runs:
             for unit in run.plan.units:

@@ -182,10 +182,13 @@ def test_a_unit_that_ends_before_the_interval_prints_no_heartbeat(
     assert text.count("done     ") == 2
 
 
-def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(
+    tmp_path: Path, dry_run: list[str]
+) -> None:
     path = tmp_path / "live.yaml"
     path.write_text(yaml.safe_dump(neuron_recipe(BUCKETS, model=str(model_folder(tmp_path)))))
-    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, "{}", "compile", str(path)]
+    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, "{}", "compile", str(path), *dry_run]
     argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs")]
     result = subprocess.run(
         argv,
