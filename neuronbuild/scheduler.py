@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from neuronbuild.errors import Interrupted
+from neuronbuild.human import duration
 from neuronbuild.plan import CompileUnit
 from neuronbuild.progress import Progress
 
@@ -93,7 +94,7 @@ class ProcessGroups:
             except subprocess.TimeoutExpired:
                 end_group(proc.pid, reap=proc.poll)
                 proc.wait()
-                raise UnitFailed(f"timed out after {timeout:.0f} s") from None
+                raise UnitFailed(f"timed out after {duration(timeout)}") from None
             finally:
                 with self._lock:
                     self._groups.pop(proc.pid, None)

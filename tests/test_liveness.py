@@ -33,7 +33,7 @@ from neuronbuild.engines.compiler import Failure
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
-from neuronbuild.progress import ByteProgress
+from neuronbuild.progress import ByteProgress, retrying
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
@@ -449,6 +449,15 @@ def test_a_store_sent_to_another_process_still_retries_and_reports(
         assert proxy.failed >= 2
     lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
     assert len(lines) == proxy.failed, lines
+
+
+def test_a_retry_without_a_wait_says_now(capfd: pytest.CaptureFixture[str]) -> None:
+    retrying(2, 3, 0.0, "s3://b/blobs/x: the stored size differs from 5 bytes")
+    retrying(2, 5, 1.6, "PutObject: HTTP 503")
+    assert capfd.readouterr().err.splitlines() == [
+        "retrying (2/3) now: s3://b/blobs/x: the stored size differs from 5 bytes",
+        "retrying (2/5) in 1.6 s: PutObject: HTTP 503",
+    ]
 
 
 def test_a_ref_move_that_lost_a_race_says_it_retries(
