@@ -91,10 +91,10 @@ class ProcessGroups:
                 self._groups[proc.pid] = proc
             try:
                 code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as expired:
                 end_group(proc.pid, reap=proc.poll)
                 proc.wait()
-                raise UnitFailed(f"timed out after {duration(timeout)}") from None
+                raise UnitFailed(f"timed out after {duration(expired.timeout)}") from None
             finally:
                 with self._lock:
                     self._groups.pop(proc.pid, None)
