@@ -11,7 +11,6 @@ the stream given, stderr by default.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from neuronbuild import envs
 from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import count, duration, size
+from neuronbuild.logtail import tail_lines
 from neuronbuild.store.names import short
 
 if TYPE_CHECKING:
@@ -35,13 +35,8 @@ LIVE_REFRESH_SECONDS = 0.5
 """How often a terminal's bar is redrawn while nothing else happens (twice a second: no
 second of the elapsed times is skipped)."""
 
-LOG_TAIL_BYTES = 8192
-"""How much of the end of a unit's log is read to find the compiler's last line."""
-
 MAX_LINE_CHARS = 160
 """The compiler's last line is cut to this many characters in a heartbeat."""
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def clock(seconds: float) -> str:
@@ -50,22 +45,12 @@ def clock(seconds: float) -> str:
 
 
 def last_line(log: Path | None) -> str | None:
-    """The last non-empty line a process wrote to ``log`` (a progress line redrawn with ``\\r``
-    counts as a line; colours removed; cut to :data:`MAX_LINE_CHARS`), None when there is none
-    or the file cannot be read (a unit that runs on another machine)."""
-    if log is None:
-        return None
-    try:
-        with open(log, "rb") as f:
-            end = f.seek(0, 2)
-            f.seek(max(0, end - LOG_TAIL_BYTES))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    for line in reversed(re.split(r"[\r\n]+", text)):
-        line = _ANSI.sub("", line).strip()
-        if line:
-            return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
+    """The last non-empty line a process wrote to ``log`` (:func:`~neuronbuild.logtail.tail_lines`:
+    a line redrawn with ``\\r`` counts, colours removed), cut to :data:`MAX_LINE_CHARS`; None
+    when there is none or the file cannot be read (a unit that runs on another machine)."""
+    for line in tail_lines(log, 1):
+        line = line.strip()
+        return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
     return None
 
 
@@ -94,6 +79,8 @@ class Ticker:
             self.tick()
 
     def stop(self) -> None:
+        """Stop the ticks and wait for a tick under way to end (not when called from a tick:
+        the thread cannot join itself)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
@@ -150,6 +137,7 @@ class Progress:
 
     @property
     def running(self) -> int:
+        """Units started and not yet finished."""
         return len(self.units)
 
     def _line(self, text: str, heartbeat: bool = False) -> None:
@@ -187,6 +175,8 @@ class Progress:
         return f"running  {run.unit.label()}: {phase}{duration(seconds)} so far{said}"
 
     def started(self, unit: CompileUnit) -> None:
+        """Count ``unit`` as running from now (its heartbeats are due from its start) and say so
+        (a ``started`` line; not under ``-q``). Thread-safe."""
         with self._lock:
             now = time.monotonic()
             self.units[unit.key.digest] = _Running(unit, now, now + self.heartbeat)
@@ -195,6 +185,8 @@ class Progress:
                 self._update()
 
     def finished(self, result: UnitResult) -> None:
+        """Count ``result``'s unit done or failed and say so with its time and error and the
+        counts so far (a ``done``/``FAILED`` line; not under ``-q``). Thread-safe."""
         with self._lock:
             self.units.pop(result.unit.key.digest, None)
             if result.ok:

@@ -29,11 +29,12 @@ import yaml
 
 from neuronbuild import build
 from neuronbuild.build import compile_recipe
+from neuronbuild.demo.server import Child
 from neuronbuild.engines.compiler import Failure
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
-from neuronbuild.progress import ByteProgress, retrying
+from neuronbuild.progress import ByteProgress, last_line, retrying
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
@@ -222,10 +223,13 @@ def test_push_and_pull_show_bytes_and_rate_on_a_terminal_and_keep_json_stdout_cl
     assert code == 0, shown
     assert re.search(r"pull: 100%\|[^\r\n]*\| [\d.]+k/[\d.]+k \[\d\d:\d\d<", shown), shown
 
-    # Without a terminal: one plain line, no carriage returns; stdout is the JSON alone.
+    # Without a terminal: a start and a closing line, no carriage returns; stdout: the JSON.
     result = neuronbuild(*pull[3:], "--local-cache", str(tmp_path / "node2"), "--json")
     assert result.returncode == 0, result.stderr
-    assert result.stderr == f"pull: 2 blobs, {size / 1000:.1f} kB to copy\n"
+    kb = f"{size / 1000:.1f} kB"
+    start, end = result.stderr.splitlines()
+    assert start == f"pull: 2 blobs, {kb} to copy" and "\r" not in result.stderr
+    assert re.fullmatch(rf"pull: {kb} of {kb} in [\d.]+ s, [\d.]+ [kMG]?B/s", end), end
     assert json.loads(result.stdout)["manifest"] == digest
 
 
@@ -449,6 +453,21 @@ def test_a_store_sent_to_another_process_still_retries_and_reports(
         assert proxy.failed >= 2
     lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
     assert len(lines) == proxy.failed, lines
+
+
+def test_one_log_tail_reader_shows_what_a_terminal_showed_last(tmp_path: Path) -> None:
+    from neuronbuild.logtail import tail_lines
+
+    log = tmp_path / "unit.log"
+    bar = "".join(f"\r\x1b[32m{p:3d}%\x1b[0m |###|" for p in (10, 50, 100))  # a redrawn bar
+    log.write_bytes(b"x" * 100_000 + f"\nfirst\n\n{bar}\nlowering prefill\r\n".encode())
+    shown = ["first", " 10% |###|", " 50% |###|", "100% |###|", "lowering prefill"]
+    assert tail_lines(log, 5) == shown  # each redraw a line, colours gone
+    cut, *_ = tail_lines(log, 6)
+    assert set(cut) == {"x"} and len(cut) < 64 * 1024  # only the end of a large log is read
+    assert last_line(log) == "lowering prefill"  # a heartbeat's last compiler line
+    assert Child(["true"], log).tail(2) == "100% |###|\nlowering prefill"  # the demo's errors
+    assert tail_lines(None) == [] and last_line(tmp_path / "gone.log") is None
 
 
 def test_a_retry_without_a_wait_says_now(capfd: pytest.CaptureFixture[str]) -> None:
