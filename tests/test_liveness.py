@@ -267,6 +267,22 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
     assert any(m.group(4) for m in found if m), lines  # an ETA once bytes moved
 
 
+def test_quiet_byte_progress_in_a_log_keeps_only_its_periodic_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from neuronbuild import console
+
+    monkeypatch.setattr(console, "_verbosity", console.QUIET)
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "0.2")
+    stream = io.StringIO()
+    meter = ByteProgress("pull", 2_000_000, 2, stream)
+    meter.advance(1_000_000)
+    time.sleep(0.5)
+    meter.close()
+    lines = stream.getvalue().splitlines()
+    assert lines and all(line.startswith("pull: 1.0 MB of 2.0 MB (50%)") for line in lines), lines
+
+
 def test_byte_progress_never_passes_the_total_when_a_blob_is_sent_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
