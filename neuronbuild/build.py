@@ -26,12 +26,11 @@ from neuronbuild.executor import Executor, LocalExecutor, Work
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
-from neuronbuild.progress import Progress
+from neuronbuild.progress import Progress, retrying
 from neuronbuild.recipe import Recipe
 from neuronbuild.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.seal import check_distinct_names
 from neuronbuild.shard import Shard, assign_units
-from neuronbuild.store import retry
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
@@ -238,12 +237,12 @@ def run_unit(
         if failure.retry == "backoff" and backoffs < 1:
             backoffs += 1
             wait = RETRY_BACKOFF_SECONDS
-            retry.report(backoffs + 1, 2, wait, f"{unit.label()}: {failure.reason}")
+            retrying(backoffs + 1, 2, wait, f"{unit.label()}: {failure.reason}")
         elif failure.retry == "fewer_workers" and pressure < MAX_MEMORY_RETRIES:
             pressure += 1
             wait = 0.0
             attempts = MAX_MEMORY_RETRIES + 1
-            retry.report(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
+            retrying(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
         else:
             details = {
                 "phase": unit.phase,
@@ -410,6 +409,8 @@ def compile_recipes(
             recipes with one name.
         StoreError: the store failed while publishing (a unit's outage is not its failure),
             or, in a dry run, cannot be written.
+        EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (in a dry run
+            too).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
     """
     start = time.monotonic()
@@ -457,6 +458,7 @@ def compile_recipes(
         return data
 
     if dry_run:
+        envs.HEARTBEAT_SECONDS.get()  # the real run's progress reads it; a bad value fails there
         store.check_writable(leave_nothing=True)
         for run in runs:
             for unit in run.plan.units:

@@ -11,7 +11,6 @@ the stream given, stderr by default.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from neuronbuild import envs
 from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import count, duration, size
+from neuronbuild.logtail import tail_lines
 from neuronbuild.store.names import short
 
 if TYPE_CHECKING:
@@ -35,13 +35,8 @@ LIVE_REFRESH_SECONDS = 0.5
 """How often a terminal's bar is redrawn while nothing else happens (twice a second: no
 second of the elapsed times is skipped)."""
 
-LOG_TAIL_BYTES = 8192
-"""How much of the end of a unit's log is read to find the compiler's last line."""
-
 MAX_LINE_CHARS = 160
 """The compiler's last line is cut to this many characters in a heartbeat."""
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def clock(seconds: float) -> str:
@@ -50,23 +45,24 @@ def clock(seconds: float) -> str:
 
 
 def last_line(log: Path | None) -> str | None:
-    """The last non-empty line a process wrote to ``log`` (a progress line redrawn with ``\\r``
-    counts as a line; colours removed; cut to :data:`MAX_LINE_CHARS`), None when there is none
-    or the file cannot be read (a unit that runs on another machine)."""
-    if log is None:
-        return None
-    try:
-        with open(log, "rb") as f:
-            end = f.seek(0, 2)
-            f.seek(max(0, end - LOG_TAIL_BYTES))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    for line in reversed(re.split(r"[\r\n]+", text)):
-        line = _ANSI.sub("", line).strip()
-        if line:
-            return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
+    """The last non-empty line a process wrote to ``log`` (:func:`~neuronbuild.logtail.tail_lines`:
+    a line redrawn with ``\\r`` counts, colours removed), cut to :data:`MAX_LINE_CHARS`; None
+    when there is none or the file cannot be read (a unit that runs on another machine)."""
+    for line in tail_lines(log, 1):
+        line = line.strip()
+        return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 3] + "..."
     return None
+
+
+def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
+    """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` (``now`` when ``seconds`` is
+    0) on stderr, above any progress bar, unless ``-q`` asked for errors and results only.
+    ``attempt`` is the number of the attempt about to be made (2: the first retry). Whether and
+    when to retry is the caller's policy (:mod:`neuronbuild.store.retry` for stores)."""
+    if verbosity() <= QUIET:
+        return
+    when = f"in {duration(seconds)}" if seconds > 0 else "now"
+    tqdm.write(f"retrying ({attempt}/{attempts}) {when}: {reason}", file=sys.stderr)
 
 
 class Ticker:
@@ -83,6 +79,8 @@ class Ticker:
             self.tick()
 
     def stop(self) -> None:
+        """Stop the ticks and wait for a tick under way to end (not when called from a tick:
+        the thread cannot join itself)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
@@ -102,7 +100,9 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) shows none of it.
+    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) drops the bar and the
+    start and end lines but keeps the heartbeats in a log: ``-q`` is what CI jobs use, and a
+    silent hour-long Neuron phase is what gets a CI job killed.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).
@@ -125,7 +125,8 @@ class Progress:
         self.heartbeat = envs.HEARTBEAT_SECONDS.get()
         self._lock = threading.Lock()
         self.quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
-        self.live = self.stream.isatty() and not self.quiet
+        self.tty = self.stream.isatty()
+        self.live = self.tty and not self.quiet
         self.bar = tqdm(
             total=total, desc=label, unit="unit", file=self.stream, disable=not self.live
         )
@@ -136,10 +137,11 @@ class Progress:
 
     @property
     def running(self) -> int:
+        """Units started and not yet finished."""
         return len(self.units)
 
-    def _line(self, text: str) -> None:
-        if self.quiet:
+    def _line(self, text: str, heartbeat: bool = False) -> None:
+        if self.quiet and (self.tty or not heartbeat):
             return
         if self.live:
             self.bar.write(text, file=self.stream)
@@ -162,7 +164,8 @@ class Progress:
             for key, run in self.units.items():
                 if now >= run.next_beat:
                     run.next_beat += self.heartbeat
-                    self._line(self._heartbeat(run, now - run.start, self.logs.get(key)))
+                    beat = self._heartbeat(run, now - run.start, self.logs.get(key))
+                    self._line(beat, heartbeat=True)
 
     @staticmethod
     def _heartbeat(run: _Running, seconds: float, log: Path | None) -> str:
@@ -172,6 +175,8 @@ class Progress:
         return f"running  {run.unit.label()}: {phase}{duration(seconds)} so far{said}"
 
     def started(self, unit: CompileUnit) -> None:
+        """Count ``unit`` as running from now (its heartbeats are due from its start) and say so
+        (a ``started`` line; not under ``-q``). Thread-safe."""
         with self._lock:
             now = time.monotonic()
             self.units[unit.key.digest] = _Running(unit, now, now + self.heartbeat)
@@ -180,6 +185,8 @@ class Progress:
                 self._update()
 
     def finished(self, result: UnitResult) -> None:
+        """Count ``result``'s unit done or failed and say so with its time and error and the
+        counts so far (a ``done``/``FAILED`` line; not under ``-q``). Thread-safe."""
         with self._lock:
             self.units.pop(result.unit.key.digest, None)
             if result.ok:
@@ -208,8 +215,10 @@ class Progress:
 
 class ByteProgress:
     """Bytes moved of ``total`` bytes in ``blobs`` blobs (``push``, ``pull``, ``serve``'s fetch):
-    a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts and one every
-    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS`, never a carriage return; nothing under ``-q``.
+    a tqdm bar with bytes, rate and ETA on a terminal; else a line when it starts, one every
+    :data:`~neuronbuild.envs.HEARTBEAT_SECONDS` and one when it ends, never a carriage return.
+    ``-q`` drops the bar and the start and end lines, not the periodic lines in a log (a CI job
+    must not go silent).
     :meth:`advance` may be called from any thread.
 
     Raises:
@@ -223,7 +232,8 @@ class ByteProgress:
         self.start = time.monotonic()
         self._lock = threading.Lock()
         quiet = verbosity() <= QUIET  # -q: progress is detail, not a result
-        self.live = self.stream.isatty() and not quiet
+        tty = self.stream.isatty()
+        self.live = tty and not quiet
         self.bar = tqdm(
             total=total,
             desc=what,
@@ -234,9 +244,12 @@ class ByteProgress:
             dynamic_ncols=True,
         )
         self._ticker: Ticker | None = None
-        if not self.live and not quiet:
-            line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
-            print(line, file=self.stream, flush=True)
+        self.lines = not tty  # plain lines in a log
+        self.quiet = quiet
+        if self.lines:
+            if not quiet:
+                line = f"{what}: {count(blobs, 'blob')}, {size(total)} to copy"
+                print(line, file=self.stream, flush=True)
             self._ticker = Ticker(envs.HEARTBEAT_SECONDS.get(), self._report)
 
     def _report(self) -> None:
@@ -253,14 +266,22 @@ class ByteProgress:
         )
 
     def advance(self, n_bytes: int) -> None:
-        """Count ``n_bytes`` more bytes moved."""
+        """Count ``n_bytes`` more bytes moved, never past ``total``: a blob uploaded again (its
+        stored size differed) reports its bytes twice, and 140% would read as a fault."""
         with self._lock:
-            self.moved += n_bytes
-            self.bar.update(n_bytes)
+            step = max(0, min(n_bytes, self.total - self.moved))
+            self.moved += step
+            self.bar.update(step)
 
     def close(self) -> None:
-        """Stop the lines and leave the bar at its last state."""
+        """Stop the lines and leave the bar at its last state; in a log, say what was moved in
+        how long (the start line's closing line; none under ``-q``)."""
         if self._ticker is not None:
             self._ticker.stop()
         with self._lock:
             self.bar.close()
+            moved, seconds = self.moved, time.monotonic() - self.start
+        if self.lines and not self.quiet:
+            rate = f", {size(int(moved / seconds))}/s" if seconds > 0 else ""
+            line = f"{self.what}: {size(moved)} of {size(self.total)} in {duration(seconds)}{rate}"
+            print(line, file=self.stream, flush=True)

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any
 
 from neuronbuild.errors import Interrupted
+from neuronbuild.human import duration
 from neuronbuild.plan import CompileUnit
 from neuronbuild.progress import Progress
 
@@ -90,10 +91,10 @@ class ProcessGroups:
                 self._groups[proc.pid] = proc
             try:
                 code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired as expired:
                 end_group(proc.pid, reap=proc.poll)
                 proc.wait()
-                raise UnitFailed(f"timed out after {timeout:.0f} s") from None
+                raise UnitFailed(f"timed out after {duration(expired.timeout)}") from None
             finally:
                 with self._lock:
                     self._groups.pop(proc.pid, None)

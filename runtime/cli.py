@@ -19,6 +19,7 @@ from neuronbuild.options import (
     local_cache_option,
 )
 from neuronbuild.store.cas import Store
+from neuronbuild.store.names import MIN_PREFIX_HEX
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, exec_vllm, prepare
@@ -71,7 +72,7 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
-    ref = "/".join(found.ref) if found.ref else None
+    ref = found.ref_text
     if found.ref:
         tiers.local.set_ref(*found.ref, digest)
     echo_notes(tiers.notes)
@@ -109,8 +110,15 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
 
 @click.command(cls=ServeCommand, context_settings=HELP)
 @click.argument("recipe", required=False, type=click.Path(dir_okay=False))
-@click.option("--ref", help="Serve the manifest a ref points at: <name>/<tag>.")
-@click.option("--manifest", "manifest_digest", help="Serve one manifest: sha256:<64 hex>.")
+@click.option(
+    "--ref", help="Serve the manifest a ref points at: <name>/<tag>, or <name> for <name>/latest."
+)
+@click.option(
+    "--manifest",
+    "manifest_digest",
+    help=f"Serve one manifest: sha256:<64 hex>, or a unique prefix (at least {MIN_PREFIX_HEX} hex "
+    "digits).",
+)
 @cache_option
 @local_cache_option(
     "blobs are fetched into it first (default: none for a --cache folder, else "
@@ -155,8 +163,8 @@ def serve(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Serve RECIPE (its <name>/latest), --ref NAME/TAG or --manifest sha256:... from prebuilt
-    artifacts alone, with vLLM's compilation forbidden.
+    """Serve RECIPE (its <name>/latest), --ref NAME[/TAG] or --manifest DIGEST (or a unique
+    prefix) from prebuilt artifacts alone, with vLLM's compilation forbidden.
 
     Any option of vLLM's OpenAI server that cannot change what was compiled (--host, --port,
     --chat-template, --log-level, ...) is passed to vLLM. Exits 2 before vLLM starts when the
@@ -171,7 +179,9 @@ def serve(
       neuronbuild serve --ref app/prod --dry-run
     """
     if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
-        raise UserError("give exactly one of RECIPE, --ref NAME/TAG or --manifest sha256:...")
+        raise UserError("give exactly one of RECIPE, --ref NAME[/TAG] or --manifest DIGEST")
+    if as_json and not dry_run:
+        raise click.UsageError("--json needs --dry-run (a server's output is not one document)")
     serving = list(click.get_current_context().meta.get("vllm_options", []))
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),

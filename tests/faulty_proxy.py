@@ -27,15 +27,22 @@ def relay(handler: BaseHTTPRequestHandler, response: http.client.HTTPResponse, d
 class FaultyProxy:
     """Forward to ``127.0.0.1:target_port``; fail every ``fail_every``-th request with 500
     (0: never), or every request while ``down`` is set; hold every ``stall_every``-th request for
-    ``stall_seconds`` before forwarding it (a timeout for a client that waits less)."""
+    ``stall_seconds`` before forwarding it (a timeout for a client that waits less); cut every
+    ``cut_every``-th GET answered 200 or 206 after half its body (the connection drops mid-body)."""
 
     def __init__(
-        self, target_port: int, fail_every: int = 0, stall_every: int = 0, stall_seconds: float = 0
+        self,
+        target_port: int,
+        fail_every: int = 0,
+        stall_every: int = 0,
+        stall_seconds: float = 0,
+        cut_every: int = 0,
     ) -> None:
         self.target_port, self.fail_every = target_port, fail_every
         self.stall_every, self.stall_seconds = stall_every, stall_seconds
+        self.cut_every = cut_every
         self.down = False
-        self.requests = self.failed = self.stalled = 0
+        self.requests = self.failed = self.stalled = self.cut = self.gets = 0
         self._lock = threading.Lock()
         proxy = self
 
@@ -75,8 +82,22 @@ class FaultyProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
-                relay(self, response, data)
                 conn.close()
+                cut = False
+                if self.command == "GET" and response.status in (200, 206) and len(data) > 1:
+                    with proxy._lock:
+                        proxy.gets += 1
+                        cut = bool(proxy.cut_every and proxy.gets % proxy.cut_every == 0)
+                        proxy.cut += cut
+                if cut:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                relay(self, response, data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

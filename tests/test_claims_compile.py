@@ -90,7 +90,7 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
             expected = {
                 "exit70": "engine exited with 70",
                 "incomplete": "no complete entry",
-                "hang": "timed out after 2 s",
+                "hang": "timed out after 2.0 s",
             }[failure]
             assert expected in entry["error"], entry["error"]
             assert store.get_unit(unit.key.digest) is None

@@ -36,6 +36,7 @@ OURS = {
     "neuronbuild.graph",
     "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
+    "neuronbuild.logtail",  # the last lines of a log (progress's heartbeat reads one)
     "neuronbuild.model_files",
     "neuronbuild.options",  # the options commands share
     "neuronbuild.plan",

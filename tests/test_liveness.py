@@ -29,11 +29,12 @@ import yaml
 
 from neuronbuild import build
 from neuronbuild.build import compile_recipe
+from neuronbuild.demo.server import Child
 from neuronbuild.engines.compiler import Failure
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
-from neuronbuild.progress import ByteProgress
+from neuronbuild.progress import ByteProgress, last_line, retrying
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
@@ -182,10 +183,13 @@ def test_a_unit_that_ends_before_the_interval_prints_no_heartbeat(
     assert text.count("done     ") == 2
 
 
-def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(
+    tmp_path: Path, dry_run: list[str]
+) -> None:
     path = tmp_path / "live.yaml"
     path.write_text(yaml.safe_dump(neuron_recipe(BUCKETS, model=str(model_folder(tmp_path)))))
-    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, "{}", "compile", str(path)]
+    argv = [sys.executable, "-c", COMPILE_WITH_FAKE, "{}", "compile", str(path), *dry_run]
     argv += ["--cache", str(tmp_path / "store"), "--log-dir", str(tmp_path / "logs")]
     result = subprocess.run(
         argv,
@@ -219,10 +223,13 @@ def test_push_and_pull_show_bytes_and_rate_on_a_terminal_and_keep_json_stdout_cl
     assert code == 0, shown
     assert re.search(r"pull: 100%\|[^\r\n]*\| [\d.]+k/[\d.]+k \[\d\d:\d\d<", shown), shown
 
-    # Without a terminal: one plain line, no carriage returns; stdout is the JSON alone.
+    # Without a terminal: a start and a closing line, no carriage returns; stdout: the JSON.
     result = neuronbuild(*pull[3:], "--local-cache", str(tmp_path / "node2"), "--json")
     assert result.returncode == 0, result.stderr
-    assert result.stderr == f"pull: 2 blobs, {size / 1000:.1f} kB to copy\n"
+    kb = f"{size / 1000:.1f} kB"
+    start, end = result.stderr.splitlines()
+    assert start == f"pull: 2 blobs, {kb} to copy" and "\r" not in result.stderr
+    assert re.fullmatch(rf"pull: {kb} of {kb} in [\d.]+ s, [\d.]+ [kMG]?B/s", end), end
     assert json.loads(result.stdout)["manifest"] == digest
 
 
@@ -247,8 +254,9 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
         time.sleep(0.4)
         meter.advance(500_000)
     meter.close()
-    first, *lines = stream.getvalue().splitlines()
+    first, *lines, last = stream.getvalue().splitlines()
     assert first == "pull: 3 blobs, 3.0 MB to copy"
+    assert re.fullmatch(r"pull: 1\.5 MB of 3\.0 MB in 1\.\d s, [\d.]+ (kB|MB)/s", last), last
     assert 3 <= len(lines) <= 5, lines
     size = r"[\d.]+ (B|kB|MB)"
     pattern = rf"pull: {size} of 3\.0 MB \((\d+)%\), {size}/s(, about [\d.]+ s left)?"
@@ -257,6 +265,38 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
     percents = [int(m.group(2)) for m in found if m]
     assert percents == sorted(percents) and percents[-1] in (33, 50), lines
     assert any(m.group(4) for m in found if m), lines  # an ETA once bytes moved
+
+
+def test_quiet_byte_progress_in_a_log_keeps_only_its_periodic_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from neuronbuild import console
+
+    monkeypatch.setattr(console, "_verbosity", console.QUIET)
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "0.2")
+    stream = io.StringIO()
+    meter = ByteProgress("pull", 2_000_000, 2, stream)
+    meter.advance(1_000_000)
+    time.sleep(0.5)
+    meter.close()
+    lines = stream.getvalue().splitlines()
+    assert lines and all(line.startswith("pull: 1.0 MB of 2.0 MB (50%)") for line in lines), lines
+
+
+def test_byte_progress_never_passes_the_total_when_a_blob_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "60")
+    stream = io.StringIO()
+    meter = ByteProgress("push", 1_000_000, 1, stream)
+    meter.advance(1_000_000)
+    meter.advance(1_000_000)  # the upload again: its stored size differed
+    meter._report()
+    meter.close()
+    assert meter.moved == 1_000_000
+    _, report, last = stream.getvalue().splitlines()
+    assert report.startswith("push: 1.0 MB of 1.0 MB (100%)"), report
+    assert last.startswith("push: 1.0 MB of 1.0 MB in "), last
 
 
 Behind = Callable[..., contextlib.AbstractContextManager[FaultyProxy]]
@@ -333,6 +373,40 @@ def test_a_persistent_store_fault_reports_each_retry_then_fails(
     assert [m.group(1) for m in found if m] == ["2", "3", "4", "5"], err
 
 
+def test_a_request_that_times_out_is_tried_five_times_not_twenty_five(
+    s3_behind: Behind, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # s3fs's own silent loop (5 attempts) around botocore's would make each timeout 5 x 5.
+    monkeypatch.setenv("NEURONBUILD_S3_READ_TIMEOUT", "0.3")
+    with (
+        s3_behind(stall_every=1, stall_seconds=1.0) as proxy,
+        pytest.raises(StoreError, match="timeout"),
+    ):
+        Store(f"s3://{BUCKET}/stalled")
+    assert proxy.requests == 1 + retry.ATTEMPTS  # the single-attempt probe, then one request
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "retrying" in line]
+    assert [line[:14] for line in lines] == [f"retrying ({n}/5)" for n in (2, 3, 4, 5)], err
+
+
+def test_a_body_cut_mid_read_is_read_again_and_says_so(
+    s3_behind: Behind, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    local, digest = published_with_model(tmp_path)
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+    with s3_behind():
+        copy_manifest(local, Store(url), digest, progress=io.StringIO(), what="push")
+    capfd.readouterr()
+    with s3_behind(cut_every=2) as proxy:
+        node = Store(str(tmp_path / "node"), create=True)
+        copy_manifest(Store(url), node, digest, progress=io.StringIO(), what="pull")
+        assert proxy.cut >= 2
+    assert node.get_manifest(digest) == local.get_manifest(digest)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
+    assert len(lines) == proxy.cut, lines
+    assert all(re.match(rf"retrying \([2-5]/5\) in \d+\.\d s: s3://{BUCKET}/", x) for x in lines)
+
+
 def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_it(
     s3_behind: Behind, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -397,6 +471,30 @@ def test_a_store_sent_to_another_process_still_retries_and_reports(
     assert len(lines) == proxy.failed, lines
 
 
+def test_one_log_tail_reader_shows_what_a_terminal_showed_last(tmp_path: Path) -> None:
+    from neuronbuild.logtail import tail_lines
+
+    log = tmp_path / "unit.log"
+    bar = "".join(f"\r\x1b[32m{p:3d}%\x1b[0m |###|" for p in (10, 50, 100))  # a redrawn bar
+    log.write_bytes(b"x" * 100_000 + f"\nfirst\n\n{bar}\nlowering prefill\r\n".encode())
+    shown = ["first", " 10% |###|", " 50% |###|", "100% |###|", "lowering prefill"]
+    assert tail_lines(log, 5) == shown  # each redraw a line, colours gone
+    cut, *_ = tail_lines(log, 6)
+    assert set(cut) == {"x"} and len(cut) < 64 * 1024  # only the end of a large log is read
+    assert last_line(log) == "lowering prefill"  # a heartbeat's last compiler line
+    assert Child(["true"], log).tail(2) == "100% |###|\nlowering prefill"  # the demo's errors
+    assert tail_lines(None) == [] and last_line(tmp_path / "gone.log") is None
+
+
+def test_a_retry_without_a_wait_says_now(capfd: pytest.CaptureFixture[str]) -> None:
+    retrying(2, 3, 0.0, "s3://b/blobs/x: the stored size differs from 5 bytes")
+    retrying(2, 5, 1.6, "PutObject: HTTP 503")
+    assert capfd.readouterr().err.splitlines() == [
+        "retrying (2/3) now: s3://b/blobs/x: the stored size differs from 5 bytes",
+        "retrying (2/5) in 1.6 s: PutObject: HTTP 503",
+    ]
+
+
 def test_a_ref_move_that_lost_a_race_says_it_retries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -439,4 +537,6 @@ def test_quiet_shows_no_progress_on_a_terminal_or_in_a_log(tmp_path: Path) -> No
         env={**os.environ, "PYTHONPATH": str(REPO), "NEURONBUILD_HEARTBEAT_SECONDS": "0.3"},
     )
     assert logged.returncode == 0, logged.stderr
-    assert "running" not in logged.stderr and "started" not in logged.stderr, logged.stderr
+    # In a log (CI, where -q is used) the heartbeats stay: a silent job gets killed.
+    assert "started" not in logged.stderr and "done" not in logged.stderr, logged.stderr
+    assert re.search(r"running  (prefill|decode) \(2 graphs\): .* so far", logged.stderr)

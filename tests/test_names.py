@@ -17,6 +17,7 @@ from neuronbuild.store.names import (
     MIN_PREFIX_HEX,
     Listing,
     Target,
+    resolve,
     resolve_target,
     short,
 )
@@ -164,3 +165,20 @@ def test_ls_prints_short_digests_that_resolve_and_moves_in_utc_with_their_age(
     assert (
         lines[-1] == f"2 manifests, 2 unit records, 4 blobs ({held}), 0 node layouts in {store.url}"
     )
+
+
+def test_one_resolver_reads_what_each_caller_accepts_and_refuses_a_typo() -> None:
+    names = listing({"app/latest": A, "app/prod": C}, [A, C])
+    assert resolve(names, "app") == Target(A, ("app", "latest"))
+    assert resolve(names, "app/prod", "ref") == Target(C, ("app", "prod"))
+    assert resolve(names, "3f2a9c2b", "manifest") == Target(C)
+    with pytest.raises(UserError, match="no ref 3f2a9c2b/latest"):
+        resolve(names, "3f2a9c2b", "ref")  # a prefix is no ref
+    with pytest.raises(UserError, match="expected a manifest digest"):
+        resolve(names, "app/prod", "manifest")  # a ref is no manifest
+    with pytest.raises(UserError, match=r"no ref web/latest; refs there: .*; pull it first"):
+        resolve(names, "web", hint="pull it first")
+    with pytest.raises(ValueError, match="accept='manfest'"):
+        resolve(names, "app", "manfest")  # type: ignore[arg-type]  # a caller's typo
+    assert Target(A, ("app", "prod")).ref_text == "app/prod"
+    assert Target(A).ref_text is None

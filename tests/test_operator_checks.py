@@ -417,12 +417,12 @@ def test_verbose_and_quiet_together_are_refused() -> None:
 
 
 def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:
-    from neuronbuild.console import log_tail
+    from neuronbuild.logtail import tail_lines
 
     log = tmp_path / "unit.log"
     log.write_text("".join(f"line {i}\n" for i in range(100_000)))
-    assert log_tail(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
-    assert log_tail(str(tmp_path / "gone.log")) == []
+    assert tail_lines(str(log), 3) == ["line 99997", "line 99998", "line 99999"]
+    assert tail_lines(str(tmp_path / "gone.log")) == []
 
 
 def test_verbose_prints_the_tail_of_a_failed_units_log(

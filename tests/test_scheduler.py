@@ -62,7 +62,7 @@ def test_a_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
 
     start = time.monotonic()
     [result] = run_units(UNITS[:1], work, jobs=1, progress=Progress(1, io.StringIO()))
-    assert result.error == "timed out after 3 s"
+    assert result.error == "timed out after 3.0 s"
     assert time.monotonic() - start < 30
     grandchild = int(pid_file.read_text())
     with pytest.raises(psutil.NoSuchProcess):
@@ -91,7 +91,7 @@ def test_a_timeout_returns_once_sigterm_ended_the_process_not_after_the_kill_gra
     # The engine leaves on the first SIGTERM; its unreaped exit must not look like a live group.
     groups = ProcessGroups()
     start = time.monotonic()
-    with pytest.raises(UnitFailed, match="timed out after 1 s"):
+    with pytest.raises(UnitFailed, match=r"timed out after 1\.0 s"):
         groups.run(
             [sys.executable, "-c", "import time; time.sleep(300)"],
             env=dict(os.environ),
@@ -100,3 +100,14 @@ def test_a_timeout_returns_once_sigterm_ended_the_process_not_after_the_kill_gra
             timeout=1,
         )
     assert time.monotonic() - start < 5
+
+
+def test_a_timeout_is_said_as_other_durations_are(tmp_path: Path) -> None:
+    with pytest.raises(UnitFailed, match=r"^timed out after 0\.3 s$"):  # not "after 0 s"
+        ProcessGroups().run(
+            [sys.executable, "-c", "import time; time.sleep(300)"],
+            env=dict(os.environ),
+            cwd=tmp_path,
+            log=tmp_path / "log",
+            timeout=0.3,
+        )

@@ -24,6 +24,7 @@ from tests.conftest import (
     REPO,
     cpu_recipe,
     neuron_recipe,
+    neuronbuild,
     publish_build,
     serve_without_vllm,
 )
@@ -307,3 +308,21 @@ def test_boolean_options_are_spelled_as_vllms_parser_takes_them() -> None:
         "--headless",
         "--enable-auto-tool-choice",
     ]
+
+
+def test_serve_json_without_dry_run_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    store = str(tmp_path / "never-made")
+    result = neuronbuild("serve", "--ref", "app", "--cache", store, "--json")
+    assert result.returncode == 2, result.stderr
+    assert "--json needs --dry-run" in result.stderr and "Traceback" not in result.stderr
+    assert not Path(store).exists()
+
+
+def test_serve_help_says_bare_names_and_digest_prefixes_are_taken() -> None:
+    shown = " ".join(neuronbuild("serve", "--help").stdout.split())
+    assert "--ref NAME[/TAG] or --manifest DIGEST (or a unique prefix)" in shown
+    assert "<name>/<tag>, or <name> for <name>/latest" in shown
+    assert "sha256:<64 hex>, or a unique prefix (at least 8 hex digits)" in shown
+    result = neuronbuild("serve", "--ref", "a", "--manifest", "b")
+    assert result.returncode == 2
+    assert "give exactly one of RECIPE, --ref NAME[/TAG] or --manifest DIGEST" in result.stderr

@@ -46,6 +46,13 @@ def serve_and_ask(recipe: str, cache: str, prompt: str) -> tuple[str, bool] | No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``make run``'s demo (``argv``: its options, default ``sys.argv[1:]``): train the demo
+    model, compile the recipe into the store while plain vLLM answers the prompt, serve the
+    build with ``neuronbuild serve``, ask it the same prompt and print both answers.
+
+    Returns the exit code: 0 when the answers are equal and the server loaded the prebuilt
+    artifact; 2 for a bad recipe; ``compile``'s own code when it failed; else 1.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
     parser.add_argument("--model-dir", default="build/tiny-llama")

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from neuronbuild.logtail import tail_lines
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -70,10 +72,9 @@ class Child:
         self.stop()
 
     def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        """The last ``lines`` lines of the child's log, one string (empty when unreadable), for
+        an error message (:func:`~neuronbuild.logtail.tail_lines`)."""
+        return "\n".join(tail_lines(self.log, lines))
 
     def stop(self) -> None:
         """End the process group: SIGTERM, then SIGKILL after 20 s."""

@@ -27,7 +27,7 @@ from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, w
 from neuronbuild.engines.neuron import speculative_tokens
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
-from neuronbuild.human import count
+from neuronbuild.human import count, size
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
@@ -230,20 +230,24 @@ class NeuronCompiler(UnitCompiler):
         note = None
         if at_once < min(jobs, units):
             note = f"compiling {count(at_once, 'unit')} at once, not {jobs}"
+
+        def gib(amount: float) -> str:  # GiB as every other size is printed (human.size)
+            return size(int(amount * 2**30))
+
         if ranks * (user_workers or 1) > budget:
             note = (
                 f"even 1 unit at a time runs {count(ranks, 'rank')} x "
                 f"{count(user_workers or 1, 'compile worker')} = "
                 f"{ranks * (user_workers or 1)} neuronx-cc processes (about "
-                f"{ranks * (user_workers or 1) * per_process:.0f} GiB at {per_process:g} GiB each) "
-                f"on a host with {memory:.0f} GiB; runs killed for memory are retried with "
+                f"{gib(ranks * (user_workers or 1) * per_process)} at {gib(per_process)} each) "
+                f"on a host with {gib(memory)}; runs killed for memory are retried with "
                 "fewer workers"
             )
         elif note is not None:
             note += (
-                f" and {count(self.workers, 'compile worker')} per rank: {memory:.0f} GiB and "
-                f"{host_cores()} cores at {per_process:g} GiB per neuronx-cc process "
-                f"({envs.NEURONBUILD_NEURON_COMPILE_GIB})"
+                f" and {count(self.workers, 'compile worker')} per rank: {gib(memory)} and "
+                f"{host_cores()} cores at {gib(per_process)} per neuronx-cc process "
+                f"(${envs.NEURONBUILD_NEURON_COMPILE_GIB}={per_process:g})"
             )
         removed = [name for name in SERVE_ONLY if name in start_env.environ()]
         if removed:

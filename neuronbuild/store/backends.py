@@ -20,7 +20,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from filelock import FileLock
 from fsspec import AbstractFileSystem
@@ -29,7 +29,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
-from neuronbuild.store.retry import watch_s3
+from neuronbuild.store.retry import body_retried, watch_s3
 
 OnBytes = Callable[[int], None]
 """Told the length of each chunk an upload sends (a progress bar)."""
@@ -124,12 +124,15 @@ class Backend(ABC):
                     raise StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: not a file")
                 if int(info.get("size") or 0) > limit:
                     raise self._too_big(path, limit)
-                data: bytes = self.fs.cat_file(path, start=0, end=limit + 1)
+                data = self._cat(path, limit + 1)
             except FileNotFoundError:
                 return None, None
             if len(data) > limit:
                 raise self._too_big(path, limit)
             return data, self._version(info, data)
+
+    def _cat(self, path: str, end: int) -> bytes:
+        return self.fs.cat_file(path, start=0, end=end)  # type: ignore[no-any-return]
 
     def _fresh_info(self, path: str) -> dict[str, Any]:
         return self.fs.info(path)  # type: ignore[no-any-return]
@@ -333,6 +336,33 @@ class FolderBackend(Backend):
             self.put(path, data)
 
 
+class _RetriedReads:
+    """An s3fs file read with :func:`~neuronbuild.store.retry.body_retried`: a read whose body
+    breaks is read again from the same offset (s3fs moves its position only after a read
+    succeeded)."""
+
+    def __init__(self, file: IO[bytes], what: str) -> None:
+        self.file, self.what = file, what
+
+    def read(self, n: int = -1) -> bytes:
+        at = self.file.tell()
+
+        def attempt() -> bytes:
+            self.file.seek(at)
+            return self.file.read(n)
+
+        return body_retried(attempt, self.what)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> _RetriedReads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _connection_refused(exc: BaseException) -> bool:
     """Whether an s3fs/botocore error is a refused TCP connection (nothing listens there)."""
     seen: BaseException | None = exc
@@ -359,11 +389,21 @@ class ObjectBackend(Backend):
         with self._errors("cannot set up its S3 client"):
             watch_s3(self.fs)
 
+    def _cat(self, path: str, end: int) -> bytes:
+        what = self.fs.unstrip_protocol(path)
+        return body_retried(lambda: super(ObjectBackend, self)._cat(path, end), what)
+
+    def open_read(self, path: str) -> IO[bytes]:
+        file = super().open_read(path)
+        return cast(IO[bytes], _RetriedReads(file, self.fs.unstrip_protocol(path)))
+
     def _single_attempt(self) -> AbstractFileSystem:
         """A client of the same endpoint and credentials that tries each request once."""
-        config = {**getattr(self.fs, "config_kwargs", {}), "retries": {"max_attempts": 1}}
+        # total_max_attempts counts the first attempt; max_attempts (retries only) would be 2.
+        retries = {"total_max_attempts": 1, "mode": "standard"}
+        config = {**getattr(self.fs, "config_kwargs", {}), "retries": retries}
         probe = type(self.fs)(skip_instance_cache=True, config_kwargs=config)
-        probe.retries = 1  # s3fs's own retry loop, around botocore's
+        probe.retries = 1  # s3fs's own retry loop, around botocore's: off
         return probe
 
     def check_root(self, create: bool) -> None:

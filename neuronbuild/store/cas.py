@@ -22,6 +22,7 @@ import fsspec
 from neuronbuild import envs
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.progress import retrying
 from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.digest import check_digest, copy_verified, hash_file
@@ -32,7 +33,7 @@ from neuronbuild.store.layout import (
     Layout,
     parse_ref,
 )
-from neuronbuild.store.names import Listing, Target, resolve_manifest, resolve_ref, resolve_target
+from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
@@ -206,7 +207,7 @@ class Store:
                 return digest, size
             if attempt:
                 why = f"{self.blob_url(digest)}: the stored size differs from {size} bytes"
-                retry.report(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
+                retrying(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
             self.backend.put_file(local_path, self.layout.blob(digest), on_bytes)
         if not self.has_blob(file):
             raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
@@ -489,7 +490,7 @@ class Store:
                 if attempt == attempts - 1:
                     raise
                 seconds = 0.05 * (attempt + 1)
-                retry.report(attempt + 2, attempts, seconds, str(exc))
+                retrying(attempt + 2, attempts, seconds, str(exc))
                 time.sleep(seconds)
 
     def refs(self) -> dict[str, str]:
@@ -568,21 +569,15 @@ class Store:
         """How :mod:`~neuronbuild.store.names` reads this store's refs and manifests."""
         return Listing(self.get_ref, lambda: sorted(self.refs()), self.manifest_digests, self.url)
 
-    def resolve_target(self, text: str, accept: str = "any") -> Target:
-        """The manifest ``text`` names, and the ref it came through: ``accept`` ``"any"`` takes a
-        ref, a bare name (``<name>/latest``), a digest or a unique prefix of one (see
-        :mod:`~neuronbuild.store.names`); ``"ref"`` refs and bare names only; ``"manifest"``
-        digests and prefixes only.
+    def resolve_target(self, text: str, accept: Accept = "any") -> Target:
+        """The manifest ``text`` names, and the ref it came through, read as ``accept`` says
+        (see :func:`~neuronbuild.store.names.resolve`).
 
         Raises:
             UserError: nothing matches (the refs that exist are named), a prefix is ambiguous or
                 too short, or the text is neither a ref nor a digest.
         """
-        if accept == "ref":
-            return resolve_ref(self.listing(), text)
-        if accept == "manifest":
-            return resolve_manifest(self.listing(), text)
-        return resolve_target(self.listing(), text)
+        return resolve(self.listing(), text, accept)
 
     def resolve(self, text: str) -> str:
         """The manifest digest ``text`` names (see :meth:`resolve_target`)."""

@@ -13,6 +13,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from neuronbuild.errors import UserError
 from neuronbuild.store.layout import LATEST, REF_PART, parse_ref
@@ -43,6 +44,11 @@ class Target:
 
     digest: str
     ref: tuple[str, str] | None = None
+
+    @property
+    def ref_text(self) -> str | None:
+        """The ref as typed back: ``"<name>/<tag>"``, or None when there was none."""
+        return "/".join(self.ref) if self.ref else None
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,30 @@ def resolve_ref(listing: Listing, text: str, hint: str = "") -> Target:
     return Target(digest, (name, tag))
 
 
-def resolve_target(listing: Listing, text: str) -> Target:
+Accept = Literal["any", "ref", "manifest"]
+"""What a caller takes: ``"any"`` a ref, a bare name, a digest or a prefix; ``"ref"`` refs and bare
+names only; ``"manifest"`` digests and prefixes only."""
+
+
+def resolve(listing: Listing, text: str, accept: Accept = "any", hint: str = "") -> Target:
+    """The manifest ``text`` names, read as ``accept`` says (:data:`Accept`); ``hint``: what to
+    do when a ref is missing (appended to that error).
+
+    Raises:
+        UserError: nothing matches (the refs that exist are named), a prefix is ambiguous or
+            too short, or the text is neither a ref nor a digest.
+        ValueError: ``accept`` is none of :data:`Accept` (a caller's typo, not a user's).
+    """
+    if accept == "ref":
+        return resolve_ref(listing, text, hint)
+    if accept == "manifest":
+        return resolve_manifest(listing, text)
+    if accept == "any":
+        return resolve_target(listing, text, hint)
+    raise ValueError(f"accept={accept!r}: expected one of {get_args(Accept)}")
+
+
+def resolve_target(listing: Listing, text: str, hint: str = "") -> Target:
     """A ref, a bare name or a manifest digest or prefix (see the module docstring).
 
     A bare word that is both a name with a ``latest`` ref and a manifest prefix is refused as
@@ -141,7 +170,7 @@ def resolve_target(listing: Listing, text: str) -> Target:
     if text.startswith("sha256:"):
         return resolve_manifest(listing, text)
     if "/" in text or not _HEX.match(text) or len(text) < MIN_PREFIX_HEX:
-        return resolve_ref(listing, text)
+        return resolve_ref(listing, text, hint)
     by_ref = listing.get_ref(text, LATEST) if REF_PART.match(text) else None
     matches = _by_prefix(listing, text, text)
     if by_ref is not None and matches:
@@ -153,6 +182,5 @@ def resolve_target(listing: Listing, text: str) -> Target:
         return Target(by_ref, (text, LATEST))
     if matches:
         return Target(_one(matches, text, listing.where))
-    raise missing_ref(
-        listing.where, f"{text}/{LATEST}", listing.refs(), f"no manifest starts with {text} either"
-    )
+    either = f"no manifest starts with {text} either" + (f"; {hint}" if hint else "")
+    raise missing_ref(listing.where, f"{text}/{LATEST}", listing.refs(), either)

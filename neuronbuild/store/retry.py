@@ -1,27 +1,31 @@
-"""Retries against a store: which faults are retried, how long to wait, and the one line that
-says so on stderr, ``retrying (2/5) in 4.0 s: <reason>``, instead of a client's silent retries
-(12 to 18 s of silence with botocore's own, against an endpoint answering 500).
+"""Retries against a store: which faults are retried and how long to wait; each retry is said on
+stderr by :func:`neuronbuild.progress.retrying` (``retrying (2/5) in 4 s: <reason>``) instead of
+a client's silent retries (12 to 18 s of silence with botocore's own, against an endpoint
+answering 500).
 
 On S3 the decision is taken here, per request: botocore's retry handler is left a single attempt
 (:data:`S3_RETRIES`) and :func:`watch_s3` puts :func:`needs_retry` first on the client's
 ``needs-retry`` event, so a multipart upload retries the part that failed, not the whole file.
 What is retried is what botocore's standard retry mode retries (its ``TransientRetryableChecker``
 and ``ThrottledRetryableChecker``, botocore/retries/standard.py): HTTP 500, 502, 503, 504 and 429,
-throttling and request-timeout error codes, and connection or read faults. The ref's
+throttling and request-timeout error codes, and connection or read faults. s3fs's own retry loop
+around each request (``S3FileSystem.retries``, five attempts, silent) is turned off, so a fault is
+never tried 5 x 5 times; what only that loop saw, a response body that breaks or stalls while it
+is read (after botocore returned), is retried by :func:`body_retried`, and reported too. The ref's
 compare-and-swap and a blob upload whose stored size differs retry in
-:mod:`neuronbuild.store.cas` and report through :func:`report` too.
+:mod:`neuronbuild.store.cas` and report the same way.
 """
 
 from __future__ import annotations
 
 import random
-import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from tqdm import tqdm
+from neuronbuild.progress import retrying
 
-from neuronbuild.console import QUIET, verbosity
-from neuronbuild.human import duration
+T = TypeVar("T")
 
 ATTEMPTS = 5
 """Attempts of one S3 request, the first included (botocore's standard mode also makes 5)."""
@@ -54,15 +58,6 @@ TRANSIENT_CODES = frozenset(
     }
 )
 """S3 error codes retried whatever their HTTP status (botocore's standard mode's lists)."""
-
-
-def report(attempt: int, attempts: int, seconds: float, reason: str) -> None:
-    """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` on stderr, above any
-    progress bar, unless ``-q`` asked for errors and results only. ``attempt`` is the number of
-    the attempt about to be made (2: the first retry)."""
-    if verbosity() <= QUIET:
-        return
-    tqdm.write(f"retrying ({attempt}/{attempts}) in {duration(seconds)}: {reason}", file=sys.stderr)
 
 
 def backoff(attempt: int) -> float:
@@ -119,12 +114,48 @@ def needs_retry(
         return False
     seconds = backoff(attempts + 1)
     name = getattr(operation, "name", None)
-    report(attempts + 1, ATTEMPTS, seconds, f"{name}: {fault}" if name else fault)
+    retrying(attempts + 1, ATTEMPTS, seconds, f"{name}: {fault}" if name else fault)
     return seconds
 
 
+def body_faults() -> tuple[type[BaseException], ...]:
+    """The faults of a response body read after botocore returned it, which botocore's
+    ``needs-retry`` never sees: a stalled read (aiobotocore's ``AioReadTimeoutError``, not the
+    plain ``ReadTimeoutError`` of a request, which :func:`needs_retry` already retried), a
+    connection cut mid-body, a short body (the ones s3fs's own loop retried, s3fs/core.py)."""
+    from aiobotocore.response import AioReadTimeoutError
+    from aiohttp import ClientPayloadError
+    from botocore.exceptions import ResponseStreamingError
+    from urllib3.exceptions import IncompleteRead
+
+    return (AioReadTimeoutError, ResponseStreamingError, ClientPayloadError, IncompleteRead)
+
+
+def body_retried(read: Callable[[], T], what: str) -> T:
+    """``read()`` tried up to :data:`ATTEMPTS` times while it fails with a :func:`body_faults`
+    fault, each retry said on stderr (``what``: the object read) after :func:`backoff`.
+
+    Raises:
+        Whatever ``read`` raised last, or at once when it is no body fault.
+    """
+    faults = body_faults()
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return read()
+        except faults as exc:
+            if attempt == ATTEMPTS:
+                raise
+            seconds = backoff(attempt + 1)
+            reason = one_line(str(exc) or type(exc).__name__)
+            retrying(attempt + 1, ATTEMPTS, seconds, f"{what}: {reason}")
+            time.sleep(seconds)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
 def watch_s3(fs: Any) -> None:
-    """Make the s3fs file system ``fs`` retry its requests through :func:`needs_retry` (once
-    per client: a cached file system keeps its handler)."""
+    """Make the s3fs file system ``fs`` retry its requests through :func:`needs_retry` only
+    (once per client: a cached file system keeps its handler), with s3fs's own silent loop
+    around them off (``fs.retries = 1``; its body-read retries are :func:`body_retried`'s)."""
+    fs.retries = 1
     events = fs.s3.meta.events
     events.register_first("needs-retry.s3", needs_retry, unique_id="neuronbuild-needs-retry")

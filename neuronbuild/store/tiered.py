@@ -15,7 +15,7 @@ from typing import TextIO
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store
-from neuronbuild.store.names import Listing, Target, resolve_manifest, resolve_ref, resolve_target
+from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scratch_folder
 
@@ -54,10 +54,17 @@ class TieredStore:
             )
             return digest
 
-    def resolve_target(self, text: str, accept: str = "any", hint: str = "") -> Target:
+    def resolve_target(self, text: str, accept: Accept = "any", hint: str = "") -> Target:
         """What ``text`` names (see :meth:`Store.resolve_target`), read as :meth:`get_ref` reads
         refs: from the remote, or from the local tier when the remote cannot be reached.
-        ``hint``: what to do when a ref is missing (appended to the error)."""
+        ``hint``: what to do when a ref is missing (appended to the error).
+
+        Raises:
+            UserError: nothing matches (the refs that exist are named), a prefix is ambiguous or
+                too short, or the text is neither a ref nor a digest.
+            StoreError: the remote cannot be reached and the local tier lacks the ref (the
+                remote's error), or the local tier cannot be read either.
+        """
 
         def listed(read: Callable[[Store], list[str]]) -> Callable[[], list[str]]:
             def call() -> list[str]:
@@ -76,11 +83,7 @@ class TieredStore:
             listed(Store.manifest_digests),
             self.url,
         )
-        if accept == "ref":
-            return resolve_ref(listing, text, hint)
-        if accept == "manifest":
-            return resolve_manifest(listing, text)
-        return resolve_target(listing, text)
+        return resolve(listing, text, accept, hint)
 
     def get_manifest(self, digest: str) -> Manifest:
         """Manifests are immutable: the local tier's copy is as good as the remote's, once it
