@@ -381,3 +381,55 @@ def test_a_build_stays_cached_whatever_inductor_cache_dir_and_stops_when_config_
         assert dry_run_totals(recipe, store, env)["cached"] == 1
     write_model(tmp_path / "m", "Qwen3ForCausalLM")
     assert dry_run_totals(recipe, store, plain)["missing"] == 1
+
+
+def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
+    """The exact lines ``doctor`` prints for a miss (killed mutants of keys.factor_differences,
+    keys._describe, keys.explain_differences and UnitKey.differences)."""
+    from neuronbuild.keys import UnitKey, explain_differences, factor_differences
+
+    fits = "a" * 58  # its JSON is 60 characters: shown whole
+    too_long = "b" * 59  # 61: cut to 57 and "..."
+    mine = {
+        "schema": "s",
+        "engine_args": {"max_num_seqs": 4, "dtype": "bfloat16"},
+        "env": {},
+        "model": fits,
+        "revision": too_long,
+    }
+    theirs = {
+        "schema": "s",
+        "engine_args": {"max_num_seqs": 8, "dtype": "bfloat16", "seed": 0},
+        "toolchain_x": 1,
+        "env": None,
+        "model": "m",
+        "revision": "r",
+        "target": "cpu",
+    }
+    lines = factor_differences(mine, theirs)
+    assert lines == [
+        "engine_args.max_num_seqs: recipe 4, manifest 8",
+        "engine_args.seed: recipe null, manifest 0",
+        "env: recipe {}, manifest null",
+        f'model: recipe "{fits}", manifest "m"',
+        f'revision: recipe "{too_long[:56]}..., manifest "r"',
+        'target: recipe null, manifest "cpu"',
+        "toolchain_x: recipe null, manifest 1",
+    ]
+    assert explain_differences(lines) == [
+        "engine_args: a keyed engine argument differs after resolving vLLM's defaults",
+        "env: a keyed environment variable differs from the build's; start the command with the "
+        "same value (or unset it)",
+        "model: the model string differs; vLLM keys it verbatim, so spell it as at compile",
+        "revision: another hub revision of the model",
+        "target: another target (device family or cpu)",
+        "toolchain_x: an engine factor differs",
+    ]
+    assert UnitKey(mine).differences(theirs) == [
+        "engine_args",
+        "env",
+        "model",
+        "revision",
+        "target",
+        "toolchain_x",
+    ]
