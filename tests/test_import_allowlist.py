@@ -64,7 +64,12 @@ OURS = {
 }
 """Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
 
-ENTRY_ONLY = {"neuronbuild.cli", "neuronbuild.__main__", "neuronbuild_runtime.__main__"}
+ENTRY_ONLY = {
+    "neuronbuild.cli",
+    "neuronbuild.cli.build",
+    "neuronbuild.__main__",
+    "neuronbuild_runtime.__main__",
+}
 """The command-line entry modules themselves."""
 
 THIRD_PARTY = {
