@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neuronbuild import envs
-from neuronbuild.console import format_table
 from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.formatting import format_table
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.progress import Progress

@@ -22,6 +22,9 @@ LOCAL_CACHE_HELP = "A local store folder in front of --cache"
 JOBS_HELP = "How many run at once"
 JSON_HELP = "Print the result as JSON on stdout instead of text (the same data)"
 DRY_RUN_HELP = "Run every check and print what would be done, changing nothing"
+LAST_WRITER_WINS_HELP = (
+    "Allow publishing to an fsspec URL without atomic writes (not folders or s3://)."
+)
 
 
 def cache_option(f: F) -> F:
@@ -69,3 +72,10 @@ def json_option(when: str = "") -> Callable[[F], F]:
 def dry_run_option(what: str) -> Callable[[F], F]:
     """``--dry-run``: every check of the real run, and what it would do; nothing changes."""
     return click.option("--dry-run", is_flag=True, help=f"{DRY_RUN_HELP}: {what}.")
+
+
+def last_writer_wins_option(f: F) -> F:
+    """``--last-writer-wins``: let a command that writes the store publish to an fsspec URL that
+    has no atomic create or compare-and-swap (DESIGN.md, "Store"), accepting that of two
+    concurrent writers the last one wins."""
+    return click.option("--last-writer-wins", is_flag=True, help=LAST_WRITER_WINS_HELP)(f)

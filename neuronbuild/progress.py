@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, TextIO
 from tqdm import tqdm
 
 from neuronbuild import envs
-from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import count, duration, size
 from neuronbuild.store.names import short
+from neuronbuild.verbosity import QUIET, verbosity
 
 if TYPE_CHECKING:
     from neuronbuild.graph import CompileUnit
@@ -102,7 +102,7 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) shows none of it.
+    without a compiler line. ``-q`` (:data:`~neuronbuild.verbosity.QUIET`) shows none of it.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).

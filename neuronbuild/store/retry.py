@@ -20,8 +20,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import duration
+from neuronbuild.verbosity import QUIET, verbosity
 
 ATTEMPTS = 5
 """Attempts of one S3 request, the first included (botocore's standard mode also makes 5)."""

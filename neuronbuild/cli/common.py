@@ -1,0 +1,26 @@
+"""What several commands share: reading a recipe and printing its warnings."""
+
+from __future__ import annotations
+
+from neuronbuild import start_env
+from neuronbuild.recipe import Recipe, load_recipe
+from neuronbuild.verbosity import info
+
+
+def warn(message: str) -> None:
+    info(f"warning: {message}", err=True)
+
+
+def load_or_exit(path: str) -> Recipe:
+    recipe = load_recipe(path)
+    for w in recipe.warnings:
+        warn(f"{path}: {w}")
+    return recipe
+
+
+def warn_removed_env(recipe: Recipe) -> None:
+    """Name every variable of the user's environment kept from the engine process."""
+    from neuronbuild.engines import engine_for
+
+    for line in engine_for(recipe).env_warnings(start_env.environ()):
+        warn(line)
