@@ -11,7 +11,7 @@ import pytest
 
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.recipe import load_recipe
-from tests.conftest import cpu_recipe, neuron_recipe, neuronbuild
+from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild
 
 # Duplicate keys.
 
@@ -482,3 +482,21 @@ def test_a_sharded_dry_run_names_the_shard_of_each_unit_it_skips(tmp_path: Path)
     rows = [line.split("  ")[1] for line in result.stdout.splitlines() if line.startswith("  ")]
     assert rows[1:] == ["compile", "skip (shard 1)"], result.stdout
     assert "compiling here would fail" in result.stderr
+
+
+def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import neuronbuild.store.cas as cas
+    from neuronbuild.cli import cli
+
+    def contacted(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("plan opened the default store")
+
+    monkeypatch.setattr(cas.Store, "__init__", contacted)
+    monkeypatch.setenv("NEURONBUILD_CACHE", "s3://bucket/store")
+    result = CliRunner().invoke(cli, ["plan", str(RECIPES / "llama-3.3-70b-trn2.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "CACHED" not in result.output
