@@ -392,10 +392,15 @@ def neuronbuild_cli(*args: str) -> Any:
 
 def test_quiet_drops_warnings_and_keeps_results(write_recipe: Any) -> None:
     path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
+    normal = neuronbuild_cli("plan", str(path))
+    assert "warning:" in normal.stderr and normal.stdout.startswith("tiny: ")
+    quiet = neuronbuild_cli("-q", "plan", str(path))
+    assert quiet.stderr == "" and quiet.stdout == normal.stdout
+    # validate's warnings are its result: -q keeps them.
     normal = neuronbuild_cli("validate", str(path))
     assert "warning:" in normal.stderr and normal.stdout.startswith("ok: ")
     quiet = neuronbuild_cli("-q", "validate", str(path))
-    assert quiet.stderr == "" and quiet.stdout == normal.stdout
+    assert quiet.stderr == normal.stderr and quiet.stdout == normal.stdout
     broken = write_recipe(cpu_recipe(cpu_isa="banana"), "broken.yaml")
     failed = neuronbuild("-q", "validate", str(broken))
     assert failed.returncode == 2 and "cpu_isa" in failed.stderr  # errors stay

@@ -100,8 +100,8 @@ def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
         echo_json("validate", {"recipes": results})
     else:
         for result in results:
-            for w in result["warnings"]:
-                warn(f"{result['path']}: {w}")
+            for w in result["warnings"]:  # validate's result: -q keeps them
+                click.echo(f"warning: {result['path']}: {w}", err=True)
             if result["valid"]:
                 click.echo(
                     f"ok: {result['path']} ({result['name']}, target {result['target']}, "
