@@ -70,8 +70,7 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 class CompileReport:
     """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
     missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
-    ``blocked``: why compiling here would be refused (dry run); ``labels``: each unit's label by
-    key, for human lines (not in the JSON)."""
+    ``blocked``: why compiling here would be refused (dry run)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -80,7 +79,6 @@ class CompileReport:
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -336,7 +334,6 @@ def prepare_recipe(
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
-    report.labels = {unit.key.digest: unit.label() for unit in plan.units}
     try:
         compiler = plan.engine.compiler()
         compiler.check_install()
@@ -449,6 +446,7 @@ def compile_recipes(
     def row(unit: CompileUnit, status: str) -> dict[str, Any]:
         data: dict[str, Any] = {
             "key": unit.key.digest,
+            "label": unit.label(),
             "graphs": [g.to_json() for g in unit.graphs],
             "status": status,
         }

@@ -181,7 +181,7 @@ def dry_run_table(report: CompileReport) -> list[str]:
         action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
         if unit.get("shard") is not None and unit["status"] == "skipped":
             action = f"skip (shard {unit['shard']})"
-        rows.append([action, report.labels[unit["key"]], key_text(unit["key"])])
+        rows.append([action, unit["label"], key_text(unit["key"])])
     return format_table(rows, indent="  ")
 
 
@@ -303,7 +303,7 @@ def compile_(
         for report in run.recipes:
             for unit in report.units:
                 if unit["status"] == "failed":
-                    label = report.labels.get(unit["key"], "")
+                    label = unit["label"]
                     key = short(unit["key"])
                     click.echo(f"FAILED {label} ({key}): {unit['error']}", err=True)
                     for line in log_tail(unit["log"]) if "log" in unit else []:
