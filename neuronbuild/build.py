@@ -34,6 +34,7 @@ from neuronbuild.shard import Shard, assign_units
 from neuronbuild.store import retry
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.verbosity import key_text
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -66,6 +67,12 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
     return {d: str(v) for d, v in installed.items()}
 
 
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
+"""What ``compile --dry-run``'s text says the real run would do with a unit of each JSON
+``status``: compile it (``missing``), reuse the store's build (``cached``), or leave it to the
+shard that owns it (``skipped``); docs/json.md states the same mapping."""
+
+
 @dataclass
 class CompileReport:
     """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
@@ -91,6 +98,17 @@ class CompileReport:
 
     def count(self, status: str) -> int:
         return sum(u["status"] == status for u in self.units)
+
+    def dry_run_rows(self) -> list[list[str]]:
+        """``compile --dry-run``'s table, header first: per unit what the real run would do
+        (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`~neuronbuild.verbosity.key_text`)."""
+        rows = [["WOULD", "UNIT", "KEY"]]
+        for unit in self.units:
+            action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
+            if unit.get("shard") is not None and unit["status"] == "skipped":
+                action = f"skip (shard {unit['shard']})"
+            rows.append([action, unit["label"], key_text(unit["key"])])
+        return rows
 
     def to_json(self) -> dict[str, Any]:
         """One recipe of ``compile --json`` (``neuronbuild/schemas/compile.json``)."""

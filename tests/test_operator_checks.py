@@ -149,7 +149,7 @@ def test_dry_run_lists_every_unit_with_what_the_real_run_would_do_and_writes_not
     before = tree(tmp_path)
     result = dry_run(ready, "--cache", str(store))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[2].split() == ["cached", "dynamic", unit.key.digest[:19]]
+    assert result.stdout.splitlines()[2].split() == ["reuse", "dynamic", unit.key.digest[:19]]
     assert tree(tmp_path) == before
 
 

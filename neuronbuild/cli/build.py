@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -29,11 +29,8 @@ from neuronbuild.options import (
 from neuronbuild.plan import Plan, build_plan, units_cached
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.names import short
-from neuronbuild.verbosity import detail, key_text
+from neuronbuild.verbosity import detail
 from neuronbuild_runtime.cli import echo_notes
-
-if TYPE_CHECKING:  # not at run time: `neuronbuild serve` must not load the build
-    from neuronbuild.build import CompileReport
 
 
 def invalid(path: str) -> dict[str, Any]:
@@ -167,22 +164,6 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
             click.echo(f"\nunit {unit.key.digest} ({unit.label()})")
             for name, value in unit.key.factors.items():
                 click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
-
-
-DRY_RUN_ACTIONS = {"missing": "compile", "cached": "cached", "skipped": "skip"}
-"""What a dry run says of a unit of each status: it would compile it, the store holds it, or
-another shard owns it."""
-
-
-def dry_run_table(report: CompileReport) -> list[str]:
-    """``compile --dry-run``'s listing: per unit what the real run would do, its label and key."""
-    rows = [["WOULD", "UNIT", "KEY"]]
-    for unit in report.units:
-        action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
-        if unit.get("shard") is not None and unit["status"] == "skipped":
-            action = f"skip (shard {unit['shard']})"
-        rows.append([action, unit["label"], key_text(unit["key"])])
-    return format_table(rows, indent="  ")
 
 
 @click.command(name="compile")
@@ -321,7 +302,7 @@ def compile_(
                 f"{report.name}: {count(len(report.units), 'unit')} ({totals}) "
                 f"in {duration(report.seconds)}"
             )
-            for line in dry_run_table(report) if dry_run else []:
+            for line in format_table(report.dry_run_rows(), indent="  ") if dry_run else []:
                 click.echo(line)
             if report.manifest:
                 click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
