@@ -11,7 +11,7 @@ import click
 from neuronbuild.cli.common import load_or_exit
 from neuronbuild.console import echo_json
 from neuronbuild.formatting import format_table
-from neuronbuild.human import ago, count, size, text, when
+from neuronbuild.human import ABSENT, ago, count, size, text, when
 from neuronbuild.options import (
     cache_option,
     dry_run_option,
@@ -130,7 +130,7 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_js
             },
         )
     else:
-        click.echo(f"{name}/{ref_tag}: {short(before) if before else '(new)'} -> {digest}")
+        click.echo(f"{name}/{ref_tag}: {text(before)} -> {digest}")  # a result line: in full
 
 
 @click.command(name="ls")
@@ -164,7 +164,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
         rows = [["MOVED", "FROM", "TO"]] + [
             [
                 f"{when(move['time'])} ({ago(move['time'])})",
-                short(move["previous"]) if move["previous"] else text(None),
+                short(move["previous"]) if move["previous"] else ABSENT,
                 short(move["manifest"]),
             ]
             for move in reversed(moves)
@@ -264,7 +264,7 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
     click.echo(f"{count(len(data['refs']), 'ref')}, {store_counts(data, store.url)}")
     if "recipe" in data:
         info = data["recipe"]
-        click.echo(f"{info['name']}/latest -> {info['latest'] or '(none)'}")
+        click.echo(f"{info['name']}/latest -> {text(info['latest'])}")
         rows = [["KIND", "CACHED", "MISSING"]] + [
             [kind, str(n["cached"]), str(n["missing"])]
             for kind, n in info["n_graphs_by_kind"].items()
