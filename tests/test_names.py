@@ -174,7 +174,7 @@ def test_ls_prints_short_digests_that_resolve_and_moves_in_utc_with_their_age(
 def test_status_and_ls_history_show_a_missing_manifest_as_tag_does(
     two_builds: tuple[Store, str, str], write_recipe: Any
 ) -> None:
-    store, first, second = two_builds
+    store, first, _ = two_builds
     other = write_recipe(cpu_recipe(cpu_isa="host", name="other"))
     status = neuronbuild("status", str(other), "--cache", store.url)
     assert status.returncode == 0, status.stderr
