@@ -257,7 +257,7 @@ def compile_(
     if local_cache:  # checked before hours of work; a dry run creates nothing
         local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
         local.check_writable(leave_nothing=dry_run, option="--local-cache")
-    run = compile_recipes(
+    done = compile_recipes(
         recipes,
         store,
         jobs=jobs,
@@ -269,19 +269,19 @@ def compile_(
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)
-        for report in run.recipes:
+        for report in done.recipes:
             if report.manifest:
                 tiers.write_through(report.manifest, report.name, LATEST)
         echo_notes(tiers.notes)
     if as_json:
-        echo_json("compile", {"store": store.url, "dry_run": dry_run, **run.to_json()})
+        echo_json("compile", {"store": store.url, "dry_run": dry_run, **done.to_json()})
     else:
         if shard is not None:
             click.echo(
-                f"shard {shard}: {run.assigned} of {count(run.units, 'unit')}"
-                + ("" if run.assigned else "; no units in this shard, nothing to do")
+                f"shard {shard}: {done.assigned} of {count(done.units, 'unit')}"
+                + ("" if done.assigned else "; no units in this shard, nothing to do")
             )
-        for report in run.recipes:
+        for report in done.recipes:
             for unit in report.units:
                 if unit["status"] == "failed":
                     label = unit["label"]
@@ -310,16 +310,16 @@ def compile_(
                 click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
         if dry_run:
             click.echo("dry run: nothing compiled")
-        elif shard is not None and run.assigned and not run.failed:
+        elif shard is not None and done.assigned and not done.failed:
             names = " ".join(recipe_paths)
             click.echo(
                 f"published; once every shard has run: neuronbuild seal {names} "
                 f"--cache {store.url} --shards {shard.count}"
             )
-    if run.failed:
+    if done.failed:
         what = "this shard's failed units" if shard else "them"
         raise UnitsFailed(f"not sealed: some units failed; fix {what} and run compile again")
-    if any(r.blocked for r in run.recipes):
+    if any(r.blocked for r in done.recipes):
         sys.exit(2)
 
 

@@ -263,11 +263,11 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
         return
     click.echo(f"{count(len(data['refs']), 'ref')}, {store_counts(data, store.url)}")
     if "recipe" in data:
-        info = data["recipe"]
-        click.echo(f"{info['name']}/latest -> {text(info['latest'])}")
+        of_recipe = data["recipe"]
+        click.echo(f"{of_recipe['name']}/latest -> {text(of_recipe['latest'])}")
         rows = [["KIND", "CACHED", "MISSING"]] + [
             [kind, str(n["cached"]), str(n["missing"])]
-            for kind, n in info["n_graphs_by_kind"].items()
+            for kind, n in of_recipe["n_graphs_by_kind"].items()
         ]
         for line in format_table(rows):
             click.echo(line)
