@@ -58,7 +58,8 @@ def summary(units: list[UnitDiagnosis]) -> str:
         parts.append(f"{which} {names} {verb} from {compared}")
     unmatched = sum(not u.differences for u in misses)
     if unmatched:
-        parts.append(f"{unmatched} without a sealed build to compare with: compile")
+        them = "it" if unmatched == 1 else "them"
+        parts.append(f"{unmatched} with no sealed build to compare with (compile {them})")
     return f"{line}, {len(misses)} missing: {'; '.join(parts)}"
 
 

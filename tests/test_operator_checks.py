@@ -216,8 +216,12 @@ def test_doctor_summary_counts_units_and_names_the_differing_factors_most_freque
         [unit(False, pin), unit(False, seqs), unit(False, seqs, pin, pin), unit(False)]
     ) == (
         "0 of 4 units cached, 4 missing: factors toolchain.nki, engine_args.max_num_seqs differ from "
-        "app/latest (sha256:ab); 1 without a sealed build to compare with: compile"
+        "app/latest (sha256:ab); 1 with no sealed build to compare with (compile it)"
     )
+    assert summary([unit(False), unit(False)]) == (
+        "0 of 2 units cached, 2 missing: 2 with no sealed build to compare with (compile them)"
+    )
+    assert summary([unit(False)]).count(":") == 1  # one colon: "N missing: why"
 
 
 @pytest.fixture
