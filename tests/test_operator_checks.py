@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.errors import RecipeInvalid
+from neuronbuild.errors import NOT_A_VALUE, RecipeInvalid
 from neuronbuild.recipe import load_recipe
 from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild
 
@@ -23,6 +23,7 @@ def test_a_top_level_key_given_twice_is_refused_with_both_lines(write_recipe: An
     assert [str(e) for e in caught.value.errors] == [
         "name: duplicate key, at lines 1 and 3; YAML would keep only the last silently: delete one"
     ]
+    assert caught.value.errors[0].value is NOT_A_VALUE  # the key is there, twice: not MISSING
     result = neuronbuild("validate", str(path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"{path}: {caught.value.errors[0]}"]
