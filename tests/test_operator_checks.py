@@ -422,8 +422,18 @@ def test_verbose_prints_unit_keys_in_full(ready: Path, tmp_path: Path) -> None:
 
 
 def test_verbose_and_quiet_together_are_refused() -> None:
-    result = neuronbuild("-v", "-q", "isa")
-    assert result.returncode == 2 and "give one of them" in result.stderr
+    for args in (["-v", "-q", "isa"], ["-v", "isa", "-q"], ["isa", "-q", "--verbose"]):
+        result = neuronbuild(*args)
+        assert result.returncode == 2 and "give one of them" in result.stderr, args
+
+
+def test_every_command_takes_verbose_and_quiet_after_its_name_too(write_recipe: Any) -> None:
+    for name, command in commands().items():
+        assert option(command, "-q") is not None and option(command, "-v") is not None, name
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
+    before = neuronbuild_cli("-q", "plan", str(path))
+    after = neuronbuild_cli("plan", str(path), "-q")
+    assert after.stderr == before.stderr == "" and after.stdout == before.stdout
 
 
 def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:

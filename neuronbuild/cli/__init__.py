@@ -15,7 +15,8 @@ import click
 from neuronbuild import __version__
 from neuronbuild.cli import build, diagnose, store
 from neuronbuild.console import run
-from neuronbuild.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity
+from neuronbuild.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
+from neuronbuild.verbosity import set_verbosity
 from neuronbuild_runtime.cli import pull, serve
 
 
@@ -41,10 +42,8 @@ def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> No
     callback=print_version,
     help="Print neuronbuild's version and the engines' installed toolchains, and exit.",
 )
-@click.option(
-    "-v", "--verbose", is_flag=True, help="More detail: unit keys in full, failed units' log tails."
-)
-@click.option("-q", "--quiet", is_flag=True, help="Only errors and final result lines.")
+@click.option("-v", "--verbose", is_flag=True, help=VERBOSE_HELP)
+@click.option("-q", "--quiet", is_flag=True, help=QUIET_HELP)
 def cli(verbose: bool, quiet: bool) -> None:
     """Compile vLLM's graphs ahead of time, store them content-addressed, serve them.
 
@@ -55,11 +54,9 @@ def cli(verbose: bool, quiet: bool) -> None:
       neuronbuild compile recipe.yaml      compile and publish them to the store
       neuronbuild serve recipe.yaml        serve them with vLLM, compilation forbidden
 
-    -v and -q go before the command: neuronbuild -q compile recipe.yaml.
+    -v and -q go before or after the command: neuronbuild compile -q recipe.yaml.
     """
-    if verbose and quiet:
-        raise click.UsageError("-v/--verbose and -q/--quiet: give one of them")
-    set_verbosity(VERBOSE if verbose else QUIET if quiet else NORMAL)
+    set_verbosity(check_verbosity(verbose, quiet))
 
 
 for command in (
@@ -78,6 +75,7 @@ for command in (
     serve,
     pull,
 ):
+    command.params.extend(verbosity_options())  # -v/-q after the command name too
     cli.add_command(command)
 
 
