@@ -4,6 +4,7 @@ every command's help, ``--version`` and ``-v/-q``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -321,6 +322,20 @@ def test_every_command_help_ends_with_examples_of_itself(name: str) -> None:
     text = result.output.split("\nOptions:")[0]
     examples = text.split("Examples:\n")[1].splitlines()
     assert examples and all(line.startswith(f"    neuronbuild {name}") for line in examples)
+
+
+def test_no_option_of_the_build_store_or_diagnose_commands_shows_a_click_type_name() -> None:
+    from click.testing import CliRunner
+
+    from neuronbuild.cli import cli
+
+    ours = [n for n, c in commands().items() if c.callback.__module__.startswith("neuronbuild.cli")]
+    assert len(ours) == 12
+    for name in ours:
+        text = CliRunner().invoke(cli, [name, "--help"]).output.split("\nOptions:")[1]
+        shown = re.findall(r"^  -.*?  ", text, flags=re.M)
+        raw = [o for o in shown if re.search(r" (TEXT|FLOAT|INTEGER|DIRECTORY)( RANGE)?\b", o)]
+        assert raw == [], name
 
 
 def test_every_store_option_has_one_name_meaning_and_default() -> None:

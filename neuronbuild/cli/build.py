@@ -176,13 +176,17 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
 @jobs_option("units compiled (Ray: units in flight on the cluster)", default=1)
 @click.option(
     "--timeout",
+    metavar="SECONDS",
     default=3600.0,
     show_default=True,
     type=click.FloatRange(min=1),
     help="Seconds allowed per unit.",
 )
 @click.option(
-    "--log-dir", type=click.Path(file_okay=False), help="Where per-unit logs go (kept on failure)."
+    "--log-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Where per-unit logs go (kept on failure).",
 )
 @click.option(
     "--shard",
@@ -202,6 +206,7 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
 )
 @click.option(
     "--address",
+    metavar="ADDRESS",
     help="With --executor ray: the cluster (ray://HOST:10001, HOST:6379 or auto); default "
     "$RAY_ADDRESS, else a local cluster.",
 )
@@ -330,10 +335,15 @@ def compile_(
 @cache_option
 @last_writer_wins_option
 @click.option(
-    "--tag", default="latest", show_default=True, help="The tag each <name>/<tag> ref moves to."
+    "--tag",
+    metavar="TAG",
+    default="latest",
+    show_default=True,
+    help="The tag each <name>/<tag> ref moves to.",
 )
 @click.option(
     "--shards",
+    metavar="N",
     type=click.IntRange(1),
     help="The N the shards ran with (compile --shard I/N), to name the shard owning each "
     "missing unit.",

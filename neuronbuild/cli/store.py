@@ -102,14 +102,14 @@ def push(
 @last_writer_wins_option
 @json_option()
 def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_json: bool) -> None:
-    """Point ref DST (<name>/<tag>) at what SRC (a ref or sha256:...) points at, by
-    compare-and-swap. Promote with `tag app/latest app/prod`; roll back with an older manifest
-    from `ls --history`.
+    """Point ref DST (<name>/<tag>) at what SRC (a ref, a bare name, a manifest digest or its
+    unique prefix) points at, by compare-and-swap. Promote with `tag app/latest app/prod`; roll
+    back by naming an older manifest from `ls --history`, as the second example does.
 
     \b
     Examples:
       neuronbuild tag app/latest app/prod --cache s3://bucket/store
-      neuronbuild tag sha256:3f2a9c1b... app/prod   (roll back)
+      neuronbuild tag 3f2a9c1b5d7e app/prod --cache s3://bucket/store
     """
     from neuronbuild.store.cas import Store, parse_ref
 
@@ -188,10 +188,14 @@ def store_counts(data: dict[str, Any], url: str) -> str:
 @last_writer_wins_option
 @dry_run_option("list what would be deleted")
 @click.option(
-    "--keep-last", type=click.IntRange(0), help="Keep only each ref's last N moves alive."
+    "--keep-last",
+    metavar="N",
+    type=click.IntRange(0),
+    help="Keep only each ref's last N moves alive.",
 )
 @click.option(
     "--older-than",
+    metavar="DAYS",
     default=1.0,
     show_default=True,
     type=click.FloatRange(min=0),
