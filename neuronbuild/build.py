@@ -124,19 +124,10 @@ class CompileReport:
         }
 
 
-def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
-    """The unit records the store holds for the plan's units, by key, whose blobs are all
-    present: a unit whose blobs are gone, or whose record is unreadable (malformed, or written
-    before records had one canonical form), is compiled again and its record replaced."""
-    records: dict[str, UnitRecord] = {}
-    for unit in plan.units:
-        try:
-            record = store.get_unit(unit.key.digest)
-        except StoreDataInvalid:
-            continue
-        if record is not None and not store.missing_blobs(record.files):
-            records[unit.key.digest] = record
-    return records
+def cached_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
+    """The records of the plan's units the store has cached, by key
+    (:meth:`~neuronbuild.store.cas.Store.cached_units`: compile compiles the others)."""
+    return store.cached_units(u.key.digest for u in plan.units)
 
 
 def ingest(
@@ -363,7 +354,9 @@ def prepare_recipe(
         if not dry_run:
             raise
         report.blocked = str(exc)
-        return RecipeRun(recipe, plan, report, held_records(store, plan), None)
+        return RecipeRun(
+            recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), None
+        )
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = unit_log(log_dir, unit)
@@ -393,7 +386,9 @@ def prepare_recipe(
         entries = {entry_name(compiler, f) for f in files}
         return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
-    return RecipeRun(recipe, plan, report, held_records(store, plan), work, compiler)
+    return RecipeRun(
+        recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), work, compiler
+    )
 
 
 def compile_recipes(
@@ -457,8 +452,8 @@ def compile_recipes(
                 logs.setdefault(unit.key.digest, unit_log(folder, unit))
     owner = assign_units(list(union.values()), store, shard.count) if shard else {}
     mine = {k for k in union if shard is None or owner[k] == shard.index}
-    held = {k for run in runs for k in run.records}
-    todo = [union[k].unit for k in union if k in mine and k not in held]
+    cached = {k for run in runs for k in run.records}
+    todo = [union[k].unit for k in union if k in mine and k not in cached]
     result = RunReport([run.report for run in runs], shard, len(union), len(mine))
 
     def row(unit: CompileUnit, status: str) -> dict[str, Any]:
@@ -477,7 +472,7 @@ def compile_recipes(
         for run in runs:
             for unit in run.plan.units:
                 key = unit.key.digest
-                status = "cached" if key in held else "missing" if key in mine else "skipped"
+                status = "cached" if key in cached else "missing" if key in mine else "skipped"
                 run.report.units.append(row(unit, status))
             run.report.seconds = time.monotonic() - start
         result.seconds = time.monotonic() - start
@@ -516,7 +511,7 @@ def compile_recipes(
             key = unit.key.digest
             done = by_key.get(key)
             if done is None:
-                report.units.append(row(unit, "cached" if key in held else "skipped"))
+                report.units.append(row(unit, "cached" if key in cached else "skipped"))
             elif done.ok:
                 record, entries = done.value
                 report.units.append(

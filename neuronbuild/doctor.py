@@ -85,7 +85,7 @@ def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
 def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
     plan = build_plan(recipe)
-    held = store.built_units(u.key.digest for u in plan.units)
+    cached = store.cached_units(u.key.digest for u in plan.units)
     latest = store.get_ref(recipe.name, LATEST)
     sealed: dict[tuple[tuple[str, tuple[tuple[str, int], ...]], ...], UnitRecord] = {}
     if latest is not None:
@@ -95,7 +95,7 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     for unit in plan.units:
         graphs = [g.to_json() for g in unit.graphs]
         diagnosis = UnitDiagnosis(
-            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
+            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in cached
         )
         previous = sealed.get(_identity(unit.graphs))
         if not diagnosis.cached and previous is not None:

@@ -94,7 +94,7 @@ def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan
 
 def units_cached(plan: Plan, cache: str, *, given: bool) -> set[str] | None:
     """The keys of ``plan``'s units the store at ``cache`` holds (see
-    :meth:`~neuronbuild.store.cas.Store.built_units`), or None when it is not asked.
+    :meth:`~neuronbuild.store.cas.Store.cached_units`), or None when it is not asked.
 
     Planning is offline and instant: unless the user ``given`` the store (``--cache`` on the
     command line), only a default store that is a local folder that exists is read; a default
@@ -111,4 +111,4 @@ def units_cached(plan: Plan, cache: str, *, given: bool) -> set[str] | None:
     from neuronbuild.store.cas import Store  # not for a plan that asks no store
 
     store = Store(cache, missing_ok=not given)
-    return store.built_units(u.key.digest for u in plan.units)
+    return set(store.cached_units(u.key.digest for u in plan.units))

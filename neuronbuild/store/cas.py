@@ -301,15 +301,20 @@ class Store:
         """Whether a unit record exists for ``key`` (not whether its blobs do)."""
         return self.backend.exists(self.layout.unit(key))
 
-    def built_units(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` whose unit record is stored and whose blobs are all present:
-        a graph is built only then."""
-        built = set()
+    def cached_units(self, keys: Iterable[str]) -> dict[str, UnitRecord]:
+        """The records of the units of ``keys`` the store has cached, by key: record stored and
+        readable, every blob present. A unit whose blobs are gone or whose record cannot be read
+        (malformed, or written before records had one canonical form) is not cached: compile
+        compiles it again and replaces its record (plan, doctor and status say the same)."""
+        cached: dict[str, UnitRecord] = {}
         for key in keys:
-            record = self.get_unit(key)
+            try:
+                record = self.get_unit(key)
+            except StoreDataInvalid:
+                continue
             if record is not None and not self.missing_blobs(record.files):
-                built.add(key)
-        return built
+                cached[key] = record
+        return cached
 
     def put_unit(self, record: UnitRecord) -> UnitRecord:
         """Publish ``record`` after checking its blobs are present. The first record for a key
