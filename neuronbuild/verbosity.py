@@ -41,6 +41,8 @@ def detail(message: str, err: bool = False) -> None:
 
 
 def key_text(digest: str) -> str:
-    """A unit key as human output shows it: its short form
-    (:func:`~neuronbuild.store.names.short`), in full with ``-v``."""
+    """A unit key or manifest digest as a human table or line shows it: its short form
+    (:func:`~neuronbuild.store.names.short`, a unique prefix that commands accept back), in full
+    with ``-v``. Every human output of a digest goes through here, except result lines that
+    name what was just written (``sealed``, ``pushed``, ``tag``), which show it in full."""
     return digest if _verbosity >= VERBOSE else short(digest)

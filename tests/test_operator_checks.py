@@ -535,3 +535,22 @@ def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
     result = CliRunner().invoke(cli, ["plan", str(RECIPES / "llama-3.3-70b-trn2.yaml")])
     assert result.exit_code == 0, result.output
     assert "CACHED" not in result.output
+
+
+def test_verbose_shows_every_key_and_digest_in_full_and_the_default_short(
+    missed: tuple[Path, str],
+) -> None:
+    from neuronbuild.plan import build_plan
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.names import short
+
+    recipe, store = missed
+    [unit] = build_plan(load_recipe(recipe)).units
+    [manifest] = Store(store).refs().values()
+    for flag, shown in (("-q", short), ("-v", lambda digest: digest)):
+        planned = neuronbuild_cli("plan", str(recipe), "--cache", store, flag)
+        assert planned.stdout.splitlines()[3].split()[-2] == shown(unit.key.digest), flag
+        listed = neuronbuild_cli("ls", "--cache", store, flag)
+        assert listed.stdout.splitlines()[1].split() == ["tiny/latest", shown(manifest)], flag
+        doctor = neuronbuild_cli("doctor", str(recipe), "--cache", store, flag)
+        assert f"MISS {shown(unit.key.digest)} (" in doctor.stdout, flag

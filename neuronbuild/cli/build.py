@@ -28,8 +28,7 @@ from neuronbuild.options import (
 )
 from neuronbuild.plan import Plan, build_plan, units_cached
 from neuronbuild.recipe import load_recipe
-from neuronbuild.store.names import short
-from neuronbuild.verbosity import detail
+from neuronbuild.verbosity import detail, key_text
 from neuronbuild_runtime.cli import echo_notes
 
 
@@ -116,7 +115,7 @@ def _plan_table(plan: Plan, cached: set[str] | None) -> list[str]:
     for i, unit in enumerate(plan.units, 1):
         for graph in unit.graphs:
             dims = " ".join(f"{k}={v}" for k, v in graph.dims) or "(all shapes)"
-            row = [str(i), graph.kind, dims, short(unit.key.digest)]
+            row = [str(i), graph.kind, dims, key_text(unit.key.digest)]
             if cached is not None:
                 row.append("yes" if unit.key.digest in cached else "no")
             rows.append(row)
@@ -290,14 +289,14 @@ def compile_(
             for unit in report.units:
                 if unit["status"] == "failed":
                     label = unit["label"]
-                    key = short(unit["key"])
+                    key = key_text(unit["key"])
                     click.echo(f"FAILED {label} ({key}): {unit['error']}", err=True)
                     for line in log_tail(unit["log"]) if "log" in unit else []:
                         detail(f"  | {line}", err=True)
                 elif unit.get("n_entries_by_origin", {}).get("reused"):
                     entries = unit["n_entries_by_origin"]
                     click.echo(
-                        f"{short(unit['key'])}: "
+                        f"{key_text(unit['key'])}: "
                         f"{count(entries['compiled'], 'entry', 'entries')} compiled, "
                         f"{entries['reused']} reused from the previous build"
                     )
@@ -382,7 +381,7 @@ def seal(
         for m in report.missing:
             owner = f"shard {m.shard}/{shards}" if m.shard is not None else "its shard"
             click.echo(
-                f"MISSING {m.recipe} {short(m.key)} ({m.label}): {m.why}; re-run {owner}",
+                f"MISSING {m.recipe} {key_text(m.key)} ({m.label}): {m.why}; re-run {owner}",
                 err=True,
             )
         for sealed in report.sealed:

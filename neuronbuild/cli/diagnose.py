@@ -13,6 +13,7 @@ from neuronbuild.console import echo_json
 from neuronbuild.cpu_isa import host_isa
 from neuronbuild.formatting import use_colour
 from neuronbuild.options import cache_option, json_option
+from neuronbuild.verbosity import key_text
 
 
 @click.command()
@@ -50,9 +51,9 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     for unit in units:
         labels = ", ".join(" ".join(f"{k}={v}" for k, v in g.items()) for g in unit.graphs)
         if unit.cached:
-            echo(f"HIT  {unit.key} ({labels})", fg="green")
+            echo(f"HIT  {key_text(unit.key)} ({labels})", fg="green")
         else:
-            echo(f"MISS {unit.key} ({labels})", fg="red", bold=True)
+            echo(f"MISS {key_text(unit.key)} ({labels})", fg="red", bold=True)
         if unit.differences:  # the answer first: what differs, and why that misses
             echo(f"     differs from {unit.compared_with}:")
             for line in unit.differences:

@@ -19,7 +19,7 @@ from neuronbuild.options import (
     json_option,
     last_writer_wins_option,
 )
-from neuronbuild.store.names import short
+from neuronbuild.verbosity import key_text
 
 
 @click.command()
@@ -156,7 +156,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     if as_json:
         echo_json("ls", data)
         return
-    rows = [["REF", "MANIFEST"]] + [[r, short(d)] for r, d in sorted(refs.items())]
+    rows = [["REF", "MANIFEST"]] + [[r, key_text(d)] for r, d in sorted(refs.items())]
     for line in format_table(rows):
         click.echo(line)
     for ref, moves in data.get("history", {}).items():
@@ -164,8 +164,8 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
         rows = [["MOVED", "FROM", "TO"]] + [
             [
                 f"{when(move['time'])} ({ago(move['time'])})",
-                short(move["previous"]) if move["previous"] else ABSENT,
-                short(move["manifest"]),
+                key_text(move["previous"]) if move["previous"] else ABSENT,
+                key_text(move["manifest"]),
             ]
             for move in reversed(moves)
         ]
