@@ -125,9 +125,10 @@ class CompileReport:
 
 
 def cached_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
-    """The records of the plan's units the store has cached, by key
-    (:meth:`~neuronbuild.store.cas.Store.cached_units`: compile compiles the others)."""
-    return store.cached_units(u.key.digest for u in plan.units)
+    """The records of the plan's units the store has cached, by key; compile compiles the
+    others, an unreadable record's unit included (:meth:`~neuronbuild.store.cas.Store.cached_units`
+    repairing)."""
+    return store.cached_units((u.key.digest for u in plan.units), repairing=True)
 
 
 def ingest(

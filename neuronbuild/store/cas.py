@@ -301,16 +301,27 @@ class Store:
         """Whether a unit record exists for ``key`` (not whether its blobs do)."""
         return self.backend.exists(self.layout.unit(key))
 
-    def cached_units(self, keys: Iterable[str]) -> dict[str, UnitRecord]:
+    def cached_units(
+        self, keys: Iterable[str], *, repairing: bool = False
+    ) -> dict[str, UnitRecord]:
         """The records of the units of ``keys`` the store has cached, by key: record stored and
-        readable, every blob present. A unit whose blobs are gone or whose record cannot be read
-        (malformed, or written before records had one canonical form) is not cached: compile
-        compiles it again and replaces its record (plan, doctor and status say the same)."""
+        readable, every blob present (a unit whose blobs are gone is not cached).
+
+        ``repairing`` (compile, which replaces what it cannot read): a record that cannot be read
+        (malformed, not a regular file, or written before records had one canonical form) also
+        counts as not cached, so its unit is compiled again and its record replaced.
+
+        Raises:
+            StoreDataInvalid: without ``repairing`` (plan, doctor, status only read), a record
+                that cannot be read: bad data is reported, never taken silently for a miss.
+        """
         cached: dict[str, UnitRecord] = {}
         for key in keys:
             try:
                 record = self.get_unit(key)
             except StoreDataInvalid:
+                if not repairing:
+                    raise
                 continue
             if record is not None and not self.missing_blobs(record.files):
                 cached[key] = record
