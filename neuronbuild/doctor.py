@@ -8,12 +8,13 @@ differ from the same graph's unit in the recipe's last sealed manifest (``<name>
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuronbuild.graph import Graph
 from neuronbuild.human import count
-from neuronbuild.keys import explain_differences, factor_differences
+from neuronbuild.keys import differing_factors as differing_key_factors
+from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
@@ -32,11 +33,19 @@ class UnitDiagnosis:
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
     explanations: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)
+    """The names of the factors ``differences`` describes, in its order (not in the JSON)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """One unit of ``doctor --json`` (``neuronbuild/schemas/doctor.json``)."""
+        data = asdict(self)
+        del data["differing"]
+        return data
 
 
 def differing_factors(unit: UnitDiagnosis) -> list[str]:
     """The factors (``engine_args.max_num_seqs``) that differ for a missing unit, in order."""
-    return [line.split(": ", 1)[0] for line in unit.differences]
+    return unit.differing
 
 
 def summary(units: list[UnitDiagnosis]) -> str:
@@ -100,8 +109,10 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
         previous = sealed.get(_identity(unit.graphs))
         if not diagnosis.cached and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
-            diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
-            diagnosis.explanations = explain_differences(diagnosis.differences)
+            found = differing_key_factors(diagnosis.factors, previous.factors)
+            diagnosis.differences = [str(d) for d in found]  # formatted once, here
+            diagnosis.differing = [d.name for d in found]
+            diagnosis.explanations = explain_differences(diagnosis.differing)
         out.append(diagnosis)
     return out
 

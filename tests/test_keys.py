@@ -381,3 +381,18 @@ def test_a_build_stays_cached_whatever_inductor_cache_dir_and_stops_when_config_
         assert dry_run_totals(recipe, store, env)["cached"] == 1
     write_model(tmp_path / "m", "Qwen3ForCausalLM")
     assert dry_run_totals(recipe, store, plain)["missing"] == 1
+
+
+def test_differing_factors_are_structured_and_formatted_once() -> None:
+    from neuronbuild.keys import FactorDifference, differing_factors, factor_differences
+
+    mine = {"engine_args": {"max_num_seqs": 8, "block_size": 16}, "target": "cpu"}
+    theirs = {"engine_args": {"max_num_seqs": 4, "block_size": 16}, "target": "trn2"}
+    assert differing_factors(mine, theirs) == [
+        FactorDifference("engine_args.max_num_seqs", 8, 4),
+        FactorDifference("target", "cpu", "trn2"),
+    ]
+    assert factor_differences(mine, theirs) == [
+        "engine_args.max_num_seqs: recipe 8, manifest 4",
+        'target: recipe "cpu", manifest "trn2"',
+    ]

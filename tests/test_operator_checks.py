@@ -203,7 +203,8 @@ def test_doctor_summary_counts_units_and_names_the_differing_factors_most_freque
 
     def unit(held: bool, *differences: str) -> UnitDiagnosis:
         compared = "app/latest (sha256:ab)" if differences else None
-        return UnitDiagnosis("sha256:00", [], {}, held, list(differences), compared)
+        names = [d.split(": ")[0] for d in differences]
+        return UnitDiagnosis("sha256:00", [], {}, held, list(differences), compared, [], names)
 
     seqs, pin = (
         "engine_args.max_num_seqs: recipe 8, manifest 4",

@@ -28,8 +28,6 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     Examples:
       neuronbuild doctor recipe.yaml --cache s3://bucket/store
     """
-    from dataclasses import asdict
-
     from neuronbuild.doctor import diagnose, differing_factors, summary
     from neuronbuild.store.cas import Store
 
@@ -38,7 +36,8 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     units = diagnose(recipe, store)
     if as_json:
         echo_json(
-            "doctor", {"store": store.url, "name": recipe.name, "units": [asdict(u) for u in units]}
+            "doctor",
+            {"store": store.url, "name": recipe.name, "units": [u.to_json() for u in units]},
         )
         return
     colour = use_colour()
