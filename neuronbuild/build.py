@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neuronbuild import envs
-from neuronbuild.console import format_table
 from neuronbuild.costs import PlannedUnit, record_timings
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.executor import Executor, LocalExecutor, Work
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.formatting import format_table
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.progress import Progress, retrying
@@ -33,6 +33,7 @@ from neuronbuild.seal import check_distinct_names
 from neuronbuild.shard import Shard, assign_units
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.verbosity import key_text
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -65,12 +66,17 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
     return {d: str(v) for d, v in installed.items()}
 
 
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
+"""What ``compile --dry-run``'s text says the real run would do with a unit of each JSON
+``status``: compile it (``missing``), reuse the store's build (``cached``), or leave it to the
+shard that owns it (``skipped``); docs/json.md states the same mapping."""
+
+
 @dataclass
 class CompileReport:
     """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
     missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
-    ``blocked``: why compiling here would be refused (dry run); ``labels``: each unit's label by
-    key, for human lines (not in the JSON)."""
+    ``blocked``: why compiling here would be refused (dry run)."""
 
     name: str
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -79,7 +85,6 @@ class CompileReport:
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def statuses(self) -> tuple[str, ...]:
@@ -92,6 +97,17 @@ class CompileReport:
 
     def count(self, status: str) -> int:
         return sum(u["status"] == status for u in self.units)
+
+    def dry_run_rows(self) -> list[list[str]]:
+        """``compile --dry-run``'s table, header first: per unit what the real run would do
+        (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`~neuronbuild.verbosity.key_text`)."""
+        rows = [["WOULD", "UNIT", "KEY"]]
+        for unit in self.units:
+            action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
+            if unit.get("shard") is not None and unit["status"] == "skipped":
+                action = f"skip (shard {unit['shard']})"
+            rows.append([action, unit["label"], key_text(unit["key"])])
+        return rows
 
     def to_json(self) -> dict[str, Any]:
         """One recipe of ``compile --json`` (``neuronbuild/schemas/compile.json``)."""
@@ -107,19 +123,11 @@ class CompileReport:
         }
 
 
-def held_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
-    """The unit records the store holds for the plan's units, by key, whose blobs are all
-    present: a unit whose blobs are gone, or whose record is unreadable (malformed, or written
-    before records had one canonical form), is compiled again and its record replaced."""
-    records: dict[str, UnitRecord] = {}
-    for unit in plan.units:
-        try:
-            record = store.get_unit(unit.key.digest)
-        except StoreDataInvalid:
-            continue
-        if record is not None and not store.missing_blobs(record.files):
-            records[unit.key.digest] = record
-    return records
+def cached_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
+    """The records of the plan's units the store has cached, by key; compile compiles the
+    others, an unreadable record's unit included (:meth:`~neuronbuild.store.cas.Store.cached_units`
+    repairing)."""
+    return store.cached_units((u.key.digest for u in plan.units), repairing=True)
 
 
 def ingest(
@@ -335,7 +343,6 @@ def prepare_recipe(
     """
     plan: Plan = build_plan(recipe)
     report = CompileReport(recipe.name, sharded=sharded)
-    report.labels = {unit.key.digest: unit.label() for unit in plan.units}
     try:
         compiler = plan.engine.compiler()
         compiler.check_install()
@@ -347,7 +354,9 @@ def prepare_recipe(
         if not dry_run:
             raise
         report.blocked = str(exc)
-        return RecipeRun(recipe, plan, report, held_records(store, plan), None)
+        return RecipeRun(
+            recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), None
+        )
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
         log = unit_log(log_dir, unit)
@@ -377,7 +386,9 @@ def prepare_recipe(
         entries = {entry_name(compiler, f) for f in files}
         return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
-    return RecipeRun(recipe, plan, report, held_records(store, plan), work, compiler)
+    return RecipeRun(
+        recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), work, compiler
+    )
 
 
 def compile_recipes(
@@ -443,13 +454,14 @@ def compile_recipes(
                 logs.setdefault(unit.key.digest, unit_log(folder, unit))
     owner = assign_units(list(union.values()), store, shard.count) if shard else {}
     mine = {k for k in union if shard is None or owner[k] == shard.index}
-    held = {k for run in runs for k in run.records}
-    todo = [union[k].unit for k in union if k in mine and k not in held]
+    cached = {k for run in runs for k in run.records}
+    todo = [union[k].unit for k in union if k in mine and k not in cached]
     result = RunReport([run.report for run in runs], shard, len(union), len(mine))
 
     def row(unit: CompileUnit, status: str) -> dict[str, Any]:
         data: dict[str, Any] = {
             "key": unit.key.digest,
+            "label": unit.label(),
             "graphs": [g.to_json() for g in unit.graphs],
             "status": status,
         }
@@ -463,7 +475,7 @@ def compile_recipes(
         for run in runs:
             for unit in run.plan.units:
                 key = unit.key.digest
-                status = "cached" if key in held else "missing" if key in mine else "skipped"
+                status = "cached" if key in cached else "missing" if key in mine else "skipped"
                 run.report.units.append(row(unit, status))
             run.report.seconds = time.monotonic() - start
         result.seconds = time.monotonic() - start
@@ -502,7 +514,7 @@ def compile_recipes(
             key = unit.key.digest
             done = by_key.get(key)
             if done is None:
-                report.units.append(row(unit, "cached" if key in held else "skipped"))
+                report.units.append(row(unit, "cached" if key in cached else "skipped"))
             elif done.ok:
                 record, entries = done.value
                 report.units.append(

@@ -8,12 +8,13 @@ differ from the same graph's unit in the recipe's last sealed manifest (``<name>
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuronbuild.graph import Graph
 from neuronbuild.human import count
-from neuronbuild.keys import explain_differences, factor_differences
+from neuronbuild.keys import differing_factors as differing_key_factors
+from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
@@ -32,11 +33,19 @@ class UnitDiagnosis:
     differences: list[str] = field(default_factory=list)
     compared_with: str | None = None
     explanations: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)
+    """The names of the factors ``differences`` describes, in its order (not in the JSON)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """One unit of ``doctor --json`` (``neuronbuild/schemas/doctor.json``)."""
+        data = asdict(self)
+        del data["differing"]
+        return data
 
 
 def differing_factors(unit: UnitDiagnosis) -> list[str]:
     """The factors (``engine_args.max_num_seqs``) that differ for a missing unit, in order."""
-    return [line.split(": ", 1)[0] for line in unit.differences]
+    return unit.differing
 
 
 def summary(units: list[UnitDiagnosis]) -> str:
@@ -58,7 +67,8 @@ def summary(units: list[UnitDiagnosis]) -> str:
         parts.append(f"{which} {names} {verb} from {compared}")
     unmatched = sum(not u.differences for u in misses)
     if unmatched:
-        parts.append(f"{unmatched} without a sealed build to compare with: compile")
+        them = "it" if unmatched == 1 else "them"
+        parts.append(f"{unmatched} with no sealed build to compare with (compile {them})")
     return f"{line}, {len(misses)} missing: {'; '.join(parts)}"
 
 
@@ -84,7 +94,7 @@ def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
 def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
     plan = build_plan(recipe)
-    held = store.built_units(u.key.digest for u in plan.units)
+    cached = store.cached_units(u.key.digest for u in plan.units)
     latest = store.get_ref(recipe.name, LATEST)
     sealed: dict[tuple[tuple[str, tuple[tuple[str, int], ...]], ...], UnitRecord] = {}
     if latest is not None:
@@ -94,13 +104,15 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     for unit in plan.units:
         graphs = [g.to_json() for g in unit.graphs]
         diagnosis = UnitDiagnosis(
-            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in held
+            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in cached
         )
         previous = sealed.get(_identity(unit.graphs))
         if not diagnosis.cached and previous is not None:
             diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
-            diagnosis.differences = factor_differences(diagnosis.factors, previous.factors)
-            diagnosis.explanations = explain_differences(diagnosis.differences)
+            found = differing_key_factors(diagnosis.factors, previous.factors)
+            diagnosis.differences = [str(d) for d in found]  # formatted once, here
+            diagnosis.differing = [d.name for d in found]
+            diagnosis.explanations = explain_differences(diagnosis.differing)
         out.append(diagnosis)
     return out
 

@@ -35,7 +35,8 @@ class RecipeError:
     """One problem in a recipe.
 
     ``field`` is the dotted path of the key (``additional_config.neuron_config.num_seqs_buckets``),
-    ``value`` what the recipe holds there (``MISSING`` when absent), ``hint`` the fix.
+    ``value`` what the recipe holds there (``MISSING`` when absent, ``NOT_A_VALUE`` when the
+    problem is the key or the file itself), ``hint`` the fix.
     """
 
     field: str
@@ -43,7 +44,7 @@ class RecipeError:
     hint: str
 
     def __str__(self) -> str:
-        if self.value is MISSING:
+        if self.value is MISSING or self.value is NOT_A_VALUE:
             return f"{self.field}: {self.hint}"
         return f"{self.field}={show(self.value)}: {self.hint}"
 
@@ -55,6 +56,16 @@ class _Missing:
 
 MISSING: Any = _Missing()
 """Sentinel for a recipe key that is absent (distinct from an explicit ``null``)."""
+
+
+class _NotAValue:
+    def __repr__(self) -> str:
+        return "NOT_A_VALUE"
+
+
+NOT_A_VALUE: Any = _NotAValue()
+"""Sentinel for a problem with a key or the file itself, not with a value the recipe holds (a
+key given twice, a file that is not YAML): the message names no value."""
 
 
 class RecipeInvalid(UserError):

@@ -9,14 +9,22 @@ whenever what goes into a key changes. Keys never contain host paths, host names
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuronbuild.store.digest import canonical_json, hex_of, sha256_digest
 
-__all__ = ["SCHEMA", "UnitKey", "canonical_json", "factor_differences", "sha256_digest"]
+__all__ = [
+    "SCHEMA",
+    "FactorDifference",
+    "UnitKey",
+    "canonical_json",
+    "differing_factors",
+    "factor_differences",
+    "sha256_digest",
+]
 
 SCHEMA = "neuronbuild.unit/2"
 """Schema salt of every unit key; bump it when the factors change meaning."""
@@ -53,9 +61,23 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
-    """``factor[.sub]: recipe X, manifest Y`` for every factor (one level deep) that differs
-    between ``mine`` (a recipe's unit key) and ``theirs`` (a stored unit's)."""
+class FactorDifference(NamedTuple):
+    """One key factor that differs between a recipe's unit and a stored one: its dotted
+    ``name`` (``engine_args.max_num_seqs``; one level deep) and the two values (None when
+    absent)."""
+
+    name: str
+    recipe: Any
+    manifest: Any
+
+    def __str__(self) -> str:
+        """``name: recipe X, manifest Y``, each value as compact JSON (60 characters at most)."""
+        return f"{self.name}: recipe {_describe(self.recipe)}, manifest {_describe(self.manifest)}"
+
+
+def differing_factors(mine: dict[str, Any], theirs: dict[str, Any]) -> list[FactorDifference]:
+    """Every factor (one level deep) that differs between ``mine`` (a recipe's unit key) and
+    ``theirs`` (a stored unit's), by name."""
     out = []
     for name in sorted(set(mine) | set(theirs)):
         a, b = mine.get(name), theirs.get(name)
@@ -64,13 +86,15 @@ def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str
         if isinstance(a, dict) and isinstance(b, dict):
             for sub in sorted(set(a) | set(b)):
                 if a.get(sub) != b.get(sub):
-                    out.append(
-                        f"{name}.{sub}: recipe {_describe(a.get(sub))}, "
-                        f"manifest {_describe(b.get(sub))}"
-                    )
+                    out.append(FactorDifference(f"{name}.{sub}", a.get(sub), b.get(sub)))
         else:
-            out.append(f"{name}: recipe {_describe(a)}, manifest {_describe(b)}")
+            out.append(FactorDifference(name, a, b))
     return out
+
+
+def factor_differences(mine: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """:func:`differing_factors` as lines (``factor[.sub]: recipe X, manifest Y``)."""
+    return [str(d) for d in differing_factors(mine, theirs)]
 
 
 FACTOR_MEANINGS = {
@@ -91,8 +115,8 @@ FACTOR_MEANINGS = {
 """Why each unit key factor makes a miss, as ``doctor`` explains it."""
 
 
-def explain_differences(differences: list[str]) -> list[str]:
-    """``factor: why`` once for each factor named in ``differences`` (lines of
-    :func:`factor_differences`), in their order."""
-    names = dict.fromkeys(line.split(":", 1)[0].split(".", 1)[0] for line in differences)
-    return [f"{n}: {FACTOR_MEANINGS.get(n, 'an engine factor differs')}" for n in names]
+def explain_differences(names: Iterable[str]) -> list[str]:
+    """``factor: why`` once for each top-level factor of the dotted ``names``
+    (:class:`FactorDifference`'s), in their order."""
+    top = dict.fromkeys(name.split(".", 1)[0] for name in names)
+    return [f"{n}: {FACTOR_MEANINGS.get(n, 'an engine factor differs')}" for n in top]

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from neuronbuild import envs
+from neuronbuild.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,6 +23,15 @@ LOCAL_CACHE_HELP = "A local store folder in front of --cache"
 JOBS_HELP = "How many run at once"
 JSON_HELP = "Print the result as JSON on stdout instead of text (the same data)"
 DRY_RUN_HELP = "Run every check and print what would be done, changing nothing"
+VERBOSE_HELP = "More detail: unit keys in full, failed units' log tails."
+QUIET_HELP = (
+    "Only errors and final result lines (in a log, not a terminal, the heartbeats of long work "
+    "stay: CI kills silent jobs)."
+)
+BOTH_VERBOSITIES = "-v/--verbose and -q/--quiet: give one of them"
+LAST_WRITER_WINS_HELP = (
+    "Allow publishing to an fsspec URL without atomic writes (not folders or s3://)."
+)
 
 
 def cache_option(f: F) -> F:
@@ -69,3 +79,50 @@ def json_option(when: str = "") -> Callable[[F], F]:
 def dry_run_option(what: str) -> Callable[[F], F]:
     """``--dry-run``: every check of the real run, and what it would do; nothing changes."""
     return click.option("--dry-run", is_flag=True, help=f"{DRY_RUN_HELP}: {what}.")
+
+
+def last_writer_wins_option(f: F) -> F:
+    """``--last-writer-wins``: let a command that writes the store publish to an fsspec URL that
+    has no atomic create or compare-and-swap (DESIGN.md, "Store"), accepting that of two
+    concurrent writers the last one wins."""
+    return click.option("--last-writer-wins", is_flag=True, help=LAST_WRITER_WINS_HELP)(f)
+
+
+def check_verbosity(verbose: bool, quiet: bool) -> int:
+    """The verbosity level ``-v``/``-q`` ask for.
+
+    Raises:
+        click.UsageError: both given (wherever: before or after the command name).
+    """
+    if verbose and quiet:
+        raise click.UsageError(BOTH_VERBOSITIES)
+    return VERBOSE if verbose else QUIET if quiet else NORMAL
+
+
+def _after_the_command(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:  # the group's -v/-q were parsed first and set the level (NORMAL when absent)
+        level = VERBOSE if param.name == "verbose" else QUIET
+        if verbosity() not in (NORMAL, level):
+            raise click.UsageError(BOTH_VERBOSITIES)
+        set_verbosity(level)
+
+
+def verbosity_options() -> list[click.Option]:
+    """``-v``/``--verbose`` and ``-q``/``--quiet`` as options of one command, so that they work
+    after its name (``neuronbuild compile -q``) as well as before it (the group's own)."""
+    return [
+        click.Option(
+            ["-v", "--verbose"],
+            is_flag=True,
+            expose_value=False,
+            callback=_after_the_command,
+            help=VERBOSE_HELP,
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            expose_value=False,
+            callback=_after_the_command,
+            help=QUIET_HELP,
+        ),
+    ]

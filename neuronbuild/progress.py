@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, TextIO
 from tqdm import tqdm
 
 from neuronbuild import envs
-from neuronbuild.console import QUIET, verbosity
 from neuronbuild.human import count, duration, size
 from neuronbuild.logtail import tail_lines
 from neuronbuild.store.names import short
+from neuronbuild.verbosity import QUIET, verbosity
 
 if TYPE_CHECKING:
     from neuronbuild.graph import CompileUnit
@@ -100,7 +100,7 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.console.QUIET`) drops the bar and the
+    without a compiler line. ``-q`` (:data:`~neuronbuild.verbosity.QUIET`) drops the bar and the
     start and end lines but keeps the heartbeats in a log: ``-q`` is what CI jobs use, and a
     silent hour-long Neuron phase is what gets a CI job killed.
 

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from neuronbuild.engines import engine_for
-from neuronbuild.errors import MISSING, RecipeError, RecipeInvalid, did_you_mean
+from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
 from neuronbuild.vllm_data import engine_arg_names, server_options
 
@@ -178,7 +178,7 @@ def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
                 "unknown key: not an engine argument of the pinned vLLM nor one of "
                 f"neuronbuild's ({', '.join(OWN_KEYS)}); remove it"
             )
-        errors.append(RecipeError(str(key), MISSING, hint))
+        errors.append(RecipeError(str(key), NOT_A_VALUE, hint))
     return errors
 
 
@@ -244,7 +244,7 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     """
     if not isinstance(data, Mapping):
         raise RecipeInvalid(
-            source, [RecipeError("<top level>", MISSING, "a recipe must be a YAML mapping")]
+            source, [RecipeError("<top level>", NOT_A_VALUE, "a recipe must be a YAML mapping")]
         )
     errors = _check_keys(data)
     args = {k: v for k, v in data.items() if k not in OWN_KEYS}
@@ -358,7 +358,7 @@ def duplicate_keys(node: yaml.Node | None, path: str = "") -> list[RecipeError]:
                     errors.append(
                         RecipeError(
                             child,
-                            MISSING,
+                            NOT_A_VALUE,
                             f"duplicate key, at {where}; YAML would keep only the last "
                             "silently: delete one",
                         )
@@ -399,14 +399,14 @@ def load_recipe(path: str | Path) -> Recipe:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise RecipeInvalid(
-            source, [RecipeError("<file>", MISSING, f"cannot read: {exc.strerror}")]
+            source, [RecipeError("<file>", NOT_A_VALUE, f"cannot read: {exc.strerror}")]
         ) from None
     except UnicodeDecodeError as exc:
         raise RecipeInvalid(
             source,
             [
                 RecipeError(
-                    "<file>", MISSING, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
+                    "<file>", NOT_A_VALUE, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
                 )
             ],
         ) from None
@@ -417,6 +417,6 @@ def load_recipe(path: str | Path) -> Recipe:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise RecipeInvalid(
-            source, [RecipeError("<file>", MISSING, f"not valid YAML{where}: {problem}")]
+            source, [RecipeError("<file>", NOT_A_VALUE, f"not valid YAML{where}: {problem}")]
         ) from None
     return parse_recipe(data, source)

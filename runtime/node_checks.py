@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.console import format_table
 from neuronbuild.engines import Engine
 from neuronbuild.errors import UserError, did_you_mean
+from neuronbuild.formatting import format_table
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
 

@@ -98,7 +98,7 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
             assert f"fake compile of {unit.key.hex[:16]}" in log.read_text()  # kept
         else:
             assert entry["status"] == "compiled"
-            assert store.built_units([unit.key.digest]) == {unit.key.digest}
+            assert set(store.cached_units([unit.key.digest])) == {unit.key.digest}
             assert not (tmp_path / "logs" / f"{unit.key.hex}.log").exists()
     assert report.manifest is None and report.ref is None  # type: ignore[attr-defined]
     assert store.manifest_digests() == [] and store.get_ref("fake", "latest") is None

@@ -110,6 +110,8 @@ def test_compile_dry_run_lists_what_would_compile(write_recipe: Any) -> None:
     assert result.returncode == 0, result.stderr
     [recipe] = json.loads(result.stdout)["recipes"]
     assert recipe["n_units_by_status"]["missing"] == 1
+    [unit] = recipe["units"]
+    assert unit["label"] == "dynamic" and unit["status"] == "missing"  # as the text names it
 
 
 def test_compile_and_its_dry_run_refuse_a_model_that_is_not_on_this_host(

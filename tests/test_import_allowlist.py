@@ -32,6 +32,7 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
+    "neuronbuild.formatting",  # tables and colour of human output
     "neuronbuild.folders",  # the store's dry-run write probe
     "neuronbuild.graph",
     "neuronbuild.human",  # sizes, times and plurals of human output
@@ -44,6 +45,7 @@ OURS = {
     "neuronbuild.recipe",
     "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
+    "neuronbuild.verbosity",  # -v/-q
     "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.store",
     "neuronbuild.store.backends",
@@ -65,8 +67,16 @@ OURS = {
 }
 """Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
 
-ENTRY_ONLY = {"neuronbuild.cli", "neuronbuild.__main__", "neuronbuild_runtime.__main__"}
-"""The command-line entry modules themselves."""
+ENTRY_ONLY = {
+    "neuronbuild.cli",
+    "neuronbuild.cli.build",  # the build commands; they import the compile side when they run
+    "neuronbuild.cli.common",
+    "neuronbuild.cli.diagnose",
+    "neuronbuild.cli.store",
+    "neuronbuild.__main__",
+    "neuronbuild_runtime.__main__",
+}
+"""The command-line entry modules themselves (the group's command modules included)."""
 
 THIRD_PARTY = {
     "click",

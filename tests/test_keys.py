@@ -386,7 +386,12 @@ def test_a_build_stays_cached_whatever_inductor_cache_dir_and_stops_when_config_
 def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
     """The exact lines ``doctor`` prints for a miss (killed mutants of keys.factor_differences,
     keys._describe, keys.explain_differences and UnitKey.differences)."""
-    from neuronbuild.keys import UnitKey, explain_differences, factor_differences
+    from neuronbuild.keys import (
+        UnitKey,
+        differing_factors,
+        explain_differences,
+        factor_differences,
+    )
 
     fits = "a" * 58  # its JSON is 60 characters: shown whole
     too_long = "b" * 59  # 61: cut to 57 and "..."
@@ -416,7 +421,7 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
         'target: recipe null, manifest "cpu"',
         "toolchain_x: recipe null, manifest 1",
     ]
-    assert explain_differences(lines) == [
+    assert explain_differences(d.name for d in differing_factors(mine, theirs)) == [
         "engine_args: a keyed engine argument differs after resolving vLLM's defaults",
         "env: a keyed environment variable differs from the build's; start the command with the "
         "same value (or unset it)",
@@ -432,4 +437,19 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
         "revision",
         "target",
         "toolchain_x",
+    ]
+
+
+def test_differing_factors_are_structured_and_formatted_once() -> None:
+    from neuronbuild.keys import FactorDifference, differing_factors, factor_differences
+
+    mine = {"engine_args": {"max_num_seqs": 8, "block_size": 16}, "target": "cpu"}
+    theirs = {"engine_args": {"max_num_seqs": 4, "block_size": 16}, "target": "trn2"}
+    assert differing_factors(mine, theirs) == [
+        FactorDifference("engine_args.max_num_seqs", 8, 4),
+        FactorDifference("target", "cpu", "trn2"),
+    ]
+    assert factor_differences(mine, theirs) == [
+        "engine_args.max_num_seqs: recipe 8, manifest 4",
+        'target: recipe "cpu", manifest "trn2"',
     ]

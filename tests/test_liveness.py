@@ -270,9 +270,9 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
 def test_quiet_byte_progress_in_a_log_keeps_only_its_periodic_lines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from neuronbuild import console
+    from neuronbuild import verbosity
 
-    monkeypatch.setattr(console, "_verbosity", console.QUIET)
+    monkeypatch.setattr(verbosity, "_verbosity", verbosity.QUIET)
     monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "0.2")
     stream = io.StringIO()
     meter = ByteProgress("pull", 2_000_000, 2, stream)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,6 +134,10 @@ def test_commands_take_prefixes_and_bare_names_and_push_moves_the_named_ref(
     tagged = neuronbuild("tag", first[:15], "tiny/prod", "--cache", store.url)
     assert tagged.returncode == 0, tagged.stderr
     assert store.get_ref("tiny", "prod") == first
+    assert tagged.stdout == f"tiny/prod: - -> {first}\n"  # a result line: digests in full
+    moved = neuronbuild("tag", "tiny", "tiny/prod", "--cache", store.url)
+    assert moved.stdout == f"tiny/prod: {first} -> {second}\n", moved.stderr
+    assert neuronbuild("tag", first, "tiny/prod", "--cache", store.url).returncode == 0
     verified = neuronbuild("verify", first[7:19], "--cache", store.url)
     assert verified.returncode == 0, verified.stderr
     blobs = store.get_manifest(first).blobs()
@@ -182,3 +187,16 @@ def test_one_resolver_reads_what_each_caller_accepts_and_refuses_a_typo() -> Non
         resolve(names, "app", "manfest")  # type: ignore[arg-type]  # a caller's typo
     assert Target(A, ("app", "prod")).ref_text == "app/prod"
     assert Target(A).ref_text is None
+
+
+def test_status_and_ls_history_show_a_missing_manifest_as_tag_does(
+    two_builds: tuple[Store, str, str], write_recipe: Any
+) -> None:
+    store, first, _ = two_builds
+    other = write_recipe(cpu_recipe(cpu_isa="host", name="other"))
+    status = neuronbuild("status", str(other), "--cache", store.url)
+    assert status.returncode == 0, status.stderr
+    assert "other/latest -> -\n" in status.stdout
+    history = neuronbuild("ls", "--history", "--cache", store.url)
+    first_move = history.stdout.split("history of tiny/latest:\n")[1].splitlines()[-2]
+    assert first_move.split()[-2:] == ["-", short(first)]  # a table: digests short

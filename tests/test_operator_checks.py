@@ -4,14 +4,15 @@ every command's help, ``--version`` and ``-v/-q``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from neuronbuild.errors import RecipeInvalid
+from neuronbuild.errors import NOT_A_VALUE, RecipeInvalid
 from neuronbuild.recipe import load_recipe
-from tests.conftest import cpu_recipe, neuron_recipe, neuronbuild
+from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild
 
 # Duplicate keys.
 
@@ -23,6 +24,7 @@ def test_a_top_level_key_given_twice_is_refused_with_both_lines(write_recipe: An
     assert [str(e) for e in caught.value.errors] == [
         "name: duplicate key, at lines 1 and 3; YAML would keep only the last silently: delete one"
     ]
+    assert caught.value.errors[0].value is NOT_A_VALUE  # the key is there, twice: not MISSING
     result = neuronbuild("validate", str(path))
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"{path}: {caught.value.errors[0]}"]
@@ -149,7 +151,7 @@ def test_dry_run_lists_every_unit_with_what_the_real_run_would_do_and_writes_not
     before = tree(tmp_path)
     result = dry_run(ready, "--cache", str(store))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[2].split() == ["cached", "dynamic", unit.key.digest[:19]]
+    assert result.stdout.splitlines()[2].split() == ["reuse", "dynamic", unit.key.digest[:19]]
     assert tree(tmp_path) == before
 
 
@@ -201,7 +203,8 @@ def test_doctor_summary_counts_units_and_names_the_differing_factors_most_freque
 
     def unit(held: bool, *differences: str) -> UnitDiagnosis:
         compared = "app/latest (sha256:ab)" if differences else None
-        return UnitDiagnosis("sha256:00", [], {}, held, list(differences), compared)
+        names = [d.split(": ")[0] for d in differences]
+        return UnitDiagnosis("sha256:00", [], {}, held, list(differences), compared, [], names)
 
     seqs, pin = (
         "engine_args.max_num_seqs: recipe 8, manifest 4",
@@ -216,8 +219,12 @@ def test_doctor_summary_counts_units_and_names_the_differing_factors_most_freque
         [unit(False, pin), unit(False, seqs), unit(False, seqs, pin, pin), unit(False)]
     ) == (
         "0 of 4 units cached, 4 missing: factors toolchain.nki, engine_args.max_num_seqs differ from "
-        "app/latest (sha256:ab); 1 without a sealed build to compare with: compile"
+        "app/latest (sha256:ab); 1 with no sealed build to compare with (compile it)"
     )
+    assert summary([unit(False), unit(False)]) == (
+        "0 of 2 units cached, 2 missing: 2 with no sealed build to compare with (compile them)"
+    )
+    assert summary([unit(False)]).count(":") == 1  # one colon: "N missing: why"
 
 
 @pytest.fixture
@@ -318,6 +325,20 @@ def test_every_command_help_ends_with_examples_of_itself(name: str) -> None:
     assert examples and all(line.startswith(f"    neuronbuild {name}") for line in examples)
 
 
+def test_no_option_of_the_build_store_or_diagnose_commands_shows_a_click_type_name() -> None:
+    from click.testing import CliRunner
+
+    from neuronbuild.cli import cli
+
+    ours = [n for n, c in commands().items() if c.callback.__module__.startswith("neuronbuild.cli")]
+    assert len(ours) == 12
+    for name in ours:
+        text = CliRunner().invoke(cli, [name, "--help"]).output.split("\nOptions:")[1]
+        shown = re.findall(r"^  -.*?  ", text, flags=re.M)
+        raw = [o for o in shown if re.search(r" (TEXT|FLOAT|INTEGER|DIRECTORY)( RANGE)?\b", o)]
+        assert raw == [], name
+
+
 def test_every_store_option_has_one_name_meaning_and_default() -> None:
     from neuronbuild import envs
     from neuronbuild.options import (
@@ -392,10 +413,15 @@ def neuronbuild_cli(*args: str) -> Any:
 
 def test_quiet_drops_warnings_and_keeps_results(write_recipe: Any) -> None:
     path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
+    normal = neuronbuild_cli("plan", str(path))
+    assert "warning:" in normal.stderr and normal.stdout.startswith("tiny: ")
+    quiet = neuronbuild_cli("-q", "plan", str(path))
+    assert quiet.stderr == "" and quiet.stdout == normal.stdout
+    # validate's warnings are its result: -q keeps them.
     normal = neuronbuild_cli("validate", str(path))
     assert "warning:" in normal.stderr and normal.stdout.startswith("ok: ")
     quiet = neuronbuild_cli("-q", "validate", str(path))
-    assert quiet.stderr == "" and quiet.stdout == normal.stdout
+    assert quiet.stderr == normal.stderr and quiet.stdout == normal.stdout
     broken = write_recipe(cpu_recipe(cpu_isa="banana"), "broken.yaml")
     failed = neuronbuild("-q", "validate", str(broken))
     assert failed.returncode == 2 and "cpu_isa" in failed.stderr  # errors stay
@@ -412,8 +438,18 @@ def test_verbose_prints_unit_keys_in_full(ready: Path, tmp_path: Path) -> None:
 
 
 def test_verbose_and_quiet_together_are_refused() -> None:
-    result = neuronbuild("-v", "-q", "isa")
-    assert result.returncode == 2 and "give one of them" in result.stderr
+    for args in (["-v", "-q", "isa"], ["-v", "isa", "-q"], ["isa", "-q", "--verbose"]):
+        result = neuronbuild(*args)
+        assert result.returncode == 2 and "give one of them" in result.stderr, args
+
+
+def test_every_command_takes_verbose_and_quiet_after_its_name_too(write_recipe: Any) -> None:
+    for name, command in commands().items():
+        assert option(command, "-q") is not None and option(command, "-v") is not None, name
+    path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
+    before = neuronbuild_cli("-q", "plan", str(path))
+    after = neuronbuild_cli("plan", str(path), "-q")
+    assert after.stderr == before.stderr == "" and after.stdout == before.stdout
 
 
 def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:
@@ -482,3 +518,40 @@ def test_a_sharded_dry_run_names_the_shard_of_each_unit_it_skips(tmp_path: Path)
     rows = [line.split("  ")[1] for line in result.stdout.splitlines() if line.startswith("  ")]
     assert rows[1:] == ["compile", "skip (shard 1)"], result.stdout
     assert "compiling here would fail" in result.stderr
+
+
+def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    import neuronbuild.store.cas as cas
+    from neuronbuild.cli import cli
+
+    def contacted(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("plan opened the default store")
+
+    monkeypatch.setattr(cas.Store, "__init__", contacted)
+    monkeypatch.setenv("NEURONBUILD_CACHE", "s3://bucket/store")
+    result = CliRunner().invoke(cli, ["plan", str(RECIPES / "llama-3.3-70b-trn2.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "CACHED" not in result.output
+
+
+def test_verbose_shows_every_key_and_digest_in_full_and_the_default_short(
+    missed: tuple[Path, str],
+) -> None:
+    from neuronbuild.plan import build_plan
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.names import short
+
+    recipe, store = missed
+    [unit] = build_plan(load_recipe(recipe)).units
+    [manifest] = Store(store).refs().values()
+    for flag, shown in (("-q", short), ("-v", lambda digest: digest)):
+        planned = neuronbuild_cli("plan", str(recipe), "--cache", store, flag)
+        assert planned.stdout.splitlines()[3].split()[-2] == shown(unit.key.digest), flag
+        listed = neuronbuild_cli("ls", "--cache", store, flag)
+        assert listed.stdout.splitlines()[1].split() == ["tiny/latest", shown(manifest)], flag
+        doctor = neuronbuild_cli("doctor", str(recipe), "--cache", store, flag)
+        assert f"MISS {shown(unit.key.digest)} (" in doctor.stdout, flag

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.build import held_records
+from neuronbuild.build import cached_records
 from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.plan import Plan, build_plan
@@ -117,7 +117,7 @@ def one_unit_build(tmp_path: Path) -> tuple[Store, Plan, UnitRecord]:
 def test_compile_repairs_a_unit_whose_blobs_are_gone(tmp_path: Path) -> None:
     store, plan, old = one_unit_build(tmp_path)
     os.unlink(store.layout.blob(old.files[0].digest))
-    assert held_records(store, plan) == {}  # so compile compiles it again
+    assert cached_records(store, plan) == {}  # so compile compiles it again
 
     rebuilt = tmp_path / "rebuilt"
     rebuilt.write_bytes(b"a fresh compile")
@@ -125,7 +125,7 @@ def test_compile_repairs_a_unit_whose_blobs_are_gone(tmp_path: Path) -> None:
     fresh = UnitRecord(old.key, old.factors, old.graphs, (FileRecord("x/y", blob, size),), {})
     assert store.put_unit(fresh) == fresh
     assert store.get_unit(old.key) == fresh
-    assert set(held_records(store, plan)) == {old.key}
+    assert set(cached_records(store, plan)) == {old.key}
 
 
 def test_a_held_unit_with_its_blobs_is_adopted_not_replaced(tmp_path: Path) -> None:
@@ -299,6 +299,18 @@ def test_compile_repairs_a_unit_record_it_cannot_read(tmp_path: Path) -> None:
     store, plan, good = one_unit_build(tmp_path)
     path = Path(store.layout.unit(good.key))
     path.write_bytes(json.dumps(good.to_json(), indent=1).encode())  # not canonical
-    assert held_records(store, plan) == {}
+    assert cached_records(store, plan) == {}
     assert store.put_unit(good) == good
     assert path.read_bytes() == good.to_bytes()
+
+
+def test_an_unreadable_unit_record_is_compiled_again_but_bad_data_for_the_readers(
+    tmp_path: Path, write_recipe: Any
+) -> None:
+    store, plan, old = one_unit_build(tmp_path)
+    Path(store.layout.unit(old.key)).write_text("{not a record")
+    assert cached_records(store, plan) == {}  # compile compiles it again, replacing the record
+    recipe = write_recipe(cpu_recipe(cpu_isa="host"))
+    for command in ("plan", "doctor", "status"):
+        read = nb(command, str(recipe), "--cache", store.url)
+        assert read.returncode == 2 and "sha256:" in read.stderr, (command, read.stderr)

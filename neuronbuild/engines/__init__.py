@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from neuronbuild.engines.base import Engine
 
-__all__ = ["Engine", "engine_for", "get_engine"]
+__all__ = ["Engine", "engine_for", "get_engine", "installed_toolchains"]
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
@@ -24,3 +24,15 @@ def get_engine(name: str) -> Engine:
 def engine_for(recipe: Recipe) -> Engine:
     """The engine that compiles ``recipe`` (derived from its target)."""
     return get_engine(recipe.engine)
+
+
+def installed_toolchains() -> dict[str, dict[str, str | None]]:
+    """Per engine name (sorted), each distribution of its required toolchain and the version
+    installed here (None when it is not installed), as ``--version`` prints them."""
+    from neuronbuild.engines.compiler import UnitCompiler
+    from neuronbuild.recipe import TARGET_ENGINES
+
+    return {
+        name: UnitCompiler.installed_versions(list(get_engine(name).required_toolchain))
+        for name in sorted(set(TARGET_ENGINES.values()))
+    }

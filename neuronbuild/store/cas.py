@@ -302,15 +302,31 @@ class Store:
         """Whether a unit record exists for ``key`` (not whether its blobs do)."""
         return self.backend.exists(self.layout.unit(key))
 
-    def built_units(self, keys: Iterable[str]) -> set[str]:
-        """The subset of ``keys`` whose unit record is stored and whose blobs are all present:
-        a graph is built only then."""
-        built = set()
+    def cached_units(
+        self, keys: Iterable[str], *, repairing: bool = False
+    ) -> dict[str, UnitRecord]:
+        """The records of the units of ``keys`` the store has cached, by key: record stored and
+        readable, every blob present (a unit whose blobs are gone is not cached).
+
+        ``repairing`` (compile, which replaces what it cannot read): a record that cannot be read
+        (malformed, not a regular file, or written before records had one canonical form) also
+        counts as not cached, so its unit is compiled again and its record replaced.
+
+        Raises:
+            StoreDataInvalid: without ``repairing`` (plan, doctor, status only read), a record
+                that cannot be read: bad data is reported, never taken silently for a miss.
+        """
+        cached: dict[str, UnitRecord] = {}
         for key in keys:
-            record = self.get_unit(key)
+            try:
+                record = self.get_unit(key)
+            except StoreDataInvalid:
+                if not repairing:
+                    raise
+                continue
             if record is not None and not self.missing_blobs(record.files):
-                built.add(key)
-        return built
+                cached[key] = record
+        return cached
 
     def put_unit(self, record: UnitRecord) -> UnitRecord:
         """Publish ``record`` after checking its blobs are present. The first record for a key

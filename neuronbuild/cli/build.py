@@ -1,0 +1,395 @@
+"""The build commands: ``validate``, ``plan``, ``compile`` and ``seal`` (recipe in, units and
+manifests out). The compile side is imported inside each command: ``neuronbuild serve`` loads this
+module and must not load the build (DESIGN.md; tests/test_import_allowlist.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from neuronbuild.cli.common import load_or_exit, warn, warn_removed_env
+from neuronbuild.console import echo_json
+from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
+from neuronbuild.formatting import format_table
+from neuronbuild.human import count, duration
+from neuronbuild.logtail import tail_lines
+from neuronbuild.options import (
+    cache_option,
+    dry_run_option,
+    jobs_option,
+    json_option,
+    last_writer_wins_option,
+    local_cache_option,
+)
+from neuronbuild.plan import Plan, build_plan, units_cached
+from neuronbuild.recipe import load_recipe
+from neuronbuild.verbosity import detail, key_text
+from neuronbuild_runtime.cli import echo_notes
+
+
+def invalid(path: str) -> dict[str, Any]:
+    """``validate``'s entry for a recipe that failed (its errors added by the caller)."""
+    return {
+        "path": path,
+        "valid": False,
+        "name": None,
+        "target": None,
+        "n_graphs": None,
+        "warnings": [],
+    }
+
+
+@click.command()
+@click.argument("recipes", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@json_option()
+@click.option("--strict", is_flag=True, help="Treat every warning as an error (fleet builds).")
+def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
+    """Check each RECIPE with the rules vLLM-Neuron applies at start.
+
+    Every problem is reported, one line each, naming the field, its value and the fix. Exits 2 if
+    any recipe is invalid (with --strict, also if any has a warning, e.g. a hub model whose
+    revision is a branch name).
+
+    \b
+    Examples:
+      neuronbuild validate recipes/*.yaml
+      neuronbuild validate --strict --json recipe.yaml
+    """
+    results: list[dict[str, Any]] = []
+    for path in recipes:
+        try:
+            recipe = load_recipe(path)
+        except RecipeInvalid as exc:
+            results.append(
+                {
+                    **invalid(path),
+                    "errors": [str(e) for e in exc.errors],
+                }
+            )
+            continue
+        plan = build_plan(recipe)
+        if strict and recipe.warnings:
+            results.append(
+                {
+                    **invalid(path),
+                    "errors": [f"{w} (--strict)" for w in recipe.warnings],
+                }
+            )
+            continue
+        results.append(
+            {
+                "path": path,
+                "valid": True,
+                "name": recipe.name,
+                "target": recipe.target,
+                "n_graphs": len(plan.graphs),
+                "errors": [],
+                "warnings": list(recipe.warnings),
+            }
+        )
+    if as_json:
+        echo_json("validate", {"recipes": results})
+    else:
+        for result in results:
+            for w in result["warnings"]:  # validate's result: -q keeps them
+                click.echo(f"warning: {result['path']}: {w}", err=True)
+            if result["valid"]:
+                click.echo(
+                    f"ok: {result['path']} ({result['name']}, target {result['target']}, "
+                    f"{count(result['n_graphs'], 'graph')})"
+                )
+            for e in result["errors"]:
+                click.echo(f"{result['path']}: {e}", err=True)
+    if not all(r["valid"] for r in results):
+        sys.exit(2)
+
+
+def _plan_table(plan: Plan, cached: set[str] | None) -> list[str]:
+    head = ["#", "KIND", "BUCKET", "UNIT KEY"] + (["CACHED"] if cached is not None else [])
+    rows = [head]
+    for i, unit in enumerate(plan.units, 1):
+        for graph in unit.graphs:
+            dims = " ".join(f"{k}={v}" for k, v in graph.dims) or "(all shapes)"
+            row = [str(i), graph.kind, dims, key_text(unit.key.digest)]
+            if cached is not None:
+                row.append("yes" if unit.key.digest in cached else "no")
+            rows.append(row)
+    return format_table(rows)
+
+
+@click.command()
+@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@json_option()
+@click.option("--explain", is_flag=True, help="Print every factor of every unit key.")
+@cache_option
+def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
+    """List exactly the graphs vLLM will compile for RECIPE, their compile units, and which
+    units the store holds.
+
+    \b
+    Examples:
+      neuronbuild plan recipe.yaml
+      neuronbuild plan recipe.yaml --explain --cache s3://bucket/store
+    """
+    recipe = load_or_exit(recipe_path)
+    the_plan = build_plan(recipe)
+    given = click.get_current_context().get_parameter_source("cache") != ParameterSource.DEFAULT
+    try:
+        cached = units_cached(the_plan, cache, given=given)
+    except StoreError as exc:
+        if given:
+            raise
+        warn(f"{exc}; not saying which units the store holds")
+        cached = None
+    if as_json:
+        echo_json("plan", {"store": cache, **the_plan.to_json(cached)})
+        return
+    click.echo(f"{recipe.name}: target {recipe.target}, engine {the_plan.engine.name}")
+    click.echo(f"note: {the_plan.engine.note}")
+    for line in _plan_table(the_plan, cached):
+        click.echo(line)
+    totals = ", ".join(f"{kind} {n}" for kind, n in the_plan.totals().items())
+    click.echo(
+        f"total: {totals}; {count(len(the_plan.graphs), 'graph')} in "
+        f"{count(len(the_plan.units), 'unit')}"
+    )
+    if explain:
+        for unit in the_plan.units:
+            click.echo(f"\nunit {unit.key.digest} ({unit.label()})")
+            for name, value in unit.key.factors.items():
+                click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
+
+
+@click.command(name="compile")
+@click.argument(
+    "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
+@cache_option
+@last_writer_wins_option
+@local_cache_option("also keep the sealed build there (write-through).")
+@jobs_option("units compiled (Ray: units in flight on the cluster)", default=1)
+@click.option(
+    "--timeout",
+    metavar="SECONDS",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds allowed per unit.",
+)
+@click.option(
+    "--log-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Where per-unit logs go (kept on failure).",
+)
+@click.option(
+    "--shard",
+    "shard_text",
+    metavar="I/N",
+    help="Compile only shard I (from 0) of N of the recipes' units and publish them, without "
+    "sealing; auto/N reads I from $JOB_COMPLETION_INDEX or $AWS_BATCH_JOB_ARRAY_INDEX.",
+)
+@click.option(
+    "--executor",
+    # executor.EXECUTORS, not imported here: it loads the scheduler, and `neuronbuild serve`
+    # (this module) must not (DESIGN.md; tests/test_import_allowlist.py).
+    type=click.Choice(("local", "ray")),
+    default="local",
+    show_default=True,
+    help="Where units run: worker processes here, or Ray tasks (pip install 'neuronbuild[ray]').",
+)
+@click.option(
+    "--address",
+    metavar="ADDRESS",
+    help="With --executor ray: the cluster (ray://HOST:10001, HOST:6379 or auto); default "
+    "$RAY_ADDRESS, else a local cluster.",
+)
+@dry_run_option(
+    "list each unit and whether it would compile, check the store, model, toolchain and log folder"
+)
+@json_option()
+def compile_(
+    recipe_paths: tuple[str, ...],
+    cache: str,
+    last_writer_wins: bool,
+    local_cache: str | None,
+    jobs: int,
+    timeout: float,
+    log_dir: str | None,
+    shard_text: str | None,
+    executor: str,
+    address: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Compile every graph of each RECIPE the store lacks (their units scheduled together),
+    publish it, seal one manifest per recipe and move <name>/latest.
+
+    With --shard I/N, compile and publish only this shard's units and seal nothing: run
+    `neuronbuild seal` with the same recipes once every shard has run. Refuses (exit 2) when
+    installed versions differ from a recipe's toolchain pins or the host from its cpu_isa.
+    Exits 1 when some units failed (the others are published, nothing is sealed), 3 when the
+    store fails, 128+N on signal N (engine processes ended, nothing half-done published).
+
+    \b
+    Examples:
+      neuronbuild compile recipe.yaml --cache s3://bucket/store -j 4
+      neuronbuild compile recipe.yaml --dry-run
+      neuronbuild compile a.yaml b.yaml --cache s3://bucket/store --shard auto/3
+    """
+    from neuronbuild.build import compile_recipes
+    from neuronbuild.executor import executor_for
+    from neuronbuild.shard import parse_shard
+    from neuronbuild.store.cas import LATEST, Store
+    from neuronbuild.store.tiered import TieredStore
+
+    shard = parse_shard(shard_text) if shard_text is not None else None
+    if shard is not None and local_cache:
+        raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
+    runner = executor_for(executor, address)
+    recipes = [load_or_exit(path) for path in recipe_paths]
+    for recipe in recipes:
+        warn_removed_env(recipe)
+    # A missing folder reads as empty and is created by the first write, after every check.
+    store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
+    local = None
+    if local_cache:  # checked before hours of work; a dry run creates nothing
+        local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
+        local.check_writable(leave_nothing=dry_run, option="--local-cache")
+    done = compile_recipes(
+        recipes,
+        store,
+        jobs=jobs,
+        timeout=timeout,
+        log_dir=Path(log_dir) if log_dir else None,
+        dry_run=dry_run,
+        shard=shard,
+        executor=runner,
+    )
+    if local is not None and not dry_run:
+        tiers = TieredStore(local, store)
+        for report in done.recipes:
+            if report.manifest:
+                tiers.write_through(report.manifest, report.name, LATEST)
+        echo_notes(tiers.notes)
+    if as_json:
+        echo_json("compile", {"store": store.url, "dry_run": dry_run, **done.to_json()})
+    else:
+        if shard is not None:
+            click.echo(
+                f"shard {shard}: {done.assigned} of {count(done.units, 'unit')}"
+                + ("" if done.assigned else "; no units in this shard, nothing to do")
+            )
+        for report in done.recipes:
+            for unit in report.units:
+                if unit["status"] == "failed":
+                    label = unit["label"]
+                    key = key_text(unit["key"])
+                    click.echo(f"FAILED {label} ({key}): {unit['error']}", err=True)
+                    for line in tail_lines(unit["log"]) if "log" in unit else []:
+                        detail(f"  | {line}", err=True)
+                elif unit.get("n_entries_by_origin", {}).get("reused"):
+                    entries = unit["n_entries_by_origin"]
+                    click.echo(
+                        f"{key_text(unit['key'])}: "
+                        f"{count(entries['compiled'], 'entry', 'entries')} compiled, "
+                        f"{entries['reused']} reused from the previous build"
+                    )
+            by_status = report.to_json()["n_units_by_status"].items()
+            totals = ", ".join(f"{n} {s}" for s, n in by_status if n)
+            click.echo(
+                f"{report.name}: {count(len(report.units), 'unit')} ({totals}) "
+                f"in {duration(report.seconds)}"
+            )
+            for line in format_table(report.dry_run_rows(), indent="  ") if dry_run else []:
+                click.echo(line)
+            if report.manifest:
+                click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
+            elif report.blocked:
+                click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
+        if dry_run:
+            click.echo("dry run: nothing compiled")
+        elif shard is not None and done.assigned and not done.failed:
+            names = " ".join(recipe_paths)
+            click.echo(
+                f"published; once every shard has run: neuronbuild seal {names} "
+                f"--cache {store.url} --shards {shard.count}"
+            )
+    if done.failed:
+        what = "this shard's failed units" if shard else "them"
+        raise UnitsFailed(f"not sealed: some units failed; fix {what} and run compile again")
+    if any(r.blocked for r in done.recipes):
+        sys.exit(2)
+
+
+@click.command()
+@click.argument(
+    "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
+)
+@cache_option
+@last_writer_wins_option
+@click.option(
+    "--tag",
+    metavar="TAG",
+    default="latest",
+    show_default=True,
+    help="The tag each <name>/<tag> ref moves to.",
+)
+@click.option(
+    "--shards",
+    metavar="N",
+    type=click.IntRange(1),
+    help="The N the shards ran with (compile --shard I/N), to name the shard owning each "
+    "missing unit.",
+)
+@json_option()
+def seal(
+    recipe_paths: tuple[str, ...],
+    cache: str,
+    last_writer_wins: bool,
+    tag: str,
+    shards: int | None,
+    as_json: bool,
+) -> None:
+    """Write each RECIPE's manifest and move its <name>/<tag> once every unit of every recipe
+    is in the store with all its blobs (after `compile --shard I/N` ran for every I).
+
+    Otherwise list the missing units, each with the shard that owns it, write nothing and exit
+    1: re-run those shards, then seal again. Give the same recipes and keyed environment the
+    shards had. Reads unit records and lists blobs; never reads a blob.
+
+    \b
+    Examples:
+      neuronbuild seal a.yaml b.yaml --cache s3://bucket/store --shards 3
+    """
+    from neuronbuild.seal import seal_plans
+    from neuronbuild.store.cas import Store, parse_ref
+
+    recipes = [load_or_exit(path) for path in recipe_paths]
+    for recipe in recipes:
+        parse_ref(f"{recipe.name}/{tag}")
+    store = Store(cache, last_writer_wins=last_writer_wins)
+    report = seal_plans([build_plan(r) for r in recipes], store, tag=tag, shards=shards)
+    if as_json:
+        echo_json("seal", {"store": store.url, **report.to_json()})
+    else:
+        for m in report.missing:
+            owner = f"shard {m.shard}/{shards}" if m.shard is not None else "its shard"
+            click.echo(
+                f"MISSING {m.recipe} {key_text(m.key)} ({m.label}): {m.why}; re-run {owner}",
+                err=True,
+            )
+        for sealed in report.sealed:
+            click.echo(f"sealed {sealed['manifest']}; {sealed['ref']} -> it in {store.url}")
+    if report.missing:
+        owners = sorted({m.shard for m in report.missing if m.shard is not None})
+        which = f" (shards {', '.join(map(str, owners))} of {shards})" if owners else ""
+        raise UnitsFailed(
+            f"not sealed: {count(len(report.missing), 'unit')} missing{which}; nothing written"
+        )

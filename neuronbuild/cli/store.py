@@ -1,0 +1,277 @@
+"""The store commands: ``verify``, ``push``, ``tag``, ``ls``, ``gc`` and ``status`` (what a store
+holds, and moving it between stores and refs)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from neuronbuild.cli.common import load_or_exit
+from neuronbuild.console import echo_json
+from neuronbuild.formatting import format_table
+from neuronbuild.human import ABSENT, ago, count, size, text, when
+from neuronbuild.options import (
+    cache_option,
+    dry_run_option,
+    jobs_option,
+    json_option,
+    last_writer_wins_option,
+)
+from neuronbuild.verbosity import key_text
+
+
+@click.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@cache_option
+@click.option("--deep", is_flag=True, help="Re-hash every blob, not only check presence and size.")
+@json_option()
+def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
+    """Check that everything REF|MANIFEST references is in the store (exit 2 if not).
+
+    \b
+    Examples:
+      neuronbuild verify app/latest --cache s3://bucket/store --deep
+    """
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.verify import verify_manifest
+
+    store = Store(cache)
+    report = verify_manifest(store, store.resolve(target), deep=deep)
+    if as_json:
+        echo_json("verify", {"store": store.url, **report.to_json()})
+    else:
+        for problem in report.problems:
+            click.echo(problem, err=True)
+        state = "ok" if not report.problems else count(len(report.problems), "problem")
+        how = "re-hashed" if deep else "present with their sizes"
+        click.echo(
+            f"{report.manifest}: {count(report.blobs, 'blob')}, {size(report.bytes)} {how}: {state}"
+        )
+    if report.problems:
+        sys.exit(2)
+
+
+@click.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@click.option(
+    "--from",
+    "source",
+    metavar="URL",
+    required=True,
+    help="The store to copy from (e.g. a CI folder), any URL --cache takes.",
+)
+@cache_option
+@last_writer_wins_option
+@jobs_option("blob transfers", default=8)
+@json_option()
+def push(
+    target: str, source: str, cache: str, last_writer_wins: bool, jobs: int, as_json: bool
+) -> None:
+    """Publish REF|MANIFEST from the --from store to --cache: blobs it lacks, unit records,
+    the manifest, then (for a REF) the same ref, moved by compare-and-swap.
+
+    \b
+    Examples:
+      neuronbuild push app/latest --from ./ci-store --cache s3://bucket/store
+    """
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.transfer import copy_manifest
+
+    src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
+    found = src.resolve_target(target)
+    report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=sys.stderr, what="push")
+    ref = found.ref_text
+    if found.ref:
+        dst.set_ref(*found.ref, report.manifest)
+    if as_json:
+        echo_json("push", {"from": src.url, "store": dst.url, "ref": ref, **report.to_json()})
+    else:
+        click.echo(
+            f"pushed {report.manifest}{f' ({ref})' if ref else ''} to {dst.url}: "
+            f"{count(report.copied, 'blob')} copied ({size(report.bytes)}), "
+            f"{report.skipped} already there"
+        )
+
+
+@click.command()
+@click.argument("source", metavar="SRC")
+@click.argument("destination", metavar="DST")
+@cache_option
+@last_writer_wins_option
+@json_option()
+def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_json: bool) -> None:
+    """Point ref DST (<name>/<tag>) at what SRC (a ref, a bare name, a manifest digest or its
+    unique prefix) points at, by compare-and-swap. Promote with `tag app/latest app/prod`; roll
+    back by naming an older manifest from `ls --history`, as the second example does.
+
+    \b
+    Examples:
+      neuronbuild tag app/latest app/prod --cache s3://bucket/store
+      neuronbuild tag 3f2a9c1b5d7e app/prod --cache s3://bucket/store
+    """
+    from neuronbuild.store.cas import Store, parse_ref
+
+    store = Store(cache, last_writer_wins=last_writer_wins)
+    digest = store.resolve(source)
+    store.get_manifest(digest)
+    name, ref_tag = parse_ref(destination)
+    before = store.get_ref(name, ref_tag)
+    store.move_ref(name, ref_tag, digest, before)
+    if as_json:
+        echo_json(
+            "tag",
+            {
+                "store": store.url,
+                "ref": f"{name}/{ref_tag}",
+                "previous": before,
+                "manifest": digest,
+            },
+        )
+    else:
+        click.echo(f"{name}/{ref_tag}: {text(before)} -> {digest}")  # a result line: in full
+
+
+@click.command(name="ls")
+@cache_option
+@click.option("--history", is_flag=True, help="Also list every move of every ref.")
+@json_option()
+def ls_(cache: str, history: bool, as_json: bool) -> None:
+    """List the store's refs and count its manifests, unit records, blobs and bytes.
+
+    \b
+    Examples:
+      neuronbuild ls --cache s3://bucket/store --history
+    """
+    from neuronbuild.store.cas import Store, parse_ref
+
+    store = Store(cache)
+    data = store.overview()
+    refs = data["refs"]
+    if history:
+        data["history"] = {
+            ref: [move.to_json() for move in store.ref_history(*parse_ref(ref))] for ref in refs
+        }
+    if as_json:
+        echo_json("ls", data)
+        return
+    rows = [["REF", "MANIFEST"]] + [[r, key_text(d)] for r, d in sorted(refs.items())]
+    for line in format_table(rows):
+        click.echo(line)
+    for ref, moves in data.get("history", {}).items():
+        click.echo(f"\nhistory of {ref}:")
+        rows = [["MOVED", "FROM", "TO"]] + [
+            [
+                f"{when(move['time'])} ({ago(move['time'])})",
+                key_text(move["previous"]) if move["previous"] else ABSENT,
+                key_text(move["manifest"]),
+            ]
+            for move in reversed(moves)
+        ]
+        for line in format_table(rows, indent="  "):
+            click.echo(line)
+    click.echo(store_counts(data, store.url))
+
+
+def store_counts(data: dict[str, Any], url: str) -> str:
+    """``ls`` and ``status``'s line of what a store holds (``data``: :meth:`Store.overview`)."""
+    return (
+        f"{count(data['n_manifests'], 'manifest')}, "
+        f"{count(data['n_unit_records'], 'unit record')}, {count(data['n_blobs'], 'blob')} "
+        f"({size(data['bytes'])}), {count(data['n_layouts'], 'node layout')} in {url}"
+    )
+
+
+@click.command()
+@cache_option
+@last_writer_wins_option
+@dry_run_option("list what would be deleted")
+@click.option(
+    "--keep-last",
+    metavar="N",
+    type=click.IntRange(0),
+    help="Keep only each ref's last N moves alive.",
+)
+@click.option(
+    "--older-than",
+    metavar="DAYS",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Grace period in days: younger objects are never deleted.",
+)
+@json_option()
+def gc(
+    cache: str,
+    last_writer_wins: bool,
+    dry_run: bool,
+    keep_last: int | None,
+    older_than: float,
+    as_json: bool,
+) -> None:
+    """Delete what no ref or ref history reaches (mark and sweep), never a blob a live manifest
+    uses nor anything younger than the grace period.
+
+    \b
+    Examples:
+      neuronbuild gc --cache s3://bucket/store --keep-last 5 --dry-run
+    """
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.gc import KIND_NOUNS, collect_garbage
+
+    store = Store(cache, last_writer_wins=last_writer_wins)
+    report = collect_garbage(
+        store, keep_last=keep_last, older_than_days=older_than, dry_run=dry_run
+    )
+    if as_json:
+        echo_json("gc", {"store": store.url, **report.to_json()})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    counts = (
+        ", ".join(
+            count(len(p), *KIND_NOUNS.get(kind, (kind,))) for kind, p in report.deleted.items()
+        )
+        or "nothing"
+    )
+    click.echo(
+        f"{count(report.live_manifests, 'live manifest')}; {verb} {counts} "
+        f"({size(report.bytes)} of blobs)"
+    )
+    for digest in report.restored:
+        click.echo(f"kept {digest}: a ref moved to it while gc ran")
+
+
+@click.command()
+@click.argument("recipe_path", metavar="[RECIPE]", required=False, type=click.Path(dir_okay=False))
+@cache_option
+@json_option()
+def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
+    """The store's refs and sizes; with RECIPE, how many of its graphs per kind are cached or
+    missing, and where <name>/latest points.
+
+    \b
+    Examples:
+      neuronbuild status
+      neuronbuild status recipe.yaml --cache s3://bucket/store
+    """
+    from neuronbuild.doctor import recipe_status
+    from neuronbuild.store.cas import Store
+
+    store = Store(cache)
+    data = store.overview()
+    if recipe_path is not None:
+        data["recipe"] = recipe_status(load_or_exit(recipe_path), store)
+    if as_json:
+        echo_json("status", data)
+        return
+    click.echo(f"{count(len(data['refs']), 'ref')}, {store_counts(data, store.url)}")
+    if "recipe" in data:
+        of_recipe = data["recipe"]
+        click.echo(f"{of_recipe['name']}/latest -> {text(of_recipe['latest'])}")
+        rows = [["KIND", "CACHED", "MISSING"]] + [
+            [kind, str(n["cached"]), str(n["missing"])]
+            for kind, n in of_recipe["n_graphs_by_kind"].items()
+        ]
+        for line in format_table(rows):
+            click.echo(line)
