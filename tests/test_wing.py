@@ -105,3 +105,10 @@ def test_each_side_of_the_old_cycles_imports_alone() -> None:
             [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
         )
         assert result.returncode == 0, (module, result.stderr[-500:])
+
+
+def test_every_target_resolves_to_an_engine_that_exists() -> None:
+    from neuronbuild.engines import ENGINE_NAMES
+    from neuronbuild.recipe import TARGET_ENGINES
+
+    assert sorted(set(TARGET_ENGINES.values())) == sorted(ENGINE_NAMES)

@@ -11,6 +11,9 @@ __all__ = ["Engine", "engine_for", "get_engine", "installed_toolchains"]
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
 
+ENGINE_NAMES = ("cpu", "neuron")
+"""Every engine, by the name a recipe's target resolves to (``recipe.TARGET_ENGINES``)."""
+
 
 def get_engine(name: str) -> Engine:
     """The engine called ``name`` (``cpu`` or ``neuron``). Raises KeyError for another name."""
@@ -30,9 +33,8 @@ def installed_toolchains() -> dict[str, dict[str, str | None]]:
     """Per engine name (sorted), each distribution of its required toolchain and the version
     installed here (None when it is not installed), as ``--version`` prints them."""
     from neuronbuild.engines.compiler import UnitCompiler
-    from neuronbuild.recipe import TARGET_ENGINES
 
     return {
         name: UnitCompiler.installed_versions(list(get_engine(name).required_toolchain))
-        for name in sorted(set(TARGET_ENGINES.values()))
+        for name in ENGINE_NAMES
     }
