@@ -69,6 +69,7 @@ def vllm_reads() -> set[str]:
 
 
 @pytest.mark.parametrize("engine_name", ENGINES)
+@pytest.mark.slow
 def test_every_environment_variable_the_engine_reads_has_a_class(engine_name: str) -> None:
     engine = get_engine(engine_name)
     read = vllm_reads() if engine_name == "cpu" else set(NEURON_READS)  # not the engine's tables

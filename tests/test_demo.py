@@ -43,6 +43,7 @@ def load(folder: Path, dtype: str) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.slow
 def test_the_greedy_answer_to_the_demo_prompt_is_the_paragraphs_continuation_and_ends_there(
     built: Path, dtype: str
 ) -> None:
@@ -83,6 +84,7 @@ def test_each_answer_token_leads_its_runner_up_by_a_margin_bfloat16_cannot_overt
     assert min(margins) > 4.0, margins
 
 
+@pytest.mark.slow
 def test_training_twice_writes_the_same_bytes(built: Path, tmp_path: Path) -> None:
     again = build_demo_model(tmp_path / "again")
     assert folder_bytes(again) == folder_bytes(built)

@@ -66,6 +66,7 @@ def _device(path: Path) -> None:
 
 
 @pytest.mark.parametrize("plant", [_fifo, _device], ids=["named pipe", "device"])
+@pytest.mark.slow
 def test_a_special_file_in_place_of_any_object_is_bad_data_not_a_hang(
     published: tuple[Store, str], tmp_path: Path, write_recipe: Any, plant: Any
 ) -> None:

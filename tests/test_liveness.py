@@ -124,6 +124,7 @@ def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
     return fake
 
 
+@pytest.mark.slow
 def test_a_running_units_elapsed_time_ticks_on_a_terminal(tmp_path: Path) -> None:
     path = tmp_path / "live.yaml"
     data = neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path)))
@@ -144,6 +145,7 @@ def test_a_running_units_elapsed_time_ticks_on_a_terminal(tmp_path: Path) -> Non
     assert "\nrunning  " not in shown  # heartbeat lines are for logs, not terminals
 
 
+@pytest.mark.slow
 def test_without_a_terminal_each_running_unit_prints_a_heartbeat_at_the_set_interval(
     compiler: FakeCompiler, recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,6 +339,7 @@ RETRY_LINE = (
 )
 
 
+@pytest.mark.slow
 def test_a_store_fault_is_retried_and_each_retry_says_so_on_stderr(
     s3_behind: Behind,
     tmp_path: Path,
@@ -373,6 +376,7 @@ def test_a_persistent_store_fault_reports_each_retry_then_fails(
     assert [m.group(1) for m in found if m] == ["2", "3", "4", "5"], err
 
 
+@pytest.mark.slow
 def test_a_request_that_times_out_is_tried_five_times_not_twenty_five(
     s3_behind: Behind, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -389,6 +393,7 @@ def test_a_request_that_times_out_is_tried_five_times_not_twenty_five(
     assert [line[:14] for line in lines] == [f"retrying ({n}/5)" for n in (2, 3, 4, 5)], err
 
 
+@pytest.mark.slow
 def test_a_body_cut_mid_read_is_read_again_and_says_so(
     s3_behind: Behind, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -518,6 +523,7 @@ def test_a_ref_move_that_lost_a_race_says_it_retries(
     )
 
 
+@pytest.mark.slow
 def test_quiet_shows_no_progress_on_a_terminal_or_in_a_log(tmp_path: Path) -> None:
     path = tmp_path / "live.yaml"
     data = neuron_recipe(BUCKETS, name="live", model=str(model_folder(tmp_path)))

@@ -127,6 +127,7 @@ def test_many_refs_are_listed_nearest_first_and_cut() -> None:
     assert shown.endswith(f"and {31 - LISTED_REFS} more (neuronbuild ls)")
 
 
+@pytest.mark.slow
 def test_commands_take_prefixes_and_bare_names_and_push_moves_the_named_ref(
     two_builds: tuple[Store, str, str], tmp_path: Path
 ) -> None:

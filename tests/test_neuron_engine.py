@@ -107,6 +107,7 @@ def planned(recipe: Recipe) -> list[str]:
     return [" ".join([g.kind, *(str(v) for _, v in g.dims)]) for g in build_plan(recipe).graphs]
 
 
+@pytest.mark.slow
 def test_every_planned_graph_is_built_exactly_once_by_parallel_phase_units(
     double: Path, tmp_path: Path
 ) -> None:
@@ -151,6 +152,7 @@ def test_each_unit_compiles_only_its_phase_with_the_full_configuration(
     assert command.argv[-1] == __import__("json").dumps(recipe.engine_args)
 
 
+@pytest.mark.slow
 def test_a_transient_neuronx_cc_exit_70_is_retried_once(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,6 +165,7 @@ def test_a_transient_neuronx_cc_exit_70_is_retried_once(
     assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
 
 
+@pytest.mark.slow
 def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,6 +191,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     assert again.manifest is not None
 
 
+@pytest.mark.slow
 def test_compile_exits_1_and_names_the_failing_phase(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -216,6 +220,7 @@ def test_compile_exits_1_and_names_the_failing_phase(
     assert "not sealed" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_oom_kill_is_retried_with_fewer_workers(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +238,7 @@ def test_an_oom_kill_is_retried_with_fewer_workers(
     assert (unit["status"], unit["code"]) == ("failed", "SIGKILL")
 
 
+@pytest.mark.slow
 def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -247,6 +253,7 @@ def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
     assert time.monotonic() - start < 15  # 3 units, 2 at a time, no 10 s grace each
 
 
+@pytest.mark.slow
 def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path) -> None:
     store = Store(str(tmp_path / "store"), create=True)
     first = compile_small(small_recipe(tmp_path), store, tmp_path)
@@ -261,6 +268,7 @@ def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path)
     assert entries["decode"] == {"compiled": 0, "reused": 4}
 
 
+@pytest.mark.slow
 def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -293,6 +301,7 @@ def test_serve_lays_out_exactly_the_manifest_and_vllm_neuron_loads_every_graph(
     assert "local compile cache miss" in run.stderr
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_manifest_that_lacks_a_phase(double: Path, tmp_path: Path) -> None:
     recipe = small_recipe(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
@@ -316,6 +325,7 @@ def test_compile_refuses_speculative_decoding_with_the_reason(double: Path, tmp_
         compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
 
 
+@pytest.mark.slow
 def test_serve_only_switches_in_the_start_environment_are_kept_from_the_compile_run(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,6 +390,7 @@ def test_the_shared_compilation_timeout_is_the_unit_timeout_unless_the_user_set_
     assert env["VLLM_NEURON_COMPILATION_TIMEOUT"] == "3600"
 
 
+@pytest.mark.slow
 def test_a_tampered_seed_blob_is_skipped_with_a_warning_and_its_graph_compiles(
     double: Path, tmp_path: Path
 ) -> None:
@@ -403,6 +414,7 @@ def test_a_tampered_seed_blob_is_skipped_with_a_warning_and_its_graph_compiles(
     assert len(compiled_graphs(double)) == 2  # prefill 512 and the tampered graph
 
 
+@pytest.mark.slow
 def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
     double: Path, tmp_path: Path
 ) -> None:

@@ -411,6 +411,7 @@ def neuronbuild_cli(*args: str) -> Any:
 # -v and -q.
 
 
+@pytest.mark.slow
 def test_quiet_drops_warnings_and_keeps_results(write_recipe: Any) -> None:
     path = write_recipe(cpu_recipe(cpu_isa="host", model="org/model"))  # unpinned: a warning
     normal = neuronbuild_cli("plan", str(path))
@@ -487,6 +488,7 @@ def test_verbose_prints_the_tail_of_a_failed_units_log(
         assert ("  | neuronx-cc: compilation failed" in after) is tail, result.stderr
 
 
+@pytest.mark.slow
 def test_dry_run_probes_an_s3_store_leaving_nothing_and_refuses_a_missing_bucket(
     ready: Path,
 ) -> None:
@@ -538,6 +540,7 @@ def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
     assert "CACHED" not in result.output
 
 
+@pytest.mark.slow
 def test_verbose_shows_every_key_and_digest_in_full_and_the_default_short(
     missed: tuple[Path, str],
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_valid_plans_have_no_duplicate_graph(data: dict[str, Any]) -> None:
     check_recipe(data)
 
 
+@pytest.mark.slow
 def test_the_plausible_strategy_reaches_valid_multimodal_recipes() -> None:
     def valid_with_vision(data: dict[str, Any]) -> bool:
         try:

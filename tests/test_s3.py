@@ -74,6 +74,7 @@ def serve_dry_run(
     return serve_without_vllm(*serve, "--vllm-cache-root", str(root))
 
 
+@pytest.mark.slow
 def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
     store = Store(s3_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
@@ -141,6 +142,7 @@ def test_four_concurrent_publishers_leave_a_consistent_store(s3_url: str, tmp_pa
     assert len(remote.ref_history("remote-demo", "latest")) >= 1
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_is_caught_by_verify_and_never_served(s3_url: str, tmp_path: Path) -> None:
     store = Store(s3_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
@@ -213,6 +215,7 @@ HOSTILE_FILES = {
 
 
 @pytest.mark.parametrize("kind", [*HOSTILE_FILES, "schema", "json"])
+@pytest.mark.slow
 def test_hostile_manifests_are_rejected_and_nothing_is_written_outside(
     s3_url: str, tmp_path: Path, kind: str
 ) -> None:
@@ -384,6 +387,7 @@ def test_injected_timeouts_are_retried(s3_env: dict[str, str], tmp_path: Path) -
     assert not verify_manifest(Store(url), local.get_ref("remote-demo", "latest") or "").problems
 
 
+@pytest.mark.slow
 def test_a_missing_bucket_or_an_unreachable_endpoint_exits_3_never_reads_as_empty(
     s3_env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -254,6 +254,7 @@ def cache_and_env(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, 
     return f"s3://shards/{tmp_path.name}", double_env(tmp_path, **s3)
 
 
+@pytest.mark.slow
 def test_three_shards_at_once_build_every_unit_once_and_seal_like_one_process(
     tmp_path: Path, cache_and_env: tuple[str, dict[str, str]]
 ) -> None:
@@ -276,6 +277,7 @@ def test_three_shards_at_once_build_every_unit_once_and_seal_like_one_process(
         assert manifest_shape(store, ref) == manifest_shape(Store(single), ref)
 
 
+@pytest.mark.slow
 def test_seal_with_a_shard_missing_names_it_writes_nothing_and_a_rerun_completes(
     tmp_path: Path, cache_and_env: tuple[str, dict[str, str]]
 ) -> None:
@@ -332,6 +334,7 @@ def test_shard_auto_reads_the_kubernetes_index(tmp_path: Path) -> None:
     assert sum(builds(tmp_path).values()) == 1
 
 
+@pytest.mark.slow
 def test_a_failing_unit_fails_its_shard_only_and_a_rerun_repairs_it(tmp_path: Path) -> None:
     paths = four_recipes(tmp_path / "recipes")
     cache = str(tmp_path / "store")
@@ -370,6 +373,7 @@ def test_ray_without_ray_installed_says_how_to_install_it(tmp_path: Path) -> Non
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_a_local_ray_cluster_builds_two_recipes_to_sealed_manifests(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     paths = four_recipes(tmp_path / "recipes")[:2]

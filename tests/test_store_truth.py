@@ -39,6 +39,7 @@ def commands_reading(store: str, recipe: Path) -> list[list[str]]:
     ]
 
 
+@pytest.mark.slow
 def test_a_store_root_that_does_not_exist_is_an_error_for_every_command(
     tmp_path: Path, write_recipe: Any
 ) -> None:
@@ -51,6 +52,7 @@ def test_a_store_root_that_does_not_exist_is_an_error_for_every_command(
     assert not (tmp_path / "no-store").exists()
 
 
+@pytest.mark.slow
 def test_a_store_root_that_is_a_file_exits_2_for_every_command(
     tmp_path: Path, write_recipe: Any
 ) -> None:
