@@ -398,7 +398,7 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
     mine = {
         "schema": "s",
         "engine_args": {"max_num_seqs": 4, "dtype": "bfloat16"},
-        "env": {},
+        "env": {"b": 1, "a": 2},  # shown with sorted keys
         "model": fits,
         "revision": too_long,
     }
@@ -415,7 +415,7 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
     assert lines == [
         "engine_args.max_num_seqs: recipe 4, manifest 8",
         "engine_args.seed: recipe null, manifest 0",
-        "env: recipe {}, manifest null",
+        'env: recipe {"a": 2, "b": 1}, manifest null',
         f'model: recipe "{fits}", manifest "m"',
         f'revision: recipe "{too_long[:56]}..., manifest "r"',
         'target: recipe null, manifest "cpu"',
