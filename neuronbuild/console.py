@@ -37,7 +37,9 @@ def echo_error_json(lines: Sequence[str], code: int) -> None:
     "exit_code": N}`` on stdout (the one-line messages still go to stderr), unless the command
     already printed its document."""
     if not _printed_json:
-        echo_json(ERROR, {"error": "\n".join(lines), "errors": list(lines), "exit_code": code})
+        # "error: " is for a terminal; the document's field says it already.
+        message = "\n".join(line.removeprefix("error: ") for line in lines)
+        echo_json(ERROR, {"error": message, "errors": list(lines), "exit_code": code})
 
 
 def wants_json(argv: Sequence[str]) -> bool:

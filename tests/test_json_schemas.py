@@ -173,6 +173,7 @@ def test_json_output_validates_against_its_shipped_schema(ran: list[Ran], index:
     if result.case.shape == ERROR:
         assert document["exit_code"] == result.code
         assert all(line.split(": ", 1)[-1] in result.stderr for line in document["errors"])
+        assert document["error"] and not document["error"].startswith("error")  # no label
 
 
 def json_commands() -> dict[str, click.Command]:
