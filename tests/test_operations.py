@@ -151,6 +151,8 @@ def test_tag_promotes_and_rolls_back_by_compare_and_swap(tmp_path: Path) -> None
     rolled = nb("tag", first, "tiny/prod", "--cache", store.url)
     assert rolled.returncode == 0, rolled.stderr
     assert store.get_ref("tiny", "prod") == first
+    again = nb("tag", first, "tiny/prod", "--cache", store.url)
+    assert again.stdout == f"tiny/prod: already at {first}; nothing moved\n", again.stderr
     listed = json.loads(nb("ls", "--history", "--cache", store.url, "--json").stdout)
     assert listed["refs"] == {"tiny/latest": second, "tiny/prod": first}
     assert [m["manifest"] for m in listed["history"]["tiny/prod"]] == [second, first]

@@ -129,6 +129,8 @@ def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_js
                 "manifest": digest,
             },
         )
+    elif before == digest:
+        click.echo(f"{name}/{ref_tag}: already at {digest}; nothing moved")
     else:
         click.echo(f"{name}/{ref_tag}: {text(before)} -> {digest}")  # a result line: in full
 
