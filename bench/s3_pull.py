@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from moto.server import ThreadedMotoServer
+from loopback_s3 import start_s3
 
 from neuronbuild.build import ingest
 from neuronbuild.plan import build_plan
@@ -27,19 +27,10 @@ BLOBS, BLOB_BYTES, PRESENCE = 200, 2_500_000, 1000
 
 
 def main() -> None:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-    )
+    server = start_s3("bench")
     import s3fs
 
     fs = s3fs.S3FileSystem()
-    fs.mkdir("bench")
     work = Path(tempfile.mkdtemp(prefix="neuronbuild-s3-bench-"))
     try:
         recipe = load_recipe(REPO / "recipes" / "cpu-tiny-llama.yaml")

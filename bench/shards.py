@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import shutil
 import statistics
@@ -107,21 +106,9 @@ def compile_figures(repeat: int) -> None:
 
 
 def seal_figure() -> None:
-    from moto.server import ThreadedMotoServer
+    from loopback_s3 import start_s3
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-    )
-    import s3fs
-
-    s3fs.S3FileSystem().mkdir("bench")
+    server = start_s3("bench")
     work = Path(tempfile.mkdtemp(prefix="neuronbuild-seal-bench-"))
     try:
         recipe = load_recipe(REPO / "recipes" / "cpu-tiny-llama.yaml")
