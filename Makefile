@@ -44,10 +44,10 @@ test-fast: install
 # that cover the mutated function. Survivors are printed last; tests/README.md lists the accepted
 # ones. Not part of make test.
 MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild.store.records \
-	neuronbuild.store.digest neuronbuild.store.node neuronbuild.store.transfer \
+	neuronbuild.digest neuronbuild.store.node neuronbuild.store.transfer \
 	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.cpu neuronbuild.engines.neuron \
-	neuronbuild.build neuronbuild.scheduler
+	neuronbuild.build.compile neuronbuild.build.scheduler
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \

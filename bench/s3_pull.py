@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loopback_s3 import start_s3
 
-from neuronbuild.build import ingest
+from neuronbuild.build.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store

@@ -23,12 +23,12 @@ from typing import Any
 
 import yaml
 
-from neuronbuild.build import ingest
+from neuronbuild.build.compile import ingest
+from neuronbuild.build.seal import seal_plans
 from neuronbuild.graph import CompileUnit
 from neuronbuild.keys import UnitKey
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import load_recipe
-from neuronbuild.seal import seal_plans
 from neuronbuild.store.cas import Store
 
 REPO = Path(__file__).resolve().parent.parent

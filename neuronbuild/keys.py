@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from neuronbuild.store.digest import canonical_json, hex_of, sha256_digest
+from neuronbuild.digest import canonical_json, hex_of, sha256_digest
 
 __all__ = [
     "SCHEMA",

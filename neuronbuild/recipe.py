@@ -18,10 +18,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from neuronbuild.data.vllm_data import engine_arg_names, server_options
 from neuronbuild.engines import engine_for
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
-from neuronbuild.vllm_data import engine_arg_names, server_options
 
 TARGET_ENGINES: dict[str, str] = {
     "trn1": "neuron",

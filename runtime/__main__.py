@@ -1,4 +1,4 @@
-from neuronbuild.console import run
+from neuronbuild.ui.console import run
 
 from .cli import serve
 

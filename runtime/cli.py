@@ -8,20 +8,20 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
-from neuronbuild.console import echo_json
 from neuronbuild.errors import StoreError, UserError
 from neuronbuild.human import count, size
-from neuronbuild.options import (
+from neuronbuild.store.cas import Store
+from neuronbuild.store.names import MIN_PREFIX_HEX
+from neuronbuild.store.tiered import TieredStore
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.options import (
     cache_option,
     dry_run_option,
     jobs_option,
     json_option,
     local_cache_option,
 )
-from neuronbuild.store.cas import Store
-from neuronbuild.store.names import MIN_PREFIX_HEX
-from neuronbuild.store.tiered import TieredStore
-from neuronbuild.verbosity import info
+from neuronbuild.ui.verbosity import info
 
 from .serve import ServeSource, exec_vllm, prepare
 from .serve_options import split_serve_args

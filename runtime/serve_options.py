@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from neuronbuild.data.vllm_data import ServerOption, server_options
 from neuronbuild.engines.arg_classes import KEYED_ARGS, OWN_FACTORS
 from neuronbuild.errors import UserError, did_you_mean
-from neuronbuild.vllm_data import ServerOption, server_options
 
 
 def _values(option: ServerOption, token: str, rest: list[str]) -> int:

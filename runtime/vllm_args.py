@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from neuronbuild.vllm_data import server_options
+from neuronbuild.data.vllm_data import server_options
 
 
 def flag(name: str) -> str:

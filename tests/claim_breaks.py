@@ -117,20 +117,20 @@ BREAKS = [
         "unit records published before their blobs",
         (
             (
-                "neuronbuild/build.py",
+                "neuronbuild/build/compile.py",
                 "zip(files, paths, store.put_files(paths), strict=True)",
                 "zip(files, paths, [hash_file(p) for p in paths], strict=True)",
             ),
             (
-                "neuronbuild/build.py",
+                "neuronbuild/build/compile.py",
                 "    return store.put_unit(record)\n",
                 "    stored = store.put_unit(record)\n    store.put_files(paths)\n    return stored\n",
             ),
             (
-                "neuronbuild/build.py",
+                "neuronbuild/build/compile.py",
                 "from neuronbuild.store.cas import LATEST, Store\n",
                 "from neuronbuild.store.cas import LATEST, Store\n"
-                "from neuronbuild.store.digest import hash_file\n",
+                "from neuronbuild.digest import hash_file\n",
             ),
             (
                 "neuronbuild/store/cas.py",
@@ -234,7 +234,7 @@ BREAKS = [
             (
                 "runtime/serve.py",
                 "from neuronbuild.engines import engine_for\n",
-                "from neuronbuild.engines import engine_for\nimport neuronbuild.doctor  # noqa\n",
+                "from neuronbuild.engines import engine_for\nimport neuronbuild.build.doctor  # noqa\n",
             ),
         ),
         ("tests/test_import_allowlist.py",),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from neuronbuild.digest import sha256_digest
 from neuronbuild.store.cas import Store
-from neuronbuild.store.digest import sha256_digest
 from neuronbuild.store.records import Manifest, UnitRecord
 from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, moto_s3, publish_build
@@ -127,7 +127,7 @@ def blob_digest(i: int) -> str:
 def publish_units(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
     """Publish one build of any recipe (each unit its own entry folder, as the engines lay them
     out: ``<engine>/<unit key hex>/...``), seal it and move ``<name>/latest``."""
-    from neuronbuild.build import ingest
+    from neuronbuild.build.compile import ingest
     from neuronbuild.plan import build_plan
     from neuronbuild.recipe import parse_recipe
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from neuronbuild import start_env
-from neuronbuild.build import ingest
+from neuronbuild.build.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
@@ -124,7 +124,7 @@ def neuronbuild(
 SERVE_WITHOUT_VLLM = """
 import json, sys
 import neuronbuild_runtime.cli as cli
-from neuronbuild.console import run
+from neuronbuild.ui.console import run
 cli.exec_vllm = lambda prepared: print(json.dumps(prepared.to_json()))
 sys.argv = ["serve", *sys.argv[1:]]
 run(cli.serve)

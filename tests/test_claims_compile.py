@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild import scheduler
-from neuronbuild.build import compile_recipe
+from neuronbuild.build import scheduler
+from neuronbuild.build.compile import compile_recipe
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe

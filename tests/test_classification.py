@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
+from neuronbuild.data.vllm_data import engine_arg_names, server_options
 from neuronbuild.engines import get_engine
 from neuronbuild.engines.arg_classes import OWN_FACTORS
 from neuronbuild.engines.env_classes import EnvClass
-from neuronbuild.vllm_data import engine_arg_names, server_options
 
 ENGINES = ("cpu", "neuron")
 

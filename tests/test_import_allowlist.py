@@ -18,13 +18,14 @@ from tests.conftest import cpu_recipe
 
 OURS = {
     "neuronbuild",
-    "neuronbuild.console",
-    "neuronbuild.cpu_isa",
     "neuronbuild.data",  # the checked-in list of vLLM engine arguments
+    "neuronbuild.data.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
+    "neuronbuild.digest",
     "neuronbuild.engines",
     "neuronbuild.engines.arg_classes",
     "neuronbuild.engines.base",
     "neuronbuild.engines.cpu",
+    "neuronbuild.engines.cpu_isa",
     "neuronbuild.engines.env_classes",
     "neuronbuild.engines.neuron",
     "neuronbuild.engines.neuron_buckets",
@@ -32,25 +33,18 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.envs",
     "neuronbuild.errors",
-    "neuronbuild.formatting",  # tables and colour of human output
     "neuronbuild.folders",  # the store's dry-run write probe
     "neuronbuild.graph",
     "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
-    "neuronbuild.logtail",  # the last lines of a log (progress's heartbeat reads one)
     "neuronbuild.model_files",
-    "neuronbuild.options",  # the options commands share
     "neuronbuild.plan",
-    "neuronbuild.progress",  # byte progress of serve's fetch and of pull (tqdm)
     "neuronbuild.recipe",
     "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
-    "neuronbuild.verbosity",  # -v/-q
-    "neuronbuild.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.store",
     "neuronbuild.store.backends",
     "neuronbuild.store.cas",
-    "neuronbuild.store.digest",
     "neuronbuild.store.layout",
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
@@ -58,6 +52,13 @@ OURS = {
     "neuronbuild.store.retry",
     "neuronbuild.store.tiered",
     "neuronbuild.store.transfer",
+    "neuronbuild.ui",
+    "neuronbuild.ui.console",
+    "neuronbuild.ui.formatting",  # tables and colour of human output
+    "neuronbuild.ui.logtail",  # the last lines of a log (progress's heartbeat reads one)
+    "neuronbuild.ui.options",  # the options commands share
+    "neuronbuild.ui.progress",  # byte progress of serve's fetch and of pull (tqdm)
+    "neuronbuild.ui.verbosity",  # -v/-q
     "neuronbuild_runtime",
     "neuronbuild_runtime.cli",
     "neuronbuild_runtime.node_checks",

@@ -13,8 +13,8 @@ from neuronbuild.store.cas import Store
 from tests.conftest import REPO, cpu_recipe, publish_build
 
 COMPILE_SIDE = (
-    "neuronbuild.build",
-    "neuronbuild.scheduler",
+    "neuronbuild.build.compile",
+    "neuronbuild.build.scheduler",
     "neuronbuild.engines.compiler",
     "neuronbuild.engines.cpu_compile",
     "neuronbuild.engines.cpu_compile_worker",

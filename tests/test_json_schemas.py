@@ -20,8 +20,8 @@ import pytest
 
 from neuronbuild import schemas
 from neuronbuild.cli import cli
-from neuronbuild.console import run
 from neuronbuild.store.cas import Store
+from neuronbuild.ui.console import run
 from tests.test_shards import double_env, double_recipe, write_recipes
 
 

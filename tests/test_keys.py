@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from neuronbuild.data.vllm_data import NO_DEFAULT, env_vars
 from neuronbuild.engines import get_engine
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.vllm_data import NO_DEFAULT, env_vars
 from tests.conftest import REPO, cpu_recipe, neuron_recipe
 from tests.test_properties import plausible_recipes
 
@@ -313,7 +313,7 @@ def test_the_model_folder_key_does_not_depend_on_where_the_folder_lives(tmp_path
 def test_doctor_explains_a_miss_by_the_factor_that_caused_it(
     tmp_path: Path, started_with: Any
 ) -> None:
-    from neuronbuild.doctor import diagnose
+    from neuronbuild.build.doctor import diagnose
     from neuronbuild.recipe import load_recipe
     from neuronbuild.store.cas import Store
     from tests.conftest import publish_build

@@ -27,18 +27,18 @@ from typing import Any
 import pytest
 import yaml
 
-from neuronbuild import build
-from neuronbuild.build import compile_recipe
+from neuronbuild.build import compile as build
+from neuronbuild.build.compile import compile_recipe
 from neuronbuild.demo.server import Child
 from neuronbuild.engines.compiler import Failure
 from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.errors import StoreError
 from neuronbuild.plan import build_plan
-from neuronbuild.progress import ByteProgress, last_line, retrying
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.transfer import copy_manifest
+from neuronbuild.ui.progress import ByteProgress, last_line, retrying
 from tests.claims import model_folder
 from tests.conftest import (
     REPO,
@@ -272,7 +272,7 @@ def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_inter
 def test_quiet_byte_progress_in_a_log_keeps_only_its_periodic_lines(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from neuronbuild import verbosity
+    from neuronbuild.ui import verbosity
 
     monkeypatch.setattr(verbosity, "_verbosity", verbosity.QUIET)
     monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "0.2")
@@ -477,7 +477,7 @@ def test_a_store_sent_to_another_process_still_retries_and_reports(
 
 
 def test_one_log_tail_reader_shows_what_a_terminal_showed_last(tmp_path: Path) -> None:
-    from neuronbuild.logtail import tail_lines
+    from neuronbuild.ui.logtail import tail_lines
 
     log = tmp_path / "unit.log"
     bar = "".join(f"\r\x1b[32m{p:3d}%\x1b[0m |###|" for p in (10, 50, 100))  # a redrawn bar

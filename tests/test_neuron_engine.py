@@ -17,8 +17,9 @@ import psutil
 import pytest
 import yaml
 
-from neuronbuild import build, start_env
-from neuronbuild.build import compile_recipe
+from neuronbuild import start_env
+from neuronbuild.build import compile as build
+from neuronbuild.build.compile import compile_recipe
 from neuronbuild.errors import UserError
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe

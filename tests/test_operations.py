@@ -84,7 +84,7 @@ def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None
 
 
 def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
-    from neuronbuild.doctor import diagnose
+    from neuronbuild.build.doctor import diagnose
     from neuronbuild.recipe import parse_recipe
 
     store = Store(str(tmp_path / "store"), create=True)

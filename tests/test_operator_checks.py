@@ -199,7 +199,7 @@ def test_dry_run_refuses_each_thing_the_real_run_depends_on_alone_writing_nothin
 
 
 def test_doctor_summary_counts_units_and_names_the_differing_factors_most_frequent_first() -> None:
-    from neuronbuild.doctor import UnitDiagnosis, summary
+    from neuronbuild.build.doctor import UnitDiagnosis, summary
 
     def unit(held: bool, *differences: str) -> UnitDiagnosis:
         compared = "app/latest (sha256:ab)" if differences else None
@@ -341,7 +341,7 @@ def test_no_option_of_the_build_store_or_diagnose_commands_shows_a_click_type_na
 
 def test_every_store_option_has_one_name_meaning_and_default() -> None:
     from neuronbuild import envs
-    from neuronbuild.options import (
+    from neuronbuild.ui.options import (
         CACHE_DEFAULT,
         CACHE_HELP,
         DRY_RUN_HELP,
@@ -454,7 +454,7 @@ def test_every_command_takes_verbose_and_quiet_after_its_name_too(write_recipe: 
 
 
 def test_the_log_tail_verbose_prints_is_the_last_lines(tmp_path: Path) -> None:
-    from neuronbuild.logtail import tail_lines
+    from neuronbuild.ui.logtail import tail_lines
 
     log = tmp_path / "unit.log"
     log.write_text("".join(f"line {i}\n" for i in range(100_000)))
@@ -544,9 +544,9 @@ def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
 def test_verbose_shows_every_key_and_digest_in_full_and_the_default_short(
     missed: tuple[Path, str],
 ) -> None:
+    from neuronbuild.digest import short
     from neuronbuild.plan import build_plan
     from neuronbuild.store.cas import Store
-    from neuronbuild.store.names import short
 
     recipe, store = missed
     [unit] = build_plan(load_recipe(recipe)).units

@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from neuronbuild.cli import cli
+from neuronbuild.data.vllm_data import server_options
 from neuronbuild.demo.server import free_port
 from neuronbuild.store.cas import Store
-from neuronbuild.vllm_data import server_options
 from tests.conftest import RECIPES, REPO
 from tests.test_examples import SHELL_OPERATORS, problems
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
-from neuronbuild.build import ingest
+from neuronbuild.build.compile import ingest
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe

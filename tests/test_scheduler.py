@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from neuronbuild.build.scheduler import ProcessGroups, UnitFailed, run_units
 from neuronbuild.plan import CompileUnit, build_plan
-from neuronbuild.progress import Progress
 from neuronbuild.recipe import parse_recipe
-from neuronbuild.scheduler import ProcessGroups, UnitFailed, run_units
+from neuronbuild.ui.progress import Progress
 from tests.conftest import neuron_recipe
 
 UNITS = build_plan(parse_recipe(neuron_recipe({"num_seqs_buckets": [1, 2, 4, 8]}))).units

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from neuronbuild.costs import PlannedUnit, record_timings, unit_costs, unit_shape
+from neuronbuild.build.costs import PlannedUnit, record_timings, unit_costs, unit_shape
+from neuronbuild.build.shard import Shard, assign_shards, parse_shard
 from neuronbuild.errors import UserError
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
-from neuronbuild.shard import Shard, assign_shards, parse_shard
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import UnitTiming
 from tests.conftest import moto_s3
@@ -396,7 +396,7 @@ def test_a_local_ray_cluster_builds_two_recipes_to_sealed_manifests(tmp_path: Pa
 
 
 def test_seal_lists_blobs_and_never_reads_one(tmp_path: Path) -> None:
-    from neuronbuild.seal import seal_plans
+    from neuronbuild.build.seal import seal_plans
 
     paths = four_recipes(tmp_path / "recipes")
     cache = str(tmp_path / "store")
@@ -416,7 +416,7 @@ def test_seal_lists_blobs_and_never_reads_one(tmp_path: Path) -> None:
 
 
 def test_address_without_the_ray_executor_is_refused() -> None:
-    from neuronbuild.executor import executor_for
+    from neuronbuild.build.executor import executor_for
 
     with pytest.raises(UserError, match="--address: only --executor ray"):
         executor_for("local", "ray://head:10001")

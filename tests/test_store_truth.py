@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.build import cached_records
+from neuronbuild.build.compile import cached_records
 from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
 from neuronbuild.plan import Plan, build_plan
@@ -163,7 +163,7 @@ def test_a_store_failure_in_the_middle_of_compile_is_not_a_failed_unit(
     script = f"""
 import sys
 from pathlib import Path
-import neuronbuild.build as build
+import neuronbuild.build.compile as build
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.engines.cpu_compile import CpuCompiler
 from neuronbuild.engines.compiler import EngineCommand

@@ -14,9 +14,9 @@ import click
 
 from neuronbuild import __version__
 from neuronbuild.cli import build, diagnose, store
-from neuronbuild.console import run
-from neuronbuild.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
-from neuronbuild.verbosity import set_verbosity
+from neuronbuild.ui.console import run
+from neuronbuild.ui.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
+from neuronbuild.ui.verbosity import set_verbosity
 from neuronbuild_runtime.cli import pull, serve
 
 

@@ -14,12 +14,14 @@ import click
 from click.core import ParameterSource
 
 from neuronbuild.cli.common import load_or_exit, warn, warn_removed_env
-from neuronbuild.console import echo_json
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
-from neuronbuild.formatting import format_table
 from neuronbuild.human import count, duration
-from neuronbuild.logtail import tail_lines
-from neuronbuild.options import (
+from neuronbuild.plan import Plan, build_plan, units_cached
+from neuronbuild.recipe import load_recipe
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.formatting import format_table
+from neuronbuild.ui.logtail import tail_lines
+from neuronbuild.ui.options import (
     cache_option,
     dry_run_option,
     jobs_option,
@@ -27,9 +29,7 @@ from neuronbuild.options import (
     last_writer_wins_option,
     local_cache_option,
 )
-from neuronbuild.plan import Plan, build_plan, units_cached
-from neuronbuild.recipe import load_recipe
-from neuronbuild.verbosity import detail, key_text
+from neuronbuild.ui.verbosity import detail, key_text
 from neuronbuild_runtime.cli import echo_notes
 
 
@@ -243,9 +243,9 @@ def compile_(
       neuronbuild compile recipe.yaml --dry-run
       neuronbuild compile a.yaml b.yaml --cache s3://bucket/store --shard auto/3
     """
-    from neuronbuild.build import compile_recipes
-    from neuronbuild.executor import executor_for
-    from neuronbuild.shard import parse_shard
+    from neuronbuild.build.compile import compile_recipes
+    from neuronbuild.build.executor import executor_for
+    from neuronbuild.build.shard import parse_shard
     from neuronbuild.store.cas import LATEST, Store
     from neuronbuild.store.tiered import TieredStore
 
@@ -368,7 +368,7 @@ def seal(
     Examples:
       neuronbuild seal a.yaml b.yaml --cache s3://bucket/store --shards 3
     """
-    from neuronbuild.seal import seal_plans
+    from neuronbuild.build.seal import seal_plans
     from neuronbuild.store.cas import Store, parse_ref
 
     recipes = [load_or_exit(path) for path in recipe_paths]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from neuronbuild import start_env
 from neuronbuild.recipe import Recipe, load_recipe
-from neuronbuild.verbosity import info
+from neuronbuild.ui.verbosity import info
 
 
 def warn(message: str) -> None:
@@ -18,7 +18,7 @@ def load_or_exit(path: str) -> Recipe:
 
     Raises:
         RecipeInvalid: every problem of the recipe, one per field; the CLI edge prints them and
-            exits 2 (:mod:`neuronbuild.console`).
+            exits 2 (:mod:`neuronbuild.ui.console`).
     """
     recipe = load_recipe(path)
     for w in recipe.warnings:

@@ -9,11 +9,11 @@ from typing import Any
 import click
 
 from neuronbuild.cli.common import load_or_exit
-from neuronbuild.console import echo_json
-from neuronbuild.cpu_isa import host_isa
-from neuronbuild.formatting import use_colour
-from neuronbuild.options import cache_option, json_option
-from neuronbuild.verbosity import key_text
+from neuronbuild.engines.cpu_isa import host_isa
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.formatting import use_colour
+from neuronbuild.ui.options import cache_option, json_option
+from neuronbuild.ui.verbosity import key_text
 
 
 @click.command()
@@ -28,7 +28,7 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     Examples:
       neuronbuild doctor recipe.yaml --cache s3://bucket/store
     """
-    from neuronbuild.doctor import diagnose, differing_factors, summary
+    from neuronbuild.build.doctor import diagnose, differing_factors, summary
     from neuronbuild.store.cas import Store
 
     recipe = load_or_exit(recipe_path)

@@ -9,17 +9,17 @@ from typing import Any
 import click
 
 from neuronbuild.cli.common import load_or_exit
-from neuronbuild.console import echo_json
-from neuronbuild.formatting import format_table
 from neuronbuild.human import ABSENT, ago, count, size, text, when
-from neuronbuild.options import (
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.formatting import format_table
+from neuronbuild.ui.options import (
     cache_option,
     dry_run_option,
     jobs_option,
     json_option,
     last_writer_wins_option,
 )
-from neuronbuild.verbosity import key_text
+from neuronbuild.ui.verbosity import key_text
 
 
 @click.command()
@@ -257,7 +257,7 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
       neuronbuild status
       neuronbuild status recipe.yaml --cache s3://bucket/store
     """
-    from neuronbuild.doctor import recipe_status
+    from neuronbuild.build.doctor import recipe_status
     from neuronbuild.store.cas import Store
 
     store = Store(cache)

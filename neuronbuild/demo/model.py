@@ -19,7 +19,7 @@ from typing import Any
 
 from neuronbuild.demo import text
 from neuronbuild.demo.train import train_on_sequences
-from neuronbuild.store.digest import canonical_json, sha256_digest
+from neuronbuild.digest import canonical_json, sha256_digest
 
 MARKER = ".neuronbuild-demo-complete"
 """Written last into the model folder, naming the digest of the build's inputs; a folder without

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from neuronbuild.logtail import tail_lines
+from neuronbuild.ui.logtail import tail_lines
 
 if TYPE_CHECKING:
     from typing import Self
@@ -73,7 +73,7 @@ class Child:
 
     def tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the child's log, one string (empty when unreadable), for
-        an error message (:func:`~neuronbuild.logtail.tail_lines`)."""
+        an error message (:func:`~neuronbuild.ui.logtail.tail_lines`)."""
         return "\n".join(tail_lines(self.log, lines))
 
     def stop(self) -> None:

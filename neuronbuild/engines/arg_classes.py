@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from neuronbuild.data.vllm_data import NO_DEFAULT
 from neuronbuild.keys import canonical_json
-from neuronbuild.vllm_data import NO_DEFAULT
 
 SERVING_ONLY_ARGS = frozenset(
     {

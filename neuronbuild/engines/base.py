@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from neuronbuild.data.vllm_data import engine_arg_defaults
 from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resolve_engine_args
 from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
 from neuronbuild.errors import MISSING, RecipeError, UserError
@@ -23,7 +24,6 @@ from neuronbuild.model_files import (
     local_folder,
     looks_like_path,
 )
-from neuronbuild.vllm_data import engine_arg_defaults
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronbuild import cpu_isa, envs
+from neuronbuild import envs
+from neuronbuild.data.vllm_data import NO_DEFAULT
+from neuronbuild.engines import cpu_isa
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.errors import MISSING, RecipeError
 from neuronbuild.graph import Graph
-from neuronbuild.vllm_data import NO_DEFAULT
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler

@@ -6,7 +6,8 @@ import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuronbuild import cpu_isa, envs, start_env
+from neuronbuild import envs, start_env
+from neuronbuild.engines import cpu_isa
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, UnitCompiler, worker_command
 from neuronbuild.errors import UserError

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from neuronbuild.vllm_data import env_vars
+from neuronbuild.data.vllm_data import env_vars
 
 
 class EnvClass(str, Enum):

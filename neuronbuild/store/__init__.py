@@ -1,7 +1,6 @@
 """The store wing: everything that reads, writes, moves, checks or sweeps stored objects.
 
 - :mod:`.layout`: the kinds of objects and every path (nothing else spells one);
-- :mod:`.digest`: canonical JSON, sha256 of bytes, streams and files, the verifying reader;
 - :mod:`.records`: the typed records (file, unit record, manifest, ref move) and their parsing;
 - :mod:`.backends`: atomic primitives per file system; imported by nothing outside this package;
 - :mod:`.cas`: :class:`~.cas.Store`, one store at one URL;
@@ -9,6 +8,6 @@
 - :mod:`.tiered`: a local folder in front of a remote store;
 - :mod:`.transfer`, :mod:`.verify`, :mod:`.gc`, :mod:`.node`: copy, check, sweep, lay out.
 
-This package's ``__init__`` imports nothing, so low modules (unit keys) may use :mod:`.digest`
-without loading the store.
+This package's ``__init__`` imports nothing. Canonical JSON and sha256 are the kernel's
+(:mod:`neuronbuild.digest`), so unit keys never load the store.
 """

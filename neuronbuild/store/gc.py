@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronbuild import envs
+from neuronbuild.digest import hex_of, parse_canonical
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.cas import Store
-from neuronbuild.store.digest import hex_of, parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
@@ -174,7 +174,7 @@ def collect_garbage(
             sweep.delete("blobs", path)
 
     # The store's other kinds. A timing goes with its unit: the kept units' timings still give
-    # every shape its measured cost (neuronbuild.costs reads timings of other keys of a shape).
+    # every shape its measured cost (neuronbuild.build.costs reads other keys' timings of a shape).
     for path in store.backend.find(layout.folder("timings")):
         named = layout.timing_of(path)
         if (named is None or named[1] not in live_units) and sweep.old(path):

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuronbuild import envs
+from neuronbuild.digest import hex_of
 from neuronbuild.errors import UserError
-from neuronbuild.store.digest import hex_of
 
 REF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One segment of a ref: a recipe name or a tag."""

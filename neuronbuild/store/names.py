@@ -1,7 +1,7 @@
 """What a user types for a manifest, resolved as git and docker resolve names: a ref
 ``<name>/<tag>``, a bare ``<name>`` (for ``<name>/latest``), a full digest ``sha256:<64 hex>``, or
 a unique prefix of one (``sha256:3f2a9c1b`` or ``3f2a9c1b``, at least :data:`MIN_PREFIX_HEX` hex
-digits). The short form the tool prints (:func:`short`) is such a prefix.
+digits). The short form the tool prints (:func:`~neuronbuild.digest.short`) is such a prefix.
 
 The rules are pure functions of what a store lists (its refs, its manifest digests), so that one
 store (:meth:`~neuronbuild.store.cas.Store.resolve_target`) and a tiered store resolve alike.
@@ -15,26 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from neuronbuild.digest import short
 from neuronbuild.errors import UserError
 from neuronbuild.store.layout import LATEST, REF_PART, parse_ref
 
 MIN_PREFIX_HEX = 8
 """Fewest hex digits a manifest prefix may have (4 billion values: a typo rarely matches)."""
 
-SHORT_HEX = 12
-"""Hex digits of the short form printed for digests (docker's image IDs use 12 too)."""
-
 LISTED_REFS = 10
 """Refs a missing-ref error names at most (nearest to what was asked first)."""
 
 _HEX = re.compile(r"^[0-9a-f]+$")
-
-
-def short(digest: str) -> str:
-    """``sha256:<64 hex>`` -> ``sha256:<first 12 hex>``: what human output prints, accepted back
-    wherever a manifest is (while it stays unique in the store)."""
-    algorithm, _, hexdigest = digest.partition(":")
-    return f"{algorithm}:{hexdigest[:SHORT_HEX]}"
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
-from neuronbuild.store.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.tiered import TieredStore

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from neuronbuild.digest import canonical_json, check_digest, parse_canonical, sha256_digest
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.graph import Graph
-from neuronbuild.store.digest import canonical_json, check_digest, parse_canonical, sha256_digest
 from neuronbuild.store.layout import REF_PART
 
 RECORD_SCHEMA = "neuronbuild.unit-record/1"
@@ -306,7 +306,7 @@ class RefMove:
 @dataclass(frozen=True)
 class UnitTiming:
     """How long one unit took to compile: its ``key``, its ``shape`` (the digest of its key
-    factors without toolchain, environment and schema: see :mod:`neuronbuild.costs`) and
+    factors without toolchain, environment and schema: see :mod:`neuronbuild.build.costs`) and
     ``seconds`` of wall time. Later builds of the same shape read it to balance shards."""
 
     key: str

@@ -1,5 +1,5 @@
 """Retries against a store: which faults are retried and how long to wait; each retry is said on
-stderr by :func:`neuronbuild.progress.retrying` (``retrying (2/5) in 4 s: <reason>``) instead of
+stderr by :func:`neuronbuild.ui.progress.retrying` (``retrying (2/5) in 4 s: <reason>``) instead of
 a client's silent retries (12 to 18 s of silence with botocore's own, against an endpoint
 answering 500).
 
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from neuronbuild.progress import retrying
+from neuronbuild.ui.progress import retrying
 
 T = TypeVar("T")
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from neuronbuild.digest import hex_of
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.human import size
-from neuronbuild.progress import ByteProgress
 from neuronbuild.store.cas import Store
-from neuronbuild.store.digest import hex_of
 from neuronbuild.store.records import FileRecord
+from neuronbuild.ui.progress import ByteProgress
 
 DISK_MARGIN_BYTES = 64 << 20
 """Free space (bytes) a pull keeps beyond what the blobs need."""
@@ -108,7 +108,7 @@ def copy_manifest(
 
     ``recheck``: re-hash the blobs ``dst`` already holds and re-read its copy of the manifest;
     a corrupt one is replaced from ``src`` (and noted). ``progress``: where to show the bytes
-    the blobs' copy moves, named ``what`` (:class:`~neuronbuild.progress.ByteProgress`; never
+    the blobs' copy moves, named ``what`` (:class:`~neuronbuild.ui.progress.ByteProgress`; never
     stdout, which ``--json`` keeps); None shows nothing.
 
     Raises:

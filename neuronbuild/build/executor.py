@@ -2,8 +2,8 @@
 
 An executor takes the units and the function that compiles and publishes one
 (``work(unit, groups)``, which starts its engine processes through a
-:class:`~neuronbuild.scheduler.ProcessGroups` and raises to fail its unit) and returns one
-:class:`~neuronbuild.scheduler.UnitResult` per unit. The store, retries, logs and the report are
+:class:`~neuronbuild.build.scheduler.ProcessGroups` and raises to fail its unit) and returns one
+:class:`~neuronbuild.build.scheduler.UnitResult` per unit. The store, retries, logs and the report are
 the work function's and the caller's, so they are the same on every executor.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from neuronbuild.engines.base import UnitEstimate
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
-from neuronbuild.progress import Progress
-from neuronbuild.scheduler import ProcessGroups, UnitResult, run_units
+from neuronbuild.ui.progress import Progress
+from neuronbuild.build.scheduler import ProcessGroups, UnitResult, run_units
 
 Work = Callable[[CompileUnit, ProcessGroups], Any]
 
@@ -63,7 +63,7 @@ class Executor(ABC):
 
 class LocalExecutor(Executor):
     """Worker threads on this machine, each running its unit's engine processes
-    (:func:`~neuronbuild.scheduler.run_units`)."""
+    (:func:`~neuronbuild.build.scheduler.run_units`)."""
 
     def _execute(self, batch: Batch) -> list[UnitResult]:
         return run_units(batch.units, batch.work, batch.jobs, batch.progress)
@@ -81,7 +81,7 @@ def executor_for(name: str, address: str | None = None) -> Executor:
             raise UserError("--address: only --executor ray connects to a cluster; drop it")
         return LocalExecutor()
     if name == "ray":
-        from neuronbuild.ray_executor import RayExecutor
+        from neuronbuild.build.ray_executor import RayExecutor
 
         return RayExecutor(address)
     raise UserError(f"--executor {name!r}: expected one of {', '.join(EXECUTORS)}")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuronbuild.costs import PlannedUnit
+from neuronbuild.build.costs import PlannedUnit
 from neuronbuild.errors import UserError
 from neuronbuild.plan import Plan
-from neuronbuild.shard import assign_units
+from neuronbuild.build.shard import assign_units
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 

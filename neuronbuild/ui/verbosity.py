@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from neuronbuild.store.names import short
+from neuronbuild.digest import short
 
 QUIET, NORMAL, VERBOSE = -1, 0, 1
 """Verbosity levels: ``-q`` (errors and final result lines only), default, ``-v`` (more detail:

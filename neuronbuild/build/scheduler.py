@@ -23,7 +23,7 @@ from typing import Any
 from neuronbuild.errors import Interrupted
 from neuronbuild.human import duration
 from neuronbuild.plan import CompileUnit
-from neuronbuild.progress import Progress
+from neuronbuild.ui.progress import Progress
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when ending an engine's process group."""

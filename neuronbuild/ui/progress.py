@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, TextIO
 from tqdm import tqdm
 
 from neuronbuild import envs
+from neuronbuild.digest import short
 from neuronbuild.human import count, duration, size
-from neuronbuild.logtail import tail_lines
-from neuronbuild.store.names import short
-from neuronbuild.verbosity import QUIET, verbosity
+from neuronbuild.ui.logtail import tail_lines
+from neuronbuild.ui.verbosity import QUIET, verbosity
 
 if TYPE_CHECKING:
+    from neuronbuild.build.scheduler import UnitResult
     from neuronbuild.graph import CompileUnit
-    from neuronbuild.scheduler import UnitResult
 
 LIVE_REFRESH_SECONDS = 0.5
 """How often a terminal's bar is redrawn while nothing else happens (twice a second: no
@@ -45,8 +45,8 @@ def clock(seconds: float) -> str:
 
 
 def last_line(log: Path | None) -> str | None:
-    """The last non-empty line a process wrote to ``log`` (:func:`~neuronbuild.logtail.tail_lines`:
-    a line redrawn with ``\\r`` counts, colours removed), cut to :data:`MAX_LINE_CHARS`; None
+    """The last non-empty line a process wrote to ``log`` (:func:`.logtail.tail_lines`: a line
+    redrawn with ``\\r`` counts, colours removed), cut to :data:`MAX_LINE_CHARS`; None
     when there is none or the file cannot be read (a unit that runs on another machine)."""
     for line in tail_lines(log, 1):
         line = line.strip()
@@ -100,7 +100,7 @@ class Progress:
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
     ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.verbosity.QUIET`) drops the bar and the
+    without a compiler line. ``-q`` (:data:`~neuronbuild.ui.verbosity.QUIET`) drops the bar and the
     start and end lines but keeps the heartbeats in a log: ``-q`` is what CI jobs use, and a
     silent hour-long Neuron phase is what gets a CI job killed.
 

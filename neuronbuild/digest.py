@@ -131,3 +131,15 @@ def parse_canonical(data: bytes, what: str) -> Any:
     if canonical != data:
         raise StoreDataInvalid(f"{what}: not in canonical form (sorted keys, no whitespace)")
     return value
+
+
+SHORT_HEX = 12
+"""Hex digits of the short form printed for digests (docker's image IDs use 12 too)."""
+
+
+def short(digest: str) -> str:
+    """``sha256:<64 hex>`` -> ``sha256:<first 12 hex>``: what human output prints, accepted back
+    wherever a manifest is (while it stays unique in the store:
+    :func:`neuronbuild.store.names.resolve`)."""
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}:{hexdigest[:SHORT_HEX]}"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from neuronbuild.engines.base import Engine, UnitEstimate
 from neuronbuild.graph import CompileUnit
 from neuronbuild.store.cas import Store
-from neuronbuild.store.digest import canonical_json, sha256_digest
+from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.store.records import UnitTiming
 
 UNSHAPED_FACTORS = frozenset({"schema", "toolchain", "env"})

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from neuronbuild import envs
-from neuronbuild.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
+from neuronbuild.ui.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
 
 F = TypeVar("F", bound=Callable[..., Any])
 

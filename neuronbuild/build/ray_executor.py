@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
-from neuronbuild.executor import Batch, Executor, Work
+from neuronbuild.build.executor import Batch, Executor, Work
 from neuronbuild.graph import CompileUnit
-from neuronbuild.scheduler import (
+from neuronbuild.build.scheduler import (
     KILL_GRACE_SECONDS,
     ProcessGroups,
     UnitResult,
