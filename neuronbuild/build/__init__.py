@@ -1,0 +1,13 @@
+"""How a plan gets built: compile, scheduler, executors, shard, seal, costs, doctor.
+
+- :mod:`.compile`: ``neuronbuild compile``'s work: plan, reuse what is cached, run the rest, seal;
+- :mod:`.scheduler`: runs units on workers, with retries, within a memory budget;
+- :mod:`.executor` and :mod:`.ray_executor`: where a unit's engine process runs (here, or on Ray);
+- :mod:`.shard`: which units one of N shards builds (balanced by :mod:`.costs`);
+- :mod:`.seal`: unit records into one manifest, and the ref move;
+- :mod:`.doctor`: why a unit misses (each differing factor).
+
+This package's ``__init__`` imports nothing: importing one module of the wing loads only that
+module and what it needs. Nothing below the command line imports this wing; it imports the
+kernel, the vocabulary, the engines and the store, never :mod:`neuronbuild.ui`.
+"""
