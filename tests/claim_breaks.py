@@ -60,7 +60,7 @@ FOLDER_PUT_FILE_NO_RENAME = """            _fsync_dir(path)
     def move_in"""
 
 BACKENDS = "neuronbuild/store/backends.py"
-CLAIMS_STORE = "tests/test_claims_store.py"
+CLAIMS_STORE = "tests/store/test_claims_store.py"
 
 BREAKS = [
     Break(
@@ -89,7 +89,7 @@ BREAKS = [
         ),
         (
             f"{CLAIMS_STORE}::test_a_folder_write_that_dies_half_way_leaves_the_old_object_or_nothing",
-            "tests/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
+            "tests/store/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
         ),
     ),
     Break(
@@ -140,7 +140,7 @@ BREAKS = [
         ),
         (
             f"{CLAIMS_STORE}::test_publish_order_blobs_then_unit_records_then_manifest_then_ref[folder]",
-            "tests/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
+            "tests/store/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
         ),
     ),
     Break(
@@ -184,13 +184,13 @@ BREAKS = [
                 "    return\n    paths: dict[str, str] = {}\n    sizes: dict[str, int] = {}\n",
             ),
         ),
-        ("tests/test_claims_manifests.py",),
+        ("tests/store/test_claims_manifests.py",),
     ),
     Break(
         "serve without VLLM_FORCE_AOT_LOAD",
         (("neuronbuild/engines/cpu.py", '            envs.VLLM_FORCE_AOT_LOAD: "1",\n', ""),),
         (
-            "tests/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[cpu]",
+            "tests/runtime/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[cpu]",
         ),
     ),
     Break(
@@ -202,7 +202,7 @@ BREAKS = [
                 "env = engine.engine_env(environ, {})",
             ),
         ),
-        ("tests/test_claims_serve.py",),
+        ("tests/runtime/test_claims_serve.py",),
     ),
     Break(
         "neuron serve without VLLM_NEURON_DISABLE_WARMUP_COMPILE",
@@ -214,7 +214,7 @@ BREAKS = [
             ),
         ),
         (
-            "tests/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[neuron]",
+            "tests/runtime/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[neuron]",
         ),
     ),
     Break(
@@ -237,7 +237,7 @@ BREAKS = [
                 "from neuronbuild.engines import engine_for\nimport neuronbuild.build.doctor  # noqa\n",
             ),
         ),
-        ("tests/test_import_allowlist.py",),
+        ("tests/runtime/test_import_allowlist.py",),
     ),
 ]
 

@@ -189,7 +189,7 @@ def write_recipe(tmp_path: Path):  # type: ignore[no-untyped-def]
 def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
     """A moto S3 server on loopback holding ``bucket``, its environment set in this process too
     (and restored after); yields that environment."""
-    from tests.test_s3 import start_moto
+    from tests.store.test_s3 import start_moto
 
     server, env = start_moto()
     saved = {k: os.environ.get(k) for k in env}

@@ -19,20 +19,20 @@ from typing import Any, TextIO
 
 from neuronbuild import envs
 from neuronbuild.build.costs import PlannedUnit, record_timings
-from neuronbuild.engines.compiler import UnitCompiler
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.build.executor import Executor, LocalExecutor, Work
-from neuronbuild.folders import FolderInTheWay, check_writable_folder
-from neuronbuild.ui.formatting import format_table
-from neuronbuild.model_files import check_model_present
-from neuronbuild.plan import CompileUnit, Plan, build_plan
-from neuronbuild.ui.progress import Progress, retrying
-from neuronbuild.recipe import Recipe
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names
 from neuronbuild.build.shard import Shard, assign_units
+from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.model_files import check_model_present
+from neuronbuild.plan import CompileUnit, Plan, build_plan
+from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.ui.formatting import format_table
+from neuronbuild.ui.progress import Progress, retrying
 from neuronbuild.ui.verbosity import key_text
 
 RETRY_BACKOFF_SECONDS = 30.0
@@ -100,7 +100,7 @@ class CompileReport:
 
     def dry_run_rows(self) -> list[list[str]]:
         """``compile --dry-run``'s table, header first: per unit what the real run would do
-        (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`~neuronbuild.ui.verbosity.key_text`)."""
+        (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`neuronbuild.ui.verbosity.key_text`)."""
         rows = [["WOULD", "UNIT", "KEY"]]
         for unit in self.units:
             action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
@@ -407,8 +407,8 @@ def compile_recipes(
     share is compiled once), publish each, then seal one manifest per recipe and move its
     ``<name>/latest``.
 
-    With ``shard``, only the units :func:`~neuronbuild.build.shard.assign_units` gives that shard are
-    compiled and published, and nothing is sealed (``neuronbuild seal`` does, once every shard
+    With ``shard``, only the units :func:`.shard.assign_units` gives that shard are compiled
+    and published, and nothing is sealed (``neuronbuild seal`` does, once every shard
     has run). ``timeout`` is per unit, in seconds. Logs go to ``log_dir/<unit key hex>.log``
     (default: each recipe's own log folder), removed on success and kept on failure.
     ``dry_run`` runs every check (the checks of a real run, the store's and the log folder's

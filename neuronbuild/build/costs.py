@@ -14,10 +14,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.engines.base import Engine, UnitEstimate
 from neuronbuild.graph import CompileUnit
 from neuronbuild.store.cas import Store
-from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.store.records import UnitTiming
 
 UNSHAPED_FACTORS = frozenset({"schema", "toolchain", "env"})

@@ -2,8 +2,8 @@
 
 An executor takes the units and the function that compiles and publishes one
 (``work(unit, groups)``, which starts its engine processes through a
-:class:`~neuronbuild.build.scheduler.ProcessGroups` and raises to fail its unit) and returns one
-:class:`~neuronbuild.build.scheduler.UnitResult` per unit. The store, retries, logs and the report are
+:class:`.scheduler.ProcessGroups` and raises to fail its unit) and returns one
+:class:`.scheduler.UnitResult` per unit. The store, retries, logs and the report are
 the work function's and the caller's, so they are the same on every executor.
 """
 
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from neuronbuild.build.scheduler import ProcessGroups, UnitResult, run_units
 from neuronbuild.engines.base import UnitEstimate
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.ui.progress import Progress
-from neuronbuild.build.scheduler import ProcessGroups, UnitResult, run_units
 
 Work = Callable[[CompileUnit, ProcessGroups], Any]
 

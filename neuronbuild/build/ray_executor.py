@@ -15,15 +15,15 @@ import threading
 import time
 from typing import Any
 
-from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
 from neuronbuild.build.executor import Batch, Executor, Work
-from neuronbuild.graph import CompileUnit
 from neuronbuild.build.scheduler import (
     KILL_GRACE_SECONDS,
     ProcessGroups,
     UnitResult,
     signals_cancel,
 )
+from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
+from neuronbuild.graph import CompileUnit
 
 INSTALL_HINT = "pip install 'neuronbuild[ray]'"
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronbuild.build.costs import PlannedUnit
+from neuronbuild.build.shard import assign_units
 from neuronbuild.errors import UserError
 from neuronbuild.plan import Plan
-from neuronbuild.build.shard import assign_units
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 

@@ -100,7 +100,7 @@ def assign_shards(costs: Mapping[str, float], count: int) -> dict[str, int]:
 
 def assign_units(units: Sequence[PlannedUnit], store: Store | None, count: int) -> dict[str, int]:
     """The shard of every distinct unit of a run (the union of its recipes' units), from their
-    costs (:func:`~neuronbuild.build.costs.unit_costs`): what ``compile --shard I/N`` builds and what
+    costs (:func:`.costs.unit_costs`): what ``compile --shard I/N`` builds and what
     ``seal`` names as the owner of a missing unit.
 
     Raises:

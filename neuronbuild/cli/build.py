@@ -1,6 +1,6 @@
 """The build commands: ``validate``, ``plan``, ``compile`` and ``seal`` (recipe in, units and
 manifests out). The compile side is imported inside each command: ``neuronbuild serve`` loads this
-module and must not load the build (DESIGN.md; tests/test_import_allowlist.py).
+module and must not load the build (DESIGN.md; tests/runtime/test_import_allowlist.py).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
 @click.option(
     "--executor",
     # executor.EXECUTORS, not imported here: it loads the scheduler, and `neuronbuild serve`
-    # (this module) must not (DESIGN.md; tests/test_import_allowlist.py).
+    # (this module) must not (DESIGN.md; tests/runtime/test_import_allowlist.py).
     type=click.Choice(("local", "ray")),
     default="local",
     show_default=True,

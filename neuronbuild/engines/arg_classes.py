@@ -3,8 +3,8 @@
 Every ``EngineArgs`` field of the pinned vLLM (``data/vllm_engine_args.txt``) is classified here,
 once, as *keyed* (it can change a compiled graph or vLLM's own cache key) or *serving-only* (it
 changes how a server loads bytes, names itself, logs or listens, never what was compiled).
-``tests/test_classification.py`` fails when an argument of the data file is in neither set, so a
-vLLM upgrade cannot slip an unreviewed argument into or out of the keys. When in doubt an
+``tests/engines/test_classification.py`` fails when an argument of the data file is in neither
+set, so a vLLM upgrade cannot slip an unreviewed argument into or out of the keys. When in doubt an
 argument is keyed: a needless miss costs a compile, a wrong hit serves the wrong graphs.
 """
 

@@ -1,7 +1,7 @@
 """The command-line options several commands share, defined once: one name, one meaning and one
 help text everywhere (``neuronbuild`` and ``neuronbuild serve`` alike).
 
-``tests/test_operator_checks.py`` walks every command of the group and fails when one spells a
+``tests/cli/test_operator_checks.py`` walks every command of the group and fails when one spells a
 shared option its own way.
 """
 

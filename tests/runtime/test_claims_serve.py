@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from neuronbuild import start_env
 from neuronbuild.store.cas import Store
 from neuronbuild_runtime import cli as runtime_cli
-from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe, neuron_recipe
+from tests.lib.claims import model_folder, publish_units
 
 # Per engine: the recipe, a keyed variable with its value at compile and the node's own value, and
 # the variables serve must set (the engine's "never compile" contract, DESIGN.md "Engines").

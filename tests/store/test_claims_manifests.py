@@ -20,8 +20,8 @@ from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
-from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe
+from tests.lib.claims import model_folder, publish_units
 
 Raw = dict[str, Any]
 

@@ -1,5 +1,5 @@
 """Human output reads as other tools' does: decimal sizes, UTC times, spans and ages, plurals,
-and ``-`` for an absent value (``--json`` keeps the exact numbers: tests/test_json_schemas.py)."""
+and ``-`` for an absent value (``--json`` keeps the exact numbers: tests/cli/test_json_schemas.py)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from neuronbuild.cli import cli
 from neuronbuild.data.vllm_data import server_options
 from neuronbuild.demo.server import free_port
 from neuronbuild.store.cas import Store
+from tests.cli.test_examples import SHELL_OPERATORS, problems
 from tests.conftest import RECIPES, REPO
-from tests.test_examples import SHELL_OPERATORS, problems
 
 README = REPO / "README.md"
 WALKTHROUGH_TITLE = "## From nothing to a serving node"

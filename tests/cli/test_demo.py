@@ -20,7 +20,7 @@ from neuronbuild.demo.plain import PlainVllm
 from neuronbuild.recipe import load_recipe
 from tests.conftest import RECIPES, REPO
 
-DOUBLE = Path(__file__).resolve().parent / "cpu_double"
+DOUBLE = REPO / "tests" / "cpu_double"
 
 
 @pytest.fixture(scope="module")

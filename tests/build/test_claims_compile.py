@@ -1,4 +1,4 @@
-"""The compile orchestration, driven by a fake compiler (tests/fake_compiler.py) through the real
+"""The compile orchestration, driven by a fake compiler (tests/lib/fake_compiler.py) through the real
 scheduler, store and seal: every unit that compiles is published even when others fail, hang or
 leave incomplete entries; nothing is sealed and the ref does not move until every unit of the
 plan is in the store; a rerun compiles only what is missing, then seals."""
@@ -17,9 +17,9 @@ from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
-from tests.claims import audit, model_folder
 from tests.conftest import neuron_recipe
-from tests.fake_compiler import FakeCompiler
+from tests.lib.claims import audit, model_folder
+from tests.lib.fake_compiler import FakeCompiler
 
 BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
 LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]

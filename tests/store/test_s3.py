@@ -27,7 +27,7 @@ from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, moto_s3, neuronbuild, publish_build, serve_without_vllm
-from tests.faulty_proxy import FaultyProxy
+from tests.lib.faulty_proxy import FaultyProxy
 
 BUCKET = "neuronbuild-test"
 PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]

@@ -10,7 +10,7 @@ request, for every k of that publish, on a fresh store each round:
 
 After each death every blob hashes to its name, every unit record and manifest parses and has
 all it names, the ref points at a complete manifest at the end of an unbroken history chain
-(:func:`tests.claims.audit`), and a rerun publishes the build and moves the ref.
+(:func:`tests.lib.claims.audit`), and a rerun publishes the build and moves the ref.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import pytest
 
 from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
-from tests.claims import audit, check_chain, fresh_url, publish_units, s3_root, small_recipe
-from tests.faulty_proxy import relay
+from tests.lib.claims import audit, check_chain, fresh_url, publish_units, s3_root, small_recipe
+from tests.lib.faulty_proxy import relay
 
 __all__ = ["s3_root"]
 

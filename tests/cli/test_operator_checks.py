@@ -471,8 +471,8 @@ def test_verbose_prints_the_tail_of_a_failed_units_log(
     from neuronbuild.engines.neuron import NeuronEngine
     from neuronbuild.errors import UnitsFailed
     from neuronbuild.plan import build_plan
-    from tests.claims import model_folder
-    from tests.fake_compiler import FakeCompiler
+    from tests.lib.claims import model_folder
+    from tests.lib.fake_compiler import FakeCompiler
 
     data = neuron_recipe({"num_seqs_buckets": [1, 8]}, model=str(model_folder(tmp_path)))
     recipe = write_recipe(data)

@@ -39,7 +39,6 @@ from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.transfer import copy_manifest
 from neuronbuild.ui.progress import ByteProgress, last_line, retrying
-from tests.claims import model_folder
 from tests.conftest import (
     REPO,
     cpu_recipe,
@@ -50,8 +49,9 @@ from tests.conftest import (
     published_with_model,
     serve_without_vllm,
 )
-from tests.fake_compiler import FakeCompiler
-from tests.faulty_proxy import FaultyProxy
+from tests.lib.claims import model_folder
+from tests.lib.fake_compiler import FakeCompiler
+from tests.lib.faulty_proxy import FaultyProxy
 
 BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
 LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
@@ -98,12 +98,12 @@ def on_terminal(
 
 
 # ``neuronbuild compile`` exactly as a user runs it, but each unit compiled by the fake compiler
-# (tests/fake_compiler.py): argv[1] maps graph labels to behaviours, as JSON.
+# (tests/lib/fake_compiler.py): argv[1] maps graph labels to behaviours, as JSON.
 COMPILE_WITH_FAKE = """
 import json, sys
 from neuronbuild.engines.neuron import NeuronEngine
-from tests.fake_compiler import FakeCompiler
-from tests.faulty_proxy import FaultyProxy
+from tests.lib.fake_compiler import FakeCompiler
+from tests.lib.faulty_proxy import FaultyProxy
 fake = FakeCompiler(json.loads(sys.argv[1]))
 NeuronEngine.compiler = lambda self: fake
 from neuronbuild.cli import main
@@ -314,7 +314,7 @@ def moto_port() -> Iterator[int]:
 @pytest.fixture
 def s3_behind(moto_port: int, monkeypatch: pytest.MonkeyPatch) -> Behind:
     """A context manager: the moto server reached through a fault-injecting proxy
-    (tests/faulty_proxy.py, its settings as arguments) by every store made inside; store
+    (tests/lib/faulty_proxy.py, its settings as arguments) by every store made inside; store
     retries wait 0.05 s, not 1 s."""
     import s3fs
 

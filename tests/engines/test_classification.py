@@ -125,7 +125,7 @@ def test_a_dropped_variable_is_named_not_silently_lost() -> None:
 
 @pytest.mark.vllm
 def test_the_checked_in_vllm_tables_are_what_the_installed_vllm_gives() -> None:
-    from tests import regen_vllm_data
+    from neuronbuild.data import regen as regen_vllm_data
 
-    assert regen_vllm_data.main(["--check"]) == 0, "run python -m tests.regen_vllm_data"
+    assert regen_vllm_data.main(["--check"]) == 0, "run python -m neuronbuild.data.regen"
     assert sys.modules["vllm"]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.store.cas import Store
-from tests.claims import model_folder, publish_units
 from tests.conftest import cpu_recipe
+from tests.lib.claims import model_folder, publish_units
 
 OURS = {
     "neuronbuild",

@@ -23,9 +23,9 @@ from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import UnitTiming
-from tests.conftest import moto_s3
+from tests.conftest import REPO, moto_s3
 
-DOUBLE = Path(__file__).resolve().parent / "cpu_double"
+DOUBLE = REPO / "tests" / "cpu_double"
 SEQS = (1, 2, 4, 8)
 
 

@@ -21,7 +21,7 @@ from neuronbuild.demo.server import Server, free_port
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 from tests.conftest import neuronbuild
-from tests.test_cpu_engine import lay_out_demo
+from tests.engines.test_cpu_engine import lay_out_demo
 
 pytestmark = pytest.mark.vllm
 
