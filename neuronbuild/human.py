@@ -1,4 +1,7 @@
-"""Numbers as people read them in a terminal: sizes, times, durations, counted nouns, absent values.
+"""Values as people read them: sizes, times, durations, counted nouns, absent values, tables.
+
+Kernel: pure functions of their arguments (no terminal, no I/O), so that an error message at any
+layer says ``1.6 MB`` or lays out a table as every other output does.
 
 Human output only; ``--json`` keeps the exact numbers (bytes, seconds, Unix times). Sizes are
 decimal (1 MB = 1,000,000 bytes), as ``ls -h --si``, the AWS CLI and Hugging Face's CLI print
@@ -79,3 +82,12 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 def text(value: object) -> str:
     """``str(value)``, or :data:`ABSENT` for ``None``."""
     return ABSENT if value is None else str(value)
+
+
+def format_table(rows: list[list[str]], indent: str = "") -> list[str]:
+    """Left-aligned columns, two spaces apart, the first row being the header."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    ]

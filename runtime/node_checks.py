@@ -18,9 +18,9 @@ from typing import Any
 
 from neuronbuild.engines import Engine
 from neuronbuild.errors import UserError, did_you_mean
+from neuronbuild.human import format_table
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
-from neuronbuild.ui.formatting import format_table
 
 MISMATCH_NAMES = ("target", "cpu_isa", "model_files")
 """What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module docstring)."""

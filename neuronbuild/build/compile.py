@@ -26,13 +26,14 @@ from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.human import format_table
 from neuronbuild.model_files import check_model_present
+from neuronbuild.notices import retrying
 from neuronbuild.plan import CompileUnit, Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
-from neuronbuild.ui.formatting import format_table
-from neuronbuild.ui.progress import Progress, retrying
+from neuronbuild.ui.progress import Progress
 from neuronbuild.ui.verbosity import key_text
 
 RETRY_BACKOFF_SECONDS = 30.0

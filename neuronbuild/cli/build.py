@@ -15,11 +15,10 @@ from click.core import ParameterSource
 
 from neuronbuild.cli.common import load_or_exit, warn, warn_removed_env
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
-from neuronbuild.human import count, duration
+from neuronbuild.human import count, duration, format_table
 from neuronbuild.plan import Plan, build_plan, units_cached
 from neuronbuild.recipe import load_recipe
 from neuronbuild.ui.console import echo_json
-from neuronbuild.ui.formatting import format_table
 from neuronbuild.ui.logtail import tail_lines
 from neuronbuild.ui.options import (
     cache_option,

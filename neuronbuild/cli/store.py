@@ -9,9 +9,8 @@ from typing import Any
 import click
 
 from neuronbuild.cli.common import load_or_exit
-from neuronbuild.human import ABSENT, ago, count, size, text, when
+from neuronbuild.human import ABSENT, ago, count, format_table, size, text, when
 from neuronbuild.ui.console import echo_json
-from neuronbuild.ui.formatting import format_table
 from neuronbuild.ui.options import (
     cache_option,
     dry_run_option,

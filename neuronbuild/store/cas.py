@@ -23,6 +23,7 @@ from neuronbuild import envs
 from neuronbuild.digest import check_digest, copy_verified, hash_file
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.notices import retrying
 from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.layout import (
@@ -34,7 +35,6 @@ from neuronbuild.store.layout import (
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
-from neuronbuild.ui.progress import retrying
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from neuronbuild.ui.progress import retrying
+from neuronbuild.notices import retrying
 
 T = TypeVar("T")
 

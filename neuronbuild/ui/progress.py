@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from tqdm import tqdm
 
-from neuronbuild import envs
+from neuronbuild import envs, notices
 from neuronbuild.digest import short
 from neuronbuild.human import count, duration, size
 from neuronbuild.ui.logtail import tail_lines
@@ -58,11 +58,16 @@ def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` (``now`` when ``seconds`` is
     0) on stderr, above any progress bar, unless ``-q`` asked for errors and results only.
     ``attempt`` is the number of the attempt about to be made (2: the first retry). Whether and
-    when to retry is the caller's policy (:mod:`neuronbuild.store.retry` for stores)."""
+    when to retry is the caller's policy (:mod:`neuronbuild.store.retry` for stores). Connected
+    to :mod:`neuronbuild.notices` when this module is imported, so the layers below report
+    retries through it without importing this terminal layer."""
     if verbosity() <= QUIET:
         return
     when = f"in {duration(seconds)}" if seconds > 0 else "now"
     tqdm.write(f"retrying ({attempt}/{attempts}) {when}: {reason}", file=sys.stderr)
+
+
+notices.set_retry_listener(retrying)
 
 
 class Ticker:

@@ -38,6 +38,7 @@ OURS = {
     "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
     "neuronbuild.model_files",
+    "neuronbuild.notices",  # retry notices from the store, printed by ui.progress
     "neuronbuild.plan",
     "neuronbuild.recipe",
     "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
