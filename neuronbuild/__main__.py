@@ -1,3 +1,3 @@
-from neuronbuild.cli import main
+from neuronbuild.cli.main import main
 
 main()

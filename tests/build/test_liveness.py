@@ -106,7 +106,7 @@ from tests.lib.fake_compiler import FakeCompiler
 from tests.lib.faulty_proxy import FaultyProxy
 fake = FakeCompiler(json.loads(sys.argv[1]))
 NeuronEngine.compiler = lambda self: fake
-from neuronbuild.cli import main
+from neuronbuild.cli.main import main
 sys.argv = ["neuronbuild", *sys.argv[2:]]
 main()
 """

@@ -240,7 +240,7 @@ def slow_refs(self):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
 cas.Store.refs = slow_refs
-from neuronbuild.cli import main
+from neuronbuild.cli.main import main
 sys.argv = ["neuronbuild", "ls", "--cache", sys.argv[1]]
 main()
 """

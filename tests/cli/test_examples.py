@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 
-from neuronbuild.cli import cli
+from neuronbuild.cli.main import cli
 from neuronbuild.errors import UserError
 from neuronbuild_runtime.serve_options import split_serve_args
 from tests.conftest import REPO

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from neuronbuild import schemas
-from neuronbuild.cli import cli
+from neuronbuild.cli.main import cli
 from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
 from tests.build.test_shards import double_env, double_recipe, write_recipes

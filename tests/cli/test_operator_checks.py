@@ -299,7 +299,7 @@ def test_doctor_colours_a_terminal_unless_no_color_is_set(missed: tuple[Path, st
 
 def commands() -> dict[str, Any]:
     """Every command of the ``neuronbuild`` group, by name (a new one is checked too)."""
-    from neuronbuild.cli import cli
+    from neuronbuild.cli.main import cli
 
     assert len(cli.commands) >= 14
     return dict(cli.commands)
@@ -316,7 +316,7 @@ def option(command: Any, name: str) -> Any:
 def test_every_command_help_ends_with_examples_of_itself(name: str) -> None:
     from click.testing import CliRunner
 
-    from neuronbuild.cli import cli
+    from neuronbuild.cli.main import cli
 
     result = CliRunner().invoke(cli, [name, "--help"])
     assert result.exit_code == 0, result.output
@@ -328,7 +328,7 @@ def test_every_command_help_ends_with_examples_of_itself(name: str) -> None:
 def test_no_option_of_the_build_store_or_diagnose_commands_shows_a_click_type_name() -> None:
     from click.testing import CliRunner
 
-    from neuronbuild.cli import cli
+    from neuronbuild.cli.main import cli
 
     ours = [n for n, c in commands().items() if c.callback.__module__.startswith("neuronbuild.cli")]
     assert len(ours) == 12
@@ -467,7 +467,7 @@ def test_verbose_prints_the_tail_of_a_failed_units_log(
 ) -> None:
     from click.testing import CliRunner
 
-    from neuronbuild.cli import cli
+    from neuronbuild.cli.main import cli
     from neuronbuild.engines.neuron import NeuronEngine
     from neuronbuild.errors import UnitsFailed
     from neuronbuild.plan import build_plan
@@ -528,7 +528,7 @@ def test_plan_never_contacts_a_default_store_that_is_not_a_local_folder(
     from click.testing import CliRunner
 
     import neuronbuild.store.cas as cas
-    from neuronbuild.cli import cli
+    from neuronbuild.cli.main import cli
 
     def contacted(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("plan opened the default store")

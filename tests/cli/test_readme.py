@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from neuronbuild.cli import cli
+from neuronbuild.cli.main import cli
 from neuronbuild.data.vllm_data import server_options
 from neuronbuild.demo.server import free_port
 from neuronbuild.store.cas import Store

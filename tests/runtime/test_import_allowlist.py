@@ -74,6 +74,7 @@ ENTRY_ONLY = {
     "neuronbuild.cli.build",  # the build commands; they import the compile side when they run
     "neuronbuild.cli.common",
     "neuronbuild.cli.diagnose",
+    "neuronbuild.cli.main",  # the command group
     "neuronbuild.cli.store",
     "neuronbuild.__main__",
     "neuronbuild_runtime.__main__",

@@ -175,7 +175,7 @@ CpuCompiler.harvest = lambda self, root: []
 def outage(*args, **kwargs):
     raise {error}
 build.ingest = outage
-from neuronbuild.cli import main
+from neuronbuild.cli.main import main
 sys.argv = ["neuronbuild", "compile", {str(tmp_path / "r.yaml")!r}, "--cache",
             {str(tmp_path / "store")!r}, "--log-dir", {str(tmp_path / "logs")!r}]
 main()
