@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.lib.imports import runtime_imports
 
 PRODUCT = [REPO / "neuronbuild", REPO / "runtime", REPO / "bench"]
 WING = REPO / "neuronbuild" / "store"
@@ -17,28 +18,6 @@ WING = REPO / "neuronbuild" / "store"
 def product_modules() -> Iterator[Path]:
     for folder in PRODUCT:
         yield from sorted(folder.rglob("*.py"))
-
-
-def runtime_imports(path: Path) -> set[str]:
-    """Modules ``path`` imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for block in ast.walk(tree)
-        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-        for stmt in block.body
-        for node in ast.walk(stmt)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
 
 
 def test_no_module_outside_the_wing_imports_the_storage_backends() -> None:
