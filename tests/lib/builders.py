@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild.build.compile import ingest
-from neuronbuild.graph import CompileUnit
+from neuronbuild.digest import canonical_json, sha256_digest
+from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
-from neuronbuild.store.records import Manifest
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RECIPES = REPO / "recipes"
@@ -92,6 +93,27 @@ def model_folder(where: Path, config: str = "{}") -> Path:
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(config)
     return model
+
+
+def stored_unit(
+    store: Store,
+    tmp_path: Path,
+    content: bytes = b"neff bytes",
+    path: str = "neuron/compile_cache/abc/graph.neff",
+) -> UnitRecord:
+    """A unit record (its key derived from ``content``) of one file at ``path`` holding
+    ``content``, whose blob is already in ``store``; the record itself is not published."""
+    src = tmp_path / f"blob-{sha256_digest(content)[7:23]}"
+    src.write_bytes(content)
+    digest, size = store.put_file(src)
+    factors = {"schema": "t", "content": content.decode()}
+    return UnitRecord(
+        key=sha256_digest(canonical_json(factors)),
+        factors=factors,
+        graphs=(Graph.dynamic(),),
+        files=(FileRecord(path, digest, size),),
+        toolchain={"torch": "2.13.0"},
+    )
 
 
 EntryFiles = Callable[[str, Plan, CompileUnit], dict[Path, bytes]]

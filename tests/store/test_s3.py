@@ -17,10 +17,8 @@ from typing import Any
 import pytest
 
 from neuronbuild.keys import canonical_json, sha256_digest
-from neuronbuild.store.backends import SwapConflict
-from neuronbuild.store.cas import RefConflict, Store
+from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.records import Manifest
 from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild, serve_without_vllm
@@ -69,29 +67,6 @@ def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
     result = neuronbuild("verify", "remote-demo/latest", "--cache", s3_url, "--deep", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True
-
-
-def test_compare_and_swap_refuses_a_stale_etag_and_the_mover_retries(
-    s3_url: str, tmp_path: Path
-) -> None:
-    store = Store(s3_url)
-    first = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
-    second = publish_build(store, demo_recipe(tmp_path), tmp_path, "b")  # same keys: adopted
-    assert second == first
-    other = store.put_manifest(
-        Manifest("remote-demo", {"other": 1}, store.get_manifest(first).units)
-    )
-    path = store.layout.ref("remote-demo", "latest")
-    _, stale = store.backend.read_versioned(path, 4096)
-    store.backend.swap(path, (other + "\n").encode(), stale)
-    with pytest.raises(SwapConflict):
-        store.backend.swap(path, (first + "\n").encode(), stale)
-    with pytest.raises(RefConflict):
-        store.move_ref("remote-demo", "latest", first, expected=first)
-    store.set_ref("remote-demo", "latest", first)
-    assert store.get_ref("remote-demo", "latest") == first
-    history = store.ref_history("remote-demo", "latest")
-    assert [(m.previous, m.manifest) for m in history] == [(None, first), (other, first)]
 
 
 @pytest.mark.slow
