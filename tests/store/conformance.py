@@ -41,6 +41,25 @@ from tests.lib.claims import (
 )
 
 
+def between_read_and_swap(
+    monkeypatch: pytest.MonkeyPatch, mover: Store, target: str, meanwhile: Callable[[], None]
+) -> list[bool]:
+    """Run ``meanwhile`` once, when ``mover`` next moves a ref to ``target``, between its read of
+    the ref and its swap (where :meth:`Store.move_ref` checks the manifest is there). Returns a
+    list that holds one ``True`` once it ran."""
+    real = Store.has_manifest
+    ran: list[bool] = []
+
+    def has_manifest(self: Store, digest: str) -> bool:
+        if self is mover and digest == target and not ran:
+            ran.append(True)
+            meanwhile()
+        return real(self, digest)
+
+    monkeypatch.setattr(Store, "has_manifest", has_manifest)
+    return ran
+
+
 class StoreContract:
     """What every writable backend does, one writer at a time."""
 
@@ -220,17 +239,9 @@ class StoreContract:
         store = connect()
         m0, m1, m2 = distinct_manifests(store, tmp_path, 3)
         overtaker = connect()
-        real = Store.has_manifest
-        overtaken = []
-
-        def has_manifest(self: Store, digest: str) -> bool:
-            # Called by move_ref between its read of the ref and its swap.
-            if self is store and digest == m2 and not overtaken:
-                overtaken.append(True)
-                overtaker.move_ref("claims", "latest", m1, expected=m0)
-            return real(self, digest)
-
-        monkeypatch.setattr(Store, "has_manifest", has_manifest)
+        overtaken = between_read_and_swap(
+            monkeypatch, store, m2, lambda: overtaker.move_ref("claims", "latest", m1, m0)
+        )
         with pytest.raises(RefConflict):
             store.move_ref("claims", "latest", m2, expected=m0)
         assert overtaken
@@ -330,17 +341,12 @@ class AtomicContract(StoreContract):
         store = connect()
         m0, m1, m2 = distinct_manifests(store, tmp_path, 3)
         other = connect()
-        real = Store.has_manifest
-        moved = []
 
-        def has_manifest(self: Store, digest: str) -> bool:
-            if self is store and digest == m2 and not moved:
-                moved.append(True)
-                other.move_ref("claims", "latest", m1, expected=m0)
-                other.move_ref("claims", "latest", m0, expected=m1)  # and back
-            return real(self, digest)
+        def away_and_back() -> None:
+            other.move_ref("claims", "latest", m1, expected=m0)
+            other.move_ref("claims", "latest", m0, expected=m1)
 
-        monkeypatch.setattr(Store, "has_manifest", has_manifest)
+        between_read_and_swap(monkeypatch, store, m2, away_and_back)
         try:
             store.move_ref("claims", "latest", m2, expected=m0)
             landed = 4
