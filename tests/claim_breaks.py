@@ -61,6 +61,8 @@ FOLDER_PUT_FILE_NO_RENAME = """            _fsync_dir(path)
 
 BACKENDS = "neuronbuild/store/backends.py"
 CLAIMS_STORE = "tests/store/test_claims_store.py"
+FOLDER = "tests/store/test_conformance.py::TestFolderStore"
+S3 = "tests/store/test_conformance.py::TestS3Store"
 
 BREAKS = [
     Break(
@@ -75,8 +77,8 @@ BREAKS = [
             ),
         ),
         (
-            f"{CLAIMS_STORE}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing[folder]",
-            f"{CLAIMS_STORE}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain[folder]",
+            f"{FOLDER}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing",
+            f"{FOLDER}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain",
         ),
     ),
     Break(
@@ -109,8 +111,8 @@ BREAKS = [
             ),
         ),
         (
-            f"{CLAIMS_STORE}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[folder-65]",
-            f"{CLAIMS_STORE}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[s3-192]",
+            f"{FOLDER}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[65]",
+            f"{S3}::test_the_presence_check_finds_every_missing_or_short_blob_at_any_count[192]",
         ),
     ),
     Break(
@@ -139,7 +141,7 @@ BREAKS = [
             ),
         ),
         (
-            f"{CLAIMS_STORE}::test_publish_order_blobs_then_unit_records_then_manifest_then_ref[folder]",
+            f"{FOLDER}::test_publish_order_blobs_then_unit_records_then_manifest_then_ref",
             "tests/store/test_claims_crash.py::test_a_folder_publisher_killed_at_every_step_leaves_a_consistent_store",
         ),
     ),
@@ -156,8 +158,8 @@ BREAKS = [
             ),
         ),
         (
-            f"{CLAIMS_STORE}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing[s3]",
-            f"{CLAIMS_STORE}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain[s3]",
+            f"{S3}::test_a_swap_with_a_stale_version_is_refused_and_changes_nothing",
+            f"{S3}::test_a_mover_overtaken_between_read_and_swap_loses_and_history_stays_one_chain",
         ),
     ),
     Break(

@@ -13,13 +13,12 @@ import pytest
 
 from neuronbuild.build import scheduler
 from neuronbuild.build.compile import compile_recipe
-from neuronbuild.engines.neuron import NeuronEngine
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
 from tests.conftest import neuron_recipe
 from tests.lib.claims import audit, model_folder
-from tests.lib.fake_compiler import FakeCompiler
+from tests.lib.fake_compiler import FakeCompiler, use_fake_compiler
 
 BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
 LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
@@ -34,9 +33,7 @@ def recipe(tmp_path: Path) -> Recipe:
 
 @pytest.fixture
 def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
-    fake = FakeCompiler()
-    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
-    return fake
+    return use_fake_compiler(monkeypatch)
 
 
 def compile_(recipe: Recipe, store: Store, tmp_path: Path, **kw: object) -> object:

@@ -50,7 +50,7 @@ from tests.conftest import (
     serve_without_vllm,
 )
 from tests.lib.claims import model_folder
-from tests.lib.fake_compiler import FakeCompiler
+from tests.lib.fake_compiler import FakeCompiler, use_fake_compiler
 from tests.lib.faulty_proxy import FaultyProxy
 
 BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8]}
@@ -102,7 +102,7 @@ def on_terminal(
 COMPILE_WITH_FAKE = """
 import json, sys
 from neuronbuild.engines.neuron import NeuronEngine
-from tests.lib.fake_compiler import FakeCompiler
+from tests.lib.fake_compiler import FakeCompiler, use_fake_compiler
 from tests.lib.faulty_proxy import FaultyProxy
 fake = FakeCompiler(json.loads(sys.argv[1]))
 NeuronEngine.compiler = lambda self: fake
@@ -119,9 +119,7 @@ def recipe(tmp_path: Path) -> Recipe:
 
 @pytest.fixture
 def compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
-    fake = FakeCompiler()
-    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
-    return fake
+    return use_fake_compiler(monkeypatch)
 
 
 @pytest.mark.slow

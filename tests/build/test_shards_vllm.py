@@ -20,6 +20,7 @@ import yaml
 from neuronbuild.demo.model import build_demo_model
 from neuronbuild.store.cas import Store
 from tests.conftest import RECIPES
+from tests.lib import commands
 
 pytestmark = pytest.mark.vllm
 
@@ -29,13 +30,7 @@ SEQS = (2, 4, 8)
 def neuronbuild(
     *args: str, env: dict[str, str] | None = None, timeout: float = 1800
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "neuronbuild", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=timeout,
-    )
+    return commands.neuronbuild(*args, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from neuronbuild.digest import sha256_digest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest, UnitRecord
 from neuronbuild.store.verify import verify_manifest
-from tests.conftest import cpu_recipe, moto_s3, publish_build
+from tests.lib.builders import cpu_recipe, model_folder, publish_build
+from tests.lib.s3 import moto_s3
 
 BUCKET = "neuronbuild-claims"
 
@@ -37,15 +38,8 @@ def fresh_url(kind: str, tmp_path: Path, root: str | None) -> str:
     return f"{root}/{name}"
 
 
-def model_folder(where: Path) -> Path:
-    """A model folder serve and keys accept (``where/model`` with a config.json)."""
-    model = where / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    return model
-
-
 def small_recipe(tmp_path: Path) -> dict[str, Any]:
+    """The cpu recipe ``claims``, its model folder under ``tmp_path``."""
     return cpu_recipe(name="claims", cpu_isa="host", model=str(model_folder(tmp_path)))
 
 
@@ -122,25 +116,3 @@ def blob_bytes(i: int) -> bytes:
 
 def blob_digest(i: int) -> str:
     return sha256_digest(blob_bytes(i))
-
-
-def publish_units(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
-    """Publish one build of any recipe (each unit its own entry folder, as the engines lay them
-    out: ``<engine>/<unit key hex>/...``), seal it and move ``<name>/latest``."""
-    from neuronbuild.build.compile import ingest
-    from neuronbuild.plan import build_plan
-    from neuronbuild.recipe import parse_recipe
-
-    recipe = parse_recipe(recipe_data)
-    plan = build_plan(recipe)
-    root = tmp_path / f"build-{seed}-{uuid.uuid4().hex[:6]}"
-    records = []
-    for unit in plan.units:
-        files = [Path(f"{plan.engine.name}/{unit.key.hex}/{name}") for name in ("graph", "meta")]
-        for rel in files:
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(f"{seed}:{rel}".encode() * 100)
-        records.append(ingest(store, unit, root, files, dict(recipe.toolchain)))
-    digest = store.put_manifest(Manifest(recipe.name, recipe.canonical(), tuple(records)))
-    store.set_ref(recipe.name, "latest", digest)
-    return digest

@@ -15,6 +15,8 @@ from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
 from neuronbuild.graph import CompileUnit
 
 if TYPE_CHECKING:
+    import pytest
+
     from neuronbuild.recipe import Recipe
 
 MARKER = ".compilation_complete"
@@ -56,7 +58,7 @@ class FakeCompiler(UnitCompiler):
 
     @staticmethod
     def installed_versions(distributions: list[str]) -> dict[str, str | None]:
-        from tests.conftest import NEURON_TOOLCHAIN
+        from tests.lib.builders import NEURON_TOOLCHAIN
 
         return {d: NEURON_TOOLCHAIN.get(d) for d in distributions}
 
@@ -80,3 +82,13 @@ class FakeCompiler(UnitCompiler):
         if not entries:
             raise RuntimeError(f"no complete entry under {cache_root}")
         return [p.relative_to(cache_root) for e in entries for p in sorted(e.rglob("*"))]
+
+
+def use_fake_compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
+    """A :class:`FakeCompiler` that every neuron engine compiles with until ``monkeypatch``
+    undoes it (the end of the test)."""
+    from neuronbuild.engines.neuron import NeuronEngine
+
+    fake = FakeCompiler()
+    monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)
+    return fake

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from neuronbuild.store.cas import Store
 from tests.conftest import serve_without_vllm
-from tests.lib.claims import fresh_url, publish_units, s3_root, small_recipe
+from tests.lib.builders import publish_units
+from tests.lib.claims import fresh_url, s3_root, small_recipe
 
 __all__ = ["s3_root"]
 

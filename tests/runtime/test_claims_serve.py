@@ -20,7 +20,7 @@ from neuronbuild import start_env
 from neuronbuild.store.cas import Store
 from neuronbuild_runtime import cli as runtime_cli
 from tests.conftest import cpu_recipe, neuron_recipe
-from tests.lib.claims import model_folder, publish_units
+from tests.lib.builders import model_folder, publish_units
 
 # Per engine: the recipe, a keyed variable with its value at compile and the node's own value, and
 # the variables serve must set (the engine's "never compile" contract, DESIGN.md "Engines").

@@ -14,7 +14,7 @@ import pytest
 
 from neuronbuild.store.cas import Store
 from tests.conftest import cpu_recipe
-from tests.lib.claims import model_folder, publish_units
+from tests.lib.builders import model_folder, publish_units
 
 OURS = {
     "neuronbuild",

@@ -29,7 +29,8 @@ import pytest
 
 from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
-from tests.lib.claims import audit, check_chain, fresh_url, publish_units, s3_root, small_recipe
+from tests.lib.builders import publish_units
+from tests.lib.claims import audit, check_chain, fresh_url, s3_root, small_recipe
 from tests.lib.faulty_proxy import relay
 
 __all__ = ["s3_root"]

@@ -21,7 +21,7 @@ from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import cpu_recipe
-from tests.lib.claims import model_folder, publish_units
+from tests.lib.builders import model_folder, publish_units
 
 Raw = dict[str, Any]
 

