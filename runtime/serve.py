@@ -280,6 +280,7 @@ def prepare(
         if tiers.local.missing_blobs(manifest.files()):
             tiers.fill(digest)  # read-through: the node keeps what it fetched
         laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
+        engine.lay_out_beside(root, [f.path for f in manifest.files()])
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]

@@ -384,7 +384,7 @@ def prepare_recipe(
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.unlink(missing_ok=True)
-        entries = {entry_name(compiler, f) for f in files}
+        entries = {entry_name(compiler, f) for f in files} - compiler.shared_dirs
         return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
     return RecipeRun(

@@ -9,8 +9,9 @@ artifacts (its serve half).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild.data.vllm_data import engine_arg_defaults
@@ -200,6 +201,15 @@ class Engine(ABC):
     def serve_env(self, cache_root: str) -> dict[str, str]:
         """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
         ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
+
+    def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
+        """After a manifest's ``paths`` were laid out and verified under ``cache_root``: lay out
+        the files the engine reads outside ``VLLM_CACHE_ROOT`` (vLLM-Neuron's NKI kernel
+        binaries); none by default.
+
+        Raises:
+            StoreDataInvalid: a path escapes the folder it is laid out in.
+        """
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         """``(name, built for, this node)`` for each way this node cannot run artifacts built

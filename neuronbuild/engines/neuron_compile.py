@@ -25,16 +25,17 @@ from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
 from neuronbuild.engines.neuron import speculative_tokens
+from neuronbuild.engines.neuron_nki import (
+    COMPILE_CACHE,
+    SHARED_DIRS,
+    kernel_files,
+)
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count, size
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
-
-COMPILE_CACHE = Path("neuron") / "compile_cache"
-"""Where vLLM-Neuron writes its entries, relative to ``VLLM_CACHE_ROOT`` (compilation_cache.md
-lines 31 and 149)."""
 
 COMPLETE_MARKER = ".compilation_complete"
 """Written last into an entry by ``_store_local`` (S4 ``compile/cache.py``, Infinity-AI-Institute
@@ -197,6 +198,7 @@ class NeuronCompiler(UnitCompiler):
 
     cache_dir: ClassVar[Path] = COMPILE_CACHE
     seeds_from_previous: ClassVar[bool] = True
+    shared_dirs: ClassVar[frozenset[str]] = SHARED_DIRS
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -299,9 +301,9 @@ class NeuronCompiler(UnitCompiler):
         section 3; seeded entries never carry one, see :func:`entry_files`): a seeded entry
         without it belongs to a graph this configuration no longer has and is dropped, so a unit's
         content does not depend on the store's history. Every graph needs an entry, written or
-        hit."""
+        hit. The NKI folders (:data:`~.neuron_nki.SHARED_DIRS`) are no entries and stay."""
         root = cache_root / COMPILE_CACHE
-        for name in seeded:
+        for name in seeded - SHARED_DIRS:
             if not (root / name / ".cache_accessed").exists():
                 shutil.rmtree(root / name, ignore_errors=True)
         entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]
@@ -312,8 +314,16 @@ class NeuronCompiler(UnitCompiler):
             )
 
     def harvest(self, cache_root: Path) -> list[Path]:
+        """Every complete entry's files, the plugin's ``nki/`` cache and a copy of each NKI
+        kernel binary the entries' graphs reference (:mod:`.neuron_nki`, fidelity rows B6, B7).
+
+        Raises:
+            RuntimeError: no complete entry, or a referenced kernel binary is nowhere.
+        """
         root = cache_root / COMPILE_CACHE
         entries = [p for p in sorted(root.glob("*")) if p.is_dir() and is_complete(p)]
         if not entries:
             raise RuntimeError(f"vLLM-Neuron wrote no complete entry under {root}")
-        return [path.relative_to(cache_root) for e in entries for path in entry_files(e)]
+        files = [path for e in entries for path in entry_files(e)]
+        files += kernel_files(root, entries)
+        return [path.relative_to(cache_root) for path in files]
