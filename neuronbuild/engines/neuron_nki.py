@@ -1,4 +1,4 @@
-"""The NKI artifacts a unit's graphs need: found at compile, carried in the unit, laid out on a node.
+"""The NKI artifacts a unit's graphs need: found at compile, carried in the unit, laid out on nodes.
 
 vLLM-Neuron keeps NKI kernel compile results beside its graph entries, as
 ``{compile_cache}/nki/{key}.json`` (with a ``binaries/`` folder in some versions) and no
