@@ -157,7 +157,10 @@ def published_with_model(tmp_path: Path, **recipe: Any) -> tuple[Store, str]:
     return store, publish_build(store, data, tmp_path, "a")
 
 
-NKI_INTERMEDIATE_VARS = ("NEURONBUILD_NKI_INTERMEDIATE_CACHE", "NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE")
+NKI_INTERMEDIATE_VARS = (
+    "NEURONBUILD_NKI_INTERMEDIATE_CACHE",
+    "NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE",
+)
 """Where neuronbuild and the neuron double put NKI kernel binaries (``/var/tmp/...`` on a real
 host): one temporary folder per test, so no test writes the real /var/tmp."""
 
