@@ -124,9 +124,29 @@ def blob_digest(i: int) -> str:
     return sha256_digest(blob_bytes(i))
 
 
+NEURON_ENTRY = (
+    "graph.hlo",
+    "graph_{key}.neff",
+    ".artifact_metadata_v0.json",
+    ".compilation_complete",
+)
+"""The files of one complete vLLM-Neuron entry (``{key}``: the folder's name)."""
+
+
+def neuron_entries(unit: Any) -> list[Path]:
+    """One complete vLLM-Neuron entry per graph of ``unit`` (``neuron/compile_cache/<key>/``, the
+    key a digest of the graph), as serve's coverage check requires."""
+    files = []
+    for graph in unit.graphs:
+        key = hashlib.md5(f"{unit.key.hex}:{graph.label()}".encode()).hexdigest()
+        files += [Path("neuron/compile_cache", key, n.format(key=key)) for n in NEURON_ENTRY]
+    return files
+
+
 def publish_units(store: Store, recipe_data: dict[str, Any], tmp_path: Path, seed: str) -> str:
     """Publish one build of any recipe (each unit its own entry folder, as the engines lay them
-    out: ``<engine>/<unit key hex>/...``), seal it and move ``<name>/latest``."""
+    out: ``<engine>/<unit key hex>/...``; a neuron unit one complete entry per graph,
+    :func:`neuron_entries`), seal it and move ``<name>/latest``."""
     from neuronbuild.build.compile import ingest
     from neuronbuild.plan import build_plan
     from neuronbuild.recipe import parse_recipe
@@ -137,6 +157,8 @@ def publish_units(store: Store, recipe_data: dict[str, Any], tmp_path: Path, see
     records = []
     for unit in plan.units:
         files = [Path(f"{plan.engine.name}/{unit.key.hex}/{name}") for name in ("graph", "meta")]
+        if plan.engine.name == "neuron":
+            files = neuron_entries(unit)
         for rel in files:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(f"{seed}:{rel}".encode() * 100)
