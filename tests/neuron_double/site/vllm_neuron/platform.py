@@ -114,6 +114,13 @@ def is_complete(entry: Path) -> bool:
     return True
 
 
+def trace_workers() -> int:
+    """Children of the extraction step's trace pool per rank: ``VLLM_NEURON_PARALLEL_TRACE_WORKERS``,
+    default 8, each "~3-4 GB" (AWShtokoyo/vllm-neuron ``vllm_neuron/envs.py`` @eabd4c9f,
+    ``neuron_worker.py`` ``_extract_graphs`` docstring @01c89e38; fidelity row A11)."""
+    return int(os.environ.get("VLLM_NEURON_PARALLEL_TRACE_WORKERS") or "8")
+
+
 def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
     mode, _, arg = os.environ.get("NEURON_DOUBLE_FAIL", "").partition(":")
     workers = int(os.environ.get("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8"))
@@ -126,6 +133,8 @@ def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
         sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
     if mode == "oom-above" and workers > int(arg):
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "oom-trace-above" and trace_workers() > int(arg):
+        os.kill(os.getpid(), signal.SIGKILL)  # the trace pool's children exhaust host memory
     if mode == "hang":
         time.sleep(3600)
 
