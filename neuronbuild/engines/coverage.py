@@ -30,13 +30,14 @@ def check_coverage(
     engine: Engine, needed: Needed, held: Sequence[UnitRecord], digest: str, name: str
 ) -> None:
     """Refuse a manifest (``digest``, of recipe ``name``) whose unit records ``held`` lack a
-    complete entry for a graph of ``needed``.
+    complete entry for a graph of ``needed``. A manifest with no unit at all is malformed rather
+    than short of graphs, and is left to the checks of the manifest itself.
 
     Raises:
         UserError: one line naming the missing graphs (the first :data:`SHOWN`, then how many
             more) and the fix, exit 2.
     """
-    gaps = engine.coverage_gaps(needed, held)
+    gaps = engine.coverage_gaps(needed, held) if held else []
     if not gaps:
         return
     more = f"; and {len(gaps) - SHOWN} more" if len(gaps) > SHOWN else ""

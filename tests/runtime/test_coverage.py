@@ -90,8 +90,9 @@ def test_a_missing_phase_lists_its_graphs_and_counts_the_rest(tmp_path: Path) ->
         check(recipe, manifest.units[1:])  # no prefill unit: 6 graphs
     message = str(caught.value)
     assert message.count("prefill graph") == 6
+    first = manifest.units[0]
     with pytest.raises(UserError, match=r"; and 4 more; compile the recipe"):
-        check(recipe, ())  # 10 graphs, 6 shown
+        check(recipe, (UnitRecord(first.key, first.factors, (), (), {}),))  # 10 gaps, 6 shown
 
 
 def test_a_cpu_unit_without_files_does_not_cover_its_graph(tmp_path: Path) -> None:
@@ -121,3 +122,8 @@ def test_serve_refuses_an_uncovered_manifest_first_in_one_line_with_exit_2(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "decode phase has 3 complete entries for 4 graphs" in lines[0]
     assert not (tmp_path / "laid-out").exists()
+
+
+def test_a_manifest_without_units_is_left_to_the_manifest_checks(tmp_path: Path) -> None:
+    recipe = parse_recipe(cpu_recipe(name="cover"), "<recipe>")
+    check(recipe, ())  # refused by check_manifest_plans as malformed, not as uncovered
