@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from neuronbuild import envs
 from neuronbuild.digest import hash_file
+from neuronbuild.errors import UserError
 from neuronbuild.store.node import inside
 
 COMPILE_CACHE = Path("neuron") / "compile_cache"
@@ -130,6 +131,7 @@ def lay_out_binaries(cache_root: Path, paths: Iterable[str]) -> int:
     number of binaries in place.
 
     Raises:
+        UserError: a binary cannot be written there (the folder is not writable, or a file).
         StoreDataInvalid: a path escapes the intermediate root or ``cache_root``
             (:func:`neuronbuild.store.node.inside`, as every lay-out refuses it).
     """
@@ -142,10 +144,16 @@ def lay_out_binaries(cache_root: Path, paths: Iterable[str]) -> int:
             continue
         source = inside(cache_root, path)
         dest = inside(root, rel.relative_to(prefix).as_posix())
-        if not dest.is_file() or hash_file(dest) != hash_file(source):
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
-            shutil.copyfile(source, tmp)
-            tmp.replace(dest)
+        try:
+            if not dest.is_file() or hash_file(dest) != hash_file(source):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
+                shutil.copyfile(source, tmp)
+                tmp.replace(dest)
+        except OSError as exc:
+            raise UserError(
+                f"cannot lay out NKI kernel binary {dest}: {exc.strerror or exc}; the graphs name "
+                f"this path, so make {root} a folder this user may write"
+            ) from None
         placed += 1
     return placed

@@ -14,7 +14,7 @@ import pytest
 
 from neuronbuild.engines.neuron_compile import NeuronCompiler
 from neuronbuild.engines.neuron_nki import CARRIED, kernel_files, lay_out_binaries
-from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.plan import build_plan
 from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
@@ -156,3 +156,14 @@ def test_the_double_extracts_nothing_with_the_capture_backend_off(
     run = subprocess.run(command.argv, env=env, cwd=command.cwd, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert not list((tmp_path / "scratch").rglob("graph.hlo"))
+
+
+def test_an_intermediate_cache_that_cannot_be_written_is_one_line_naming_it(
+    tmp_path: Path, nki_intermediate_cache: Path
+) -> None:
+    root = tmp_path / "vllm-cache"
+    (root / PREFIX / "k").mkdir(parents=True)
+    (root / PREFIX / "k" / "kernel.klir").write_bytes(b"klir")
+    (nki_intermediate_cache / "k").write_text("a file where a folder belongs")
+    with pytest.raises(UserError, match=f"make {nki_intermediate_cache} a folder this user"):
+        lay_out_binaries(root, [f"{PREFIX}k/kernel.klir"])
