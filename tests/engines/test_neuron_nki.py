@@ -123,13 +123,19 @@ def test_lay_out_refuses_a_binary_path_that_leaves_the_intermediate_cache(
     assert not (nki_intermediate_cache.parent / "nki").exists()
 
 
+def laid_out_binary(tmp_path: Path) -> Path:
+    """A lay-out root holding one carried kernel binary, ``k/kernel.klir``."""
+    root = tmp_path / "vllm-cache"
+    (root / PREFIX / "k").mkdir(parents=True)
+    (root / PREFIX / "k" / "kernel.klir").write_bytes(b"klir")
+    return root
+
+
 def test_lay_out_refuses_a_symlink_planted_in_the_intermediate_cache(
     tmp_path: Path, nki_intermediate_cache: Path
 ) -> None:
     """The folder is under /var/tmp, which every user may write."""
-    root = tmp_path / "vllm-cache"
-    (root / PREFIX / "k").mkdir(parents=True)
-    (root / PREFIX / "k" / "kernel.klir").write_bytes(b"klir")
+    root = laid_out_binary(tmp_path)
     outside = tmp_path / "outside"
     outside.mkdir()
     (nki_intermediate_cache / "k").symlink_to(outside)
@@ -161,9 +167,7 @@ def test_the_double_extracts_nothing_with_the_capture_backend_off(
 def test_an_intermediate_cache_that_cannot_be_written_is_one_line_naming_it(
     tmp_path: Path, nki_intermediate_cache: Path
 ) -> None:
-    root = tmp_path / "vllm-cache"
-    (root / PREFIX / "k").mkdir(parents=True)
-    (root / PREFIX / "k" / "kernel.klir").write_bytes(b"klir")
+    root = laid_out_binary(tmp_path)
     (nki_intermediate_cache / "k").write_text("a file where a folder belongs")
     with pytest.raises(UserError, match=f"make {nki_intermediate_cache} a folder this user"):
         lay_out_binaries(root, [f"{PREFIX}k/kernel.klir"])
