@@ -31,6 +31,10 @@ running compile unit, and a line of bytes moved for ``push``, ``pull`` and ``ser
 NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
+NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"
+"""Where the NKI compiler leaves kernel binaries that graphs reference by absolute path (default
+``/var/tmp/nki-intermediate-cache``; ``neuronbuild.engines.neuron_nki``): set it only where the
+SDK writes elsewhere, e.g. in tests, which must never write the real /var/tmp."""
 
 NO_COLOR = "NO_COLOR"
 """Set to anything: no colour even on a terminal (https://no-color.org)."""
@@ -57,6 +61,8 @@ NEURONBUILD_NEURON_COMPILE_GIB = "NEURONBUILD_NEURON_COMPILE_GIB"
 VLLM_NEURON_CPU_COMPILE = "VLLM_NEURON_CPU_COMPILE"
 NEURON_PLATFORM_TARGET_OVERRIDE = "NEURON_PLATFORM_TARGET_OVERRIDE"
 NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS = "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS"
+VLLM_NEURON_PARALLEL_TRACE_WORKERS = "VLLM_NEURON_PARALLEL_TRACE_WORKERS"
+"""Children of the extraction step's trace pool per rank (fidelity row A11)."""
 VLLM_NEURON_SKIP_WARMUP = {
     "prefill": "VLLM_NEURON_SKIP_PREFILL_WARMUP",
     "decode": "VLLM_NEURON_SKIP_DECODE_WARMUP",
@@ -111,6 +117,9 @@ HEARTBEAT_SECONDS = Var(NEURONBUILD_HEARTBEAT_SECONDS, positive_seconds, 60.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
+NKI_INTERMEDIATE_CACHE: Var[Path | None] = Var(
+    NEURONBUILD_NKI_INTERMEDIATE_CACHE, absolute_path, Path("/var/tmp/nki-intermediate-cache")
+)
 NO_COLOR_SET = Var(NO_COLOR, lambda text: True, False)
 """Whether ``$NO_COLOR`` is set (an empty value counts as unset, as no-color.org says)."""
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from neuronbuild import start_env
 from neuronbuild.engines import engine_for
+from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
@@ -185,22 +186,6 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
     return recipe
 
 
-def check_phases(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """Every phase the recipe's plan needs must be in the manifest (one sealed by hand or by an
-    older build may lack one, and vLLM-Neuron would then fail at start on the first miss).
-
-    Raises:
-        UserError: naming the missing phase, before vLLM starts.
-    """
-    held = {u.factors.get("phase") for u in manifest.units}
-    for unit in build_plan(recipe).units:
-        if unit.phase is not None and unit.phase not in held:
-            raise UserError(
-                f"manifest {digest} lacks the {unit.phase} phase ({len(unit.graphs)} graphs) "
-                f"that {recipe.name} needs; compile it (neuronbuild compile) before serving"
-            )
-
-
 def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
     """The recipe, manifest and manifest digest to serve.
 
@@ -224,7 +209,9 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
         digest = tiers.resolve_target(ref, "ref", hint).digest
     manifest = tiers.get_manifest(digest)
     with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
-        check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
+        needs = recipe_file or parse_recipe(manifest.recipe, source=digest)
+        needed = [(u.phase, u.graphs) for u in build_plan(needs).units]
+        check_coverage(engine_for(needs), needed, manifest.units, digest, needs.name)
     sealed_recipe = check_manifest_plans(manifest, digest)
     if recipe_file is not None:
         check_recipe_matches(recipe_file, manifest, digest)
@@ -280,6 +267,7 @@ def prepare(
         if tiers.local.missing_blobs(manifest.files()):
             tiers.fill(digest)  # read-through: the node keeps what it fetched
         laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
+        engine.lay_out_beside(root, [f.path for f in manifest.files()])
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]

@@ -41,6 +41,26 @@ __all__ = [
 ]
 
 
+NKI_INTERMEDIATE_VARS = (
+    "NEURONBUILD_NKI_INTERMEDIATE_CACHE",
+    "NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE",
+)
+"""Where neuronbuild and the neuron double put NKI kernel binaries (``/var/tmp/...`` on a real
+host): one temporary folder per test, so no test writes the real /var/tmp."""
+
+
+@pytest.fixture(autouse=True)
+def nki_intermediate_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """This test's NKI intermediate cache folder (:data:`NKI_INTERMEDIATE_VARS`)."""
+    folder = tmp_path_factory.mktemp("nki-intermediate-cache")
+    for name in NKI_INTERMEDIATE_VARS:
+        monkeypatch.setenv(name, str(folder))
+        monkeypatch.setitem(start_env._STARTED_WITH, name, str(folder))
+    return folder
+
+
 @pytest.fixture
 def started_with(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """Set (or, with None, unset) variables of the environment neuronbuild records as the one

@@ -22,6 +22,7 @@ from neuronbuild.build.costs import PlannedUnit, record_timings
 from neuronbuild.build.executor import Executor, LocalExecutor, Work
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names
+from neuronbuild.build.seeds import keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
@@ -165,7 +166,8 @@ def seed_scratch(
 
     The previous build is the manifest ``<name>/latest`` points at; its unit records for the same
     engine, target, toolchain and phase are used, only their files under the engine's
-    ``cache_dir``. An entry whose graph changed has another key (the platform's key covers the
+    ``cache_dir``, and those of the seed records failed runs kept on top of it (:mod:`.seeds`).
+    An entry whose graph changed has another key (the platform's key covers the
     graph, compiler and versions), so it is never hit, only carried. Returns the names of the
     seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full);
     an entry with an unreadable or tampered blob is skipped with a warning on ``stream`` (the unit
@@ -178,16 +180,15 @@ def seed_scratch(
         manifest = store.get_manifest(digest) if digest is not None else None
     except StoreDataInvalid:
         return set()
-    if manifest is None:
-        return set()
     same = ("engine", "target", "toolchain", "phase")
     files = {
         f.path: f
-        for record in manifest.units
+        for record in (manifest.units if manifest is not None else ())
         if all(record.factors.get(k) == unit.key.factors.get(k) for k in same)
         for f in record.files
         if Path(f.path).is_relative_to(compiler.cache_dir)
     }
+    files.update(seed_files(store, recipe, unit, digest, compiler.cache_dir))
     bad: set[str] = set()
     for path, entry in files.items():
         name = entry_name(compiler, Path(path))
@@ -365,6 +366,7 @@ def prepare_recipe(
         log.unlink(missing_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="neuronbuild-unit-"))
         cache_root = scratch / "vllm-cache"
+        seeded: set[str] = set()
         try:
             seeded = seed_scratch(store, recipe, unit, compiler, cache_root, stream)
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
@@ -375,16 +377,18 @@ def prepare_recipe(
             outages.append(exc)
             raise
         except UnitFailed as exc:
+            keep_finished(store, recipe, unit, compiler, cache_root, seeded, stream)
             details = {"phase": unit.phase, "log": str(log), **exc.details}
             if "log:" not in str(exc):
                 raise UnitFailed(f"{exc}; log: {log}", details) from None
             raise
         except Exception as exc:
+            keep_finished(store, recipe, unit, compiler, cache_root, seeded, stream)
             raise UnitFailed(f"{exc}; log: {log}") from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.unlink(missing_ok=True)
-        entries = {entry_name(compiler, f) for f in files}
+        entries = {entry_name(compiler, f) for f in files} - compiler.shared_dirs
         return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
 
     return RecipeRun(

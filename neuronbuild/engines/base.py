@@ -9,8 +9,9 @@ artifacts (its serve half).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild.data.vllm_data import engine_arg_defaults
@@ -27,7 +28,9 @@ from neuronbuild.model_files import (
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
+    from neuronbuild.engines.coverage import Needed
     from neuronbuild.recipe import Recipe
+    from neuronbuild.store.records import UnitRecord
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,28 @@ class Engine(ABC):
     def serve_env(self, cache_root: str) -> dict[str, str]:
         """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
         ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
+
+    def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
+        """One line per graph of ``needed`` (per unit: phase, graphs) that the unit records
+        ``held`` do not cover (:func:`~.coverage.check_coverage`). By default a graph is covered
+        when a held record lists it and has files: a unit of such an engine is one engine
+        configuration whose entries serve all its graphs (the CPU engine's one dynamic graph)."""
+        have = {g.identity for u in held if u.files for g in u.graphs}
+        return [
+            f"graph {g.label()} missing"
+            for _, graphs in needed
+            for g in graphs
+            if g.identity not in have
+        ]
+
+    def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
+        """After a manifest's ``paths`` were laid out and verified under ``cache_root``: lay out
+        the files the engine reads outside ``VLLM_CACHE_ROOT`` (vLLM-Neuron's NKI kernel
+        binaries); none by default.
+
+        Raises:
+            StoreDataInvalid: a path escapes the folder it is laid out in.
+        """
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         """``(name, built for, this node)`` for each way this node cannot run artifacts built

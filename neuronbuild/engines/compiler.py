@@ -57,11 +57,14 @@ class UnitCompiler(ABC):
 
     ``cache_dir``: where the engine writes its entries, relative to ``VLLM_CACHE_ROOT`` (each
     child folder is one entry); ``seeds_from_previous``: whether a unit's scratch cache is seeded
-    with the previous build's entries, so the engine's own cache check skips unchanged graphs.
+    with the previous build's entries, so the engine's own cache check skips unchanged graphs;
+    ``shared_dirs``: child folders of ``cache_dir`` that are no entry (e.g. vLLM-Neuron's NKI
+    cache), carried with a unit but not counted as its entries.
     """
 
     cache_dir: ClassVar[Path]
     seeds_from_previous: ClassVar[bool] = False
+    shared_dirs: ClassVar[frozenset[str]] = frozenset()
 
     def settle_seeded(self, cache_root: Path, unit: CompileUnit, seeded: set[str]) -> None:
         """After a successful run: drop the seeded entries the run did not use, so a unit's

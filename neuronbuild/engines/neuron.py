@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild import envs
@@ -25,14 +26,18 @@ from neuronbuild.engines.arg_classes import normalise
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
+from neuronbuild.engines.neuron_coverage import phase_gaps
 from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_nki import lay_out_binaries
 from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
+    from neuronbuild.engines.coverage import Needed
     from neuronbuild.recipe import Recipe
+    from neuronbuild.store.records import UnitRecord
 
 NEURON_CONFIG_KEYS = (
     "num_batched_tokens_buckets",
@@ -383,6 +388,16 @@ class NeuronEngine(Engine):
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
         }
+
+    def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
+        """By phase: every graph listed by a held record of its phase, and one complete entry
+        per graph (:func:`~.neuron_coverage.phase_gaps`)."""
+        return phase_gaps(needed, held)
+
+    def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
+        """The NKI kernel binaries a unit carries, at the absolute paths its graphs name
+        (:func:`~.neuron_nki.lay_out_binaries`, fidelity row B7)."""
+        lay_out_binaries(cache_root, paths)
 
     def compiler(self) -> UnitCompiler:
         if importlib.util.find_spec("vllm_neuron") is None:

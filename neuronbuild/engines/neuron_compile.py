@@ -25,16 +25,17 @@ from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
 from neuronbuild.engines.neuron import speculative_tokens
+from neuronbuild.engines.neuron_nki import (
+    COMPILE_CACHE,
+    SHARED_DIRS,
+    kernel_files,
+)
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count, size
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
-
-COMPILE_CACHE = Path("neuron") / "compile_cache"
-"""Where vLLM-Neuron writes its entries, relative to ``VLLM_CACHE_ROOT`` (compilation_cache.md
-lines 31 and 149)."""
 
 COMPLETE_MARKER = ".compilation_complete"
 """Written last into an entry by ``_store_local`` (S4 ``compile/cache.py``, Infinity-AI-Institute
@@ -67,6 +68,15 @@ BUCKET = re.compile(
 """How vLLM-Neuron names a failing bucket: "Model graph extraction failed for prefill bucket ...",
 "... for decode (batch=..., seq=...)", "Vision encoder warmup failed for bucket ..." (S4
 ``vllm/worker/neuron_worker.py``)."""
+
+DEFAULT_TRACE_GIB = 4.0
+"""Host memory one child of the extraction step's trace pool takes (GiB): "per-child meta-swap
+... ~3-4 GB / child" (AWShtokoyo/vllm-neuron ``vllm_neuron/vllm/worker/neuron_worker.py``
+``_extract_graphs`` docstring @01c89e38; fidelity row A11)."""
+
+DEFAULT_TRACE_WORKERS = 8
+"""``VLLM_NEURON_PARALLEL_TRACE_WORKERS``' default, children per rank (F1 ``vllm_neuron/envs.py``
+@eabd4c9f; the LNL-era name is not visible, row A11)."""
 
 OOM_EXIT_CODES = (-9, 137)
 """A process killed by SIGKILL: -9 from ``Popen``, 137 from a shell; the plugin's own hint for -9
@@ -197,10 +207,12 @@ class NeuronCompiler(UnitCompiler):
 
     cache_dir: ClassVar[Path] = COMPILE_CACHE
     seeds_from_previous: ClassVar[bool] = True
+    shared_dirs: ClassVar[frozenset[str]] = SHARED_DIRS
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.workers = 8  # vLLM-Neuron's default until concurrency() sizes it
+        self.trace_workers = DEFAULT_TRACE_WORKERS  # likewise (size_trace_pool)
 
     def check_host(self, recipe: Recipe) -> None:
         if speculative_tokens(recipe):
@@ -226,6 +238,7 @@ class NeuronCompiler(UnitCompiler):
             start_env.environ().get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0
         )
         at_once = max(1, min(jobs, units, budget // (ranks * (user_workers or 1))))
+        at_once = self.size_trace_pool(ranks, memory, at_once)
         self.workers = user_workers or max(1, budget // (at_once * ranks))
         note = None
         if at_once < min(jobs, units):
@@ -255,6 +268,20 @@ class NeuronCompiler(UnitCompiler):
             note = warning if note is None else f"{warning}; {note}"
         return at_once, note
 
+    def size_trace_pool(self, ranks: int, memory_gib: float, at_once: int) -> int:
+        """The extraction step forks a trace pool per rank before it compiles (row A11), so its
+        children count in host memory like compiler processes: units at once are lowered until
+        each unit's ``ranks`` pools of at least one child (the user's
+        ``VLLM_NEURON_PARALLEL_TRACE_WORKERS`` if set) fit in ``memory_gib`` at
+        :data:`DEFAULT_TRACE_GIB` each, and :attr:`trace_workers` is sized to what is left (at
+        most the plugin's default). Returns the units at once."""
+        user = int(start_env.environ().get(envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS) or 0)
+        fits = int(memory_gib // (ranks * (user or 1) * DEFAULT_TRACE_GIB))
+        at_once = max(1, min(at_once, fits))
+        spare = int(memory_gib // (at_once * ranks * DEFAULT_TRACE_GIB))
+        self.trace_workers = user or max(1, min(DEFAULT_TRACE_WORKERS, spare))
+        return at_once
+
     def command(
         self,
         recipe: Recipe,
@@ -268,6 +295,8 @@ class NeuronCompiler(UnitCompiler):
         env = self.engine.engine_env(started_with, unit.key.factors["env"])
         workers = int(started_with.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)
         workers = max(1, (workers or self.workers) >> pressure)
+        trace = int(started_with.get(envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS) or 0)
+        trace = max(1, (trace or self.trace_workers) >> pressure)  # OOM: both pools shrink
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
@@ -275,6 +304,7 @@ class NeuronCompiler(UnitCompiler):
                 envs.VLLM_NEURON_CPU_COMPILE: "1",
                 envs.NEURON_PLATFORM_TARGET_OVERRIDE: recipe.target,
                 envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS: str(workers),
+                envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS: str(trace),
             }
         )
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
@@ -299,9 +329,9 @@ class NeuronCompiler(UnitCompiler):
         section 3; seeded entries never carry one, see :func:`entry_files`): a seeded entry
         without it belongs to a graph this configuration no longer has and is dropped, so a unit's
         content does not depend on the store's history. Every graph needs an entry, written or
-        hit."""
+        hit. The NKI folders (:data:`~.neuron_nki.SHARED_DIRS`) are no entries and stay."""
         root = cache_root / COMPILE_CACHE
-        for name in seeded:
+        for name in seeded - SHARED_DIRS:
             if not (root / name / ".cache_accessed").exists():
                 shutil.rmtree(root / name, ignore_errors=True)
         entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]
@@ -312,8 +342,16 @@ class NeuronCompiler(UnitCompiler):
             )
 
     def harvest(self, cache_root: Path) -> list[Path]:
+        """Every complete entry's files, the plugin's ``nki/`` cache and a copy of each NKI
+        kernel binary the entries' graphs reference (:mod:`.neuron_nki`, fidelity rows B6, B7).
+
+        Raises:
+            RuntimeError: no complete entry, or a referenced kernel binary is nowhere.
+        """
         root = cache_root / COMPILE_CACHE
         entries = [p for p in sorted(root.glob("*")) if p.is_dir() and is_complete(p)]
         if not entries:
             raise RuntimeError(f"vLLM-Neuron wrote no complete entry under {root}")
-        return [path.relative_to(cache_root) for e in entries for path in entry_files(e)]
+        files = [path for e in entries for path in entry_files(e)]
+        files += kernel_files(root, entries)
+        return [path.relative_to(cache_root) for path in files]

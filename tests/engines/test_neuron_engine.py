@@ -313,7 +313,10 @@ def test_serve_refuses_a_manifest_that_lacks_a_phase(double: Path, tmp_path: Pat
         full.name, full.recipe, tuple(u for u in full.units if u.factors["phase"] != "decode")
     )
     digest = store.put_manifest(partial)
-    with pytest.raises(UserError, match="lacks the decode phase"):
+    with pytest.raises(
+        UserError,
+        match="does not cover small: decode graph decode batch=1 context_length=512 missing",
+    ):
         prepare(ServeSource(manifest=digest), TieredStore(store), cache_root=tmp_path / "c")
     assert not (tmp_path / "c").exists()
 

@@ -8,6 +8,7 @@ Fixtures live in ``tests/conftest.py``; everything here is a plain function any 
 from __future__ import annotations
 
 import copy
+import hashlib
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -127,10 +128,32 @@ def cpu_cache_files(seed: str, plan: Plan, unit: CompileUnit) -> dict[Path, byte
     return {rel: f"{seed}:{i}:".encode() * 1000 for i, rel in enumerate(rels)}
 
 
+NEURON_ENTRY = (
+    "graph.hlo",
+    "graph_{key}.neff",
+    ".artifact_metadata_v0.json",
+    ".compilation_complete",
+)
+"""The files of one complete vLLM-Neuron entry (``{key}``: the folder's name)."""
+
+
+def neuron_entries(unit: CompileUnit) -> list[Path]:
+    """One complete vLLM-Neuron entry per graph of ``unit`` (``neuron/compile_cache/<key>/``, the
+    key a digest of the graph), as serve's coverage check requires."""
+    files = []
+    for graph in unit.graphs:
+        key = hashlib.md5(f"{unit.key.hex}:{graph.label()}".encode()).hexdigest()
+        files += [Path("neuron/compile_cache", key, n.format(key=key)) for n in NEURON_ENTRY]
+    return files
+
+
 def entry_folders(seed: str, plan: Plan, unit: CompileUnit) -> dict[Path, bytes]:
     """Each unit its own entry folder, as the engines lay them out:
-    ``<engine>/<unit key hex>/{graph,meta}``, bytes that depend on ``seed`` and the path."""
+    ``<engine>/<unit key hex>/{graph,meta}`` (a neuron unit: one complete entry per graph,
+    :func:`neuron_entries`), bytes that depend on ``seed`` and the path."""
     rels = [Path(f"{plan.engine.name}/{unit.key.hex}/{name}") for name in ("graph", "meta")]
+    if plan.engine.name == "neuron":
+        rels = neuron_entries(unit)
     return {rel: f"{seed}:{rel}".encode() * 100 for rel in rels}
 
 

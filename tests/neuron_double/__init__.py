@@ -28,7 +28,9 @@ Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compil
 ``NEURON_DOUBLE_GRAPH_SECONDS`` (seconds one graph's "compile" takes, for bench/),
 ``NEURON_DOUBLE_DEVICE`` (the Neuron target this "node" has, for serve), ``NEURON_DOUBLE_FAIL``
 (fail like neuronx-cc: ``exit70-once:<state file>``, ``ncc:<prefill tokens>``,
-``oom-above:<workers>``, ``hang``).
+``oom-above:<workers>``, ``oom-trace-above:<trace workers>``, ``hang``),
+``NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE`` (where NKI kernel binaries go, ``/var/tmp/...`` on a real
+host; unset: the graphs call no NKI kernel).
 """
 
 from pathlib import Path

@@ -114,6 +114,13 @@ def is_complete(entry: Path) -> bool:
     return True
 
 
+def trace_workers() -> int:
+    """Children of the extraction step's trace pool per rank: ``VLLM_NEURON_PARALLEL_TRACE_WORKERS``,
+    default 8, each "~3-4 GB" (AWShtokoyo/vllm-neuron ``vllm_neuron/envs.py`` @eabd4c9f,
+    ``neuron_worker.py`` ``_extract_graphs`` docstring @01c89e38; fidelity row A11)."""
+    return int(os.environ.get("VLLM_NEURON_PARALLEL_TRACE_WORKERS") or "8")
+
+
 def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
     mode, _, arg = os.environ.get("NEURON_DOUBLE_FAIL", "").partition(":")
     workers = int(os.environ.get("NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8"))
@@ -126,24 +133,94 @@ def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
         sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
     if mode == "oom-above" and workers > int(arg):
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "oom-trace-above" and trace_workers() > int(arg):
+        os.kill(os.getpid(), signal.SIGKILL)  # the trace pool's children exhaust host memory
     if mode == "hang":
         time.sleep(3600)
 
 
-def write_entry(root: Path, key: str, graph: tuple[str, tuple[int, ...]]) -> None:
+def write_entry(
+    root: Path, key: str, graph: tuple[str, tuple[int, ...]], kernel_refs: str = ""
+) -> None:
     """One entry as ``_store_local`` leaves it: artifacts, then the marker last; beside it the
-    lock file at the root, a temporary file and a rank capture folder."""
+    lock file at the root, a temporary file and a rank capture folder. ``kernel_refs``: the
+    HLO text that references the graph's NKI kernel binaries (:func:`compile_nki_kernels`)."""
     entry = root / key
     (entry / "rank0").mkdir(parents=True, exist_ok=True)
     (root / f".{key}.compilation_metadata.lock").write_text("")
     (entry / "rank0" / "capture.bin").write_bytes(b"capture scratch")
     (entry / f"graph_{key}.neff.tmp.123").write_bytes(b"partial")
-    (entry / "graph.hlo").write_text(f"HloModule {graph[0]} {graph[1]}\n")
+    (entry / "graph.hlo").write_text(f"HloModule {graph[0]} {graph[1]}\n{kernel_refs}")
     (entry / f"graph_{key}.neff").write_bytes(hashlib.sha256(key.encode()).digest() * 64)
     (entry / "command.txt").write_text("neuronx-cc compile --framework=XLA graph.hlo\n")
     meta = {"cache_key": key, "io_map": {}, "unused_input_indices": [], "output_count": 1}
     (entry / ".artifact_metadata_v0.json").write_text(json.dumps(meta))
     (entry / ".compilation_complete").write_text(f"completed:{time.time()}\nneff_size:2048\n")
+
+
+def capture_backend_disabled() -> bool:
+    """``NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND``: the runner's ``load_model`` leaves the
+    capture backend ``None``, so ``compile_or_warm_up_model`` extracts and compiles nothing and
+    start-up goes on, exit 0 (fidelity rows A7, E10: vllm-project/vllm-neuron
+    ``vllm_neuron/vllm/worker/neuron_model_runner.py`` ``load_model`` @9fc042ea; worker
+    ``compile_or_warm_up_model``, AWShtokoyo/vllm-neuron @01c89e38). Read ``bool(int(v))``."""
+    return bool(int(os.environ.get("NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND") or "0"))
+
+
+def nki_intermediate_root() -> Path | None:
+    """Where the NKI compiler leaves kernel binaries: ``/var/tmp/nki-intermediate-cache`` on a
+    real host (foxl-ai/kiln ``kiln/compile_cache.py`` docstring, SDK 2.32, measured). The double
+    takes it from the test-only ``NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE`` and, without it, builds
+    graphs that call no NKI kernel (tests never write the real /var/tmp)."""
+    root = os.environ.get("NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE")
+    return Path(root) if root else None
+
+
+def compile_nki_kernels(root: Path, graph: tuple[str, tuple[int, ...]]) -> str:
+    """The NKI kernel a graph of this kind calls (one per graph kind and first dimension, so
+    graphs share kernels), compiled or taken from the persistent NKI cache, and the HLO text
+    that references its binary by absolute path.
+
+    As the plugin does (fidelity rows B6, B7): the result is a JSON record
+    ``{compile_cache}/nki/{key}.json`` with no completion marker, written through a temporary
+    file and guarded by ``{key}.lock`` (Infinity-AI-Institute/vllm-neuron
+    ``vllm_neuron/nki/nki_cache.py`` ``compile_with_cache``, ``_put_nki_cache_in_dir``
+    @117bd89d); the binary itself lies outside that cache, under the NKI intermediate root, and
+    the graph's custom call names it (``klir_binary.binary``; kiln ``kiln/compile_cache.py``)."""
+    intermediate = nki_intermediate_root()
+    if intermediate is None:
+        return ""
+    name = f"vllm_neuron.nki.{graph[0]}_kernel_{graph[1][0]}"
+    key = hashlib.sha256(name.encode()).hexdigest()[:32]
+    cache = root / "nki"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / f"{key}.lock").write_text("")
+    binary = intermediate / key / f"{name}.klir"
+    record = cache / f"{key}.json"
+    if not record.is_file() or not binary.is_file():  # a record whose binary is gone: a miss
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        binary.write_bytes(hashlib.sha256(name.encode()).digest() * 16)
+        tmp = cache / f"{key}.json.tmp.{os.getpid()}"
+        tmp.write_text(json.dumps({"schema_version": 2, "kernel_binary": str(binary)}))
+        tmp.replace(record)
+    return f'custom_call_target="AwsNeuronCustomNativeKernel", klir_binary.binary="{binary}"\n'
+
+
+def require_nki_binaries(entry: Path) -> None:
+    """Loading a graph whose NKI kernel binary is absent fails as measured on SDK 2.32: neuronx-cc
+    reports ``NCC_EVRF059 Kernel file '...' referenced by AwsNeuronCustomNativeKernel instruction
+    does not exist on the host`` and exits 70, taking every rank down (fidelity row B7; kiln
+    ``kiln/compile_cache.py`` docstring, 2026-10-03)."""
+    for line in (entry / "graph.hlo").read_text().splitlines():
+        _, found, rest = line.partition('klir_binary.binary="')
+        path = rest.split('"', 1)[0]
+        if found and not Path(path).is_file():
+            print(
+                f"ERROR [NCC_EVRF059] Kernel file '{path}' referenced by "
+                "AwsNeuronCustomNativeKernel instruction does not exist on the host",
+                flush=True,
+            )
+            sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
 
 
 class NeuronPlatform:
@@ -164,6 +241,9 @@ class NeuronPlatform:
             "vision": flag("VLLM_NEURON_SKIP_ENCODER_WARMUP"),
         }
         serving = flag("VLLM_NEURON_DISABLE_WARMUP_COMPILE")
+        if not serving and capture_backend_disabled():
+            print("Model warmup completed", flush=True)
+            return 0
         # vLLM's engine core: a helper process that outlives a worker that returns.
         if not serving:
             helper = subprocess.Popen(
@@ -182,6 +262,8 @@ class NeuronPlatform:
                 key = cache_key(graph, args, target)
                 entry = root / key
                 if is_complete(entry):
+                    if serving:
+                        require_nki_binaries(entry)
                     (entry / ".cache_accessed").write_text("hit")
                     loaded += 1
                     continue
@@ -193,7 +275,7 @@ class NeuronPlatform:
                     )
                 fail_like_neuronx_cc(graph)
                 time.sleep(float(os.environ.get("NEURON_DOUBLE_GRAPH_SECONDS", "0")))
-                write_entry(root, key, graph)
+                write_entry(root, key, graph, compile_nki_kernels(root, graph))
                 record = os.environ.get("NEURON_DOUBLE_RECORD")
                 if record:
                     with open(record, "a") as f:
