@@ -124,6 +124,11 @@ class Engine(ABC):
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         """The compile units of a valid ``recipe``, in compile order."""
 
+    def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
+        """What to do on a host whose installed versions differ from the ``toolchain`` pins (the
+        end of compile's and serve's refusal): by default neuronbuild's own install route."""
+        return "install the pinned versions (make install)"
+
     def compiler(self) -> UnitCompiler:
         """This engine's compile half (imported only when compiling).
 

@@ -26,6 +26,7 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
 from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
@@ -66,29 +67,6 @@ ADDITIONAL_CONFIG_KEYS = (
 
 PHASES = ("prefill", "decode", "vision")
 """The phases of a vLLM-Neuron run, each a compile unit (in compile order)."""
-
-SDK_RELEASES: dict[str, dict[str, frozenset[str]]] = {
-    "2.32.0": {
-        "vllm": frozenset({"0.24.0"}),
-        "vllm-neuron": frozenset({"0.24.0.1.1.0"}),
-        "neuronx-cc": frozenset({"2.27.5334.0"}),
-        "nki": frozenset({"0.6.0"}),
-        "libtorch-neuronx-lite": frozenset({"2.11.0.1.0.1284", "2.12.0.1.0.1284"}),
-    },
-    "2.31.1": {
-        "vllm": frozenset({"0.21.0"}),
-        "vllm-neuron": frozenset({"0.21.0.1.0.0"}),
-        "neuronx-cc": frozenset({"2.26.6360.0"}),
-        "nki": frozenset({"0.5.0"}),
-        "libtorch-neuronx-lite": frozenset({"2.10.0.1.0.696", "2.11.0.1.0.696", "2.12.0.1.0.696"}),
-        "torch-neuronx": frozenset({"2.9.0.2.15.32035"}),
-    },
-}
-"""Neuron SDK release sets of the torch.compile generation of vLLM-Neuron: the distributions the
-plugin runs with, per release (aws-neuron-sdk @81ce03ae ``src/helperscripts/n2-manifest.json``
-lines 107-163; 2.32.0 ships no torch-neuronx). vLLM's version is the first three fields of
-vllm-neuron's (``about-neuron/whats-new.rst`` line 60: "vLLM 0.24.0 (vllm-neuron
-0.24.0.1.1.0)"; v0.21.0.1.0.0 "supports vLLM 0.21.0+")."""
 
 SPECULATIVE_METHODS = ("eagle3", "dflash")
 """The only speculative methods vLLM-Neuron's runner accepts ("Unsupported speculative decoding
@@ -153,46 +131,6 @@ def speculative_tokens(recipe: Recipe) -> int:
     return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
 
 
-def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], list[str]]:
-    """The pins must be one Neuron SDK release set (:data:`SDK_RELEASES`), found by the
-    vllm-neuron pin: every distribution the plugin runs with in that release at its version, and
-    torch-neuronx only where the release ships it. An unknown vllm-neuron version is a warning."""
-    pinned = toolchain.get("vllm-neuron")
-    release = next(
-        (name for name, dists in SDK_RELEASES.items() if pinned in dists["vllm-neuron"]), None
-    )
-    if pinned is None:
-        return [], []
-    if release is None:
-        known = ", ".join(f"{min(d['vllm-neuron'])} (Neuron {r})" for r, d in SDK_RELEASES.items())
-        return [], [
-            f"toolchain.vllm-neuron: {pinned} is not a Neuron SDK release set neuronbuild knows "
-            f"({known}); the other pins are not checked against it"
-        ]
-    errors = []
-    for dist, versions in SDK_RELEASES[release].items():
-        have = toolchain.get(dist)
-        if have not in versions:
-            want = " or ".join(sorted(versions))
-            errors.append(
-                RecipeError(
-                    f"toolchain.{dist}",
-                    have if have is not None else MISSING,
-                    f"Neuron {release} (vllm-neuron {pinned}) runs with {dist} {want}; pin that",
-                )
-            )
-    if "torch-neuronx" in toolchain and "torch-neuronx" not in SDK_RELEASES[release]:
-        errors.append(
-            RecipeError(
-                "toolchain.torch-neuronx",
-                toolchain["torch-neuronx"],
-                f"Neuron {release} ships no torch-neuronx (vllm-neuron {pinned} runs on "
-                "libtorch-neuronx-lite); remove the pin",
-            )
-        )
-    return errors, []
-
-
 class NeuronEngine(Engine):
     """vLLM + vllm-neuron: its rules, graphs by phase, unit keys and serve environment; its compile
     half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron_compile`."""
@@ -222,12 +160,13 @@ class NeuronEngine(Engine):
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         generic_errors, warnings = super().validate(recipe)
-        errors, release_warnings = toolchain_rules(recipe.toolchain)
+        errors, release_warnings = toolchain_rules(recipe.toolchain, self.required_toolchain)
         warnings += release_warnings
-        if recipe.toolchain.get("vllm-neuron") is None or release_warnings:
-            # No known release set to name the versions: the generic "must pin" check.
+        if recipe.toolchain.get("vllm-neuron") is None:
+            # No release to name the versions: the generic "must pin" check.
             errors += generic_errors
         else:
+            # A known release names each missing pin; an unknown one warns about them.
             errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
         if recipe.cpu_isa is not None:
             errors.append(
@@ -384,12 +323,17 @@ class NeuronEngine(Engine):
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
         }
 
+    def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
+        return install_fix(toolchain)
+
     def compiler(self) -> UnitCompiler:
         if importlib.util.find_spec("vllm_neuron") is None:
             raise UserError(
                 "the neuron engine compiles with vllm-neuron and neuronx-cc, which are not "
                 "importable here; install the Neuron SDK release the recipe's toolchain names on "
-                "this compile host (CPU-only hosts are fine)"
+                "this compile host from the Neuron pip repository (pip install "
+                "--extra-index-url=https://pip.repos.neuron.amazonaws.com vllm-neuron==<pin> ...) "
+                "or use that release's Neuron DLAMI; CPU-only hosts are fine"
             )
         from neuronbuild.engines.neuron_compile import NeuronCompiler
 
