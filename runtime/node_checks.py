@@ -69,8 +69,9 @@ def node_mismatches(
 ) -> list[Mismatch]:
     """Every difference between this node and the build of a unit with ``factors``: toolchain
     pins against installed versions (:func:`~neuronbuild.engines.versions.pin_matches`), the
-    installed builds against the unit's (:func:`installed_differences`), the engine's own checks (:meth:`Engine.node_differences`)
-    and the model folder's content (when ``model`` is a local folder)."""
+    installed builds against the unit's (:func:`installed_differences`), the engine's own checks
+    (:meth:`Engine.node_differences`) and the model folder's content (when ``model`` is a local
+    folder)."""
     found = [
         Mismatch(dist, pin, installed or "(not installed)")
         for dist, pin in sorted(recipe.toolchain.items())

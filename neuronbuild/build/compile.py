@@ -170,12 +170,12 @@ def seed_scratch(
     engine's own per-graph cache check skips every graph that did not change.
 
     The previous build is the manifest ``<name>/latest`` points at; its unit records for the same
-    engine, target, toolchain, installed builds and phase are used, only their files under the engine's
-    ``cache_dir``. An entry whose graph changed has another key (the platform's key covers the
-    graph, compiler and versions), so it is never hit, only carried. Returns the names of the
-    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full);
-    an entry with an unreadable or tampered blob is skipped with a warning on ``stream`` (the unit
-    compiles its graph).
+    engine, target, toolchain, installed builds and phase are used, only their files under the
+    engine's ``cache_dir``. An entry whose graph changed has another key (the platform's key
+    covers the graph, compiler and versions), so it is never hit, only carried. Returns the names
+    of the seeded entries. A previous build that cannot be read seeds nothing (the unit compiles
+    in full); an entry with an unreadable or tampered blob is skipped with a warning on
+    ``stream`` (the unit compiles its graph).
     """
     if not compiler.seeds_from_previous:
         return set()

@@ -26,8 +26,8 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_env import NEURON_ENV
-from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
 from neuronbuild.engines.neuron_node import target_differences
+from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 

@@ -63,8 +63,8 @@ def toolchain_rules(
     version: a pin with the SDK's local label, ``2.27.5334.0+f702b353``, is the same version), and
     torch-neuronx only where the release ships it. An unknown release: only a missing ``vllm`` pin
     is an error; one warning names the release and the other ``required`` distributions that are
-    not pinned (neither checked at compile and serve nor keyed). No vllm-neuron pin: nothing here (the generic "must pin" check
-    reports it).
+    not pinned (neither checked at compile and serve nor keyed). No vllm-neuron pin: nothing
+    here (the generic "must pin" check reports it).
     """
     pinned = toolchain.get("vllm-neuron")
     if pinned is None:
