@@ -41,17 +41,17 @@ class NodeMismatch(UserError):
     """This node cannot run the artifacts as built; the message is a table of the differences."""
 
 
-def installed_differences(recipe: Recipe, built: Any, skip: set[str]) -> list[Mismatch]:
-    """The pinned distributions (but ``skip``) whose build here differs from the one the unit
+def installed_differences(built: Any, skip: set[str]) -> list[Mismatch]:
+    """The distributions of ``built`` (but ``skip``) whose build here differs from the one the unit
     was compiled with (``built``: its ``installed`` factor, distribution -> full version and
     RECORD digest, :func:`~neuronbuild.engines.versions.installed_build`): another local label,
     or a patched copy with the same version. A unit sealed without the factor is not compared."""
     if not isinstance(built, dict):
         return []
     out = []
-    for dist in sorted(set(recipe.toolchain) - skip):
+    for dist in sorted(set(built) - skip):
         here = installed_build(dist)
-        if dist in built and built[dist] != here:
+        if built[dist] != here:
             out.append(Mismatch(dist, _build_text(built[dist]), _build_text(here)))
     return out
 
@@ -77,7 +77,7 @@ def node_mismatches(
         for dist, pin in sorted(recipe.toolchain.items())
         if not pin_matches(pin, installed := installed_version(dist))
     ]
-    found += installed_differences(recipe, factors.get("installed"), {m.name for m in found})
+    found += installed_differences(factors.get("installed"), {m.name for m in found})
     found += [Mismatch(*d) for d in engine.node_differences(dict(factors))]
     folder = local_folder(recipe.model, workdir)
     built = factors.get("model_files")
@@ -119,7 +119,7 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    known = {*recipe.toolchain, *MISMATCH_NAMES}
+    known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES}
     for name in sorted(allowed - known):
         close = did_you_mean(name, known)
         hint = f"did you mean {close}? " if close else ""

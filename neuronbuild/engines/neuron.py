@@ -25,7 +25,7 @@ from neuronbuild.engines.arg_classes import normalise
 from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
-from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
 from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
@@ -137,6 +137,8 @@ class NeuronEngine(Engine):
 
     name: ClassVar[str] = "neuron"
     env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES
+    prefix_path_class: ClassVar[EnvClass] = EnvClass.DROPPED
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
     required_toolchain: ClassVar[tuple[str, ...]] = (
         "vllm",
@@ -145,6 +147,10 @@ class NeuronEngine(Engine):
         "nki",
         "libtorch-neuronx-lite",
     )
+    # vLLM-Neuron's graph key includes the torch_neuronx version (compilation_cache.md line 136,
+    # aws-neuron-sdk @81ce03ae) and SDK 2.32 ships none (n2-manifest.json lines 107-131): one
+    # installed on only the compile host or only the node is a miss (fidelity row B13).
+    observed_toolchain: ClassVar[tuple[str, ...]] = ("torch-neuronx",)
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     note: ClassVar[str] = (
         "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
@@ -313,14 +319,22 @@ class NeuronEngine(Engine):
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         return target_differences(str(factors.get("target")))
 
+    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
+        return normalise_neuron_env(name, value, target)
+
     def serve_env(self, cache_root: str) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
-        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae).
+        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae). LNL 2.11 reads its own
+        # "fail on a miss" name (fidelity row C6: kiln bench/results/2026-10-07-precompile-start.md
+        # @f5a7faf3) and roots its cache at NEURON_LIBTORCH_CACHE_ROOT when used directly (row B8),
+        # pinned to the layout.
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
+            envs.NEURON_LIBTORCH_CACHE_ROOT: cache_root,
             envs.HF_HUB_OFFLINE: "1",
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
+            envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT: "1",
         }
 
     def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
