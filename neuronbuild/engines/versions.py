@@ -39,7 +39,7 @@ def pin_matches(pin: str, installed: str | None) -> bool:
     except InvalidVersion:
         return pin == installed
     if want.local is None:
-        return want.public == have.public
+        return Version(want.public) == Version(have.public)
     return want == have
 
 
