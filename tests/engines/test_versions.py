@@ -17,7 +17,8 @@ from neuronbuild.engines import get_engine, versions
 from neuronbuild.engines.neuron_releases import TABLE, install_fix, sdk_releases
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
-from neuronbuild.recipe import parse_recipe
+from neuronbuild.recipe import load_recipe, parse_recipe
+from neuronbuild.store.cas import Store
 from neuronbuild_runtime import node_checks
 from tests.conftest import NEURON_TOOLCHAIN, REPO, neuron_recipe
 from tests.neuron_double import SITE
@@ -204,3 +205,23 @@ def test_serve_names_a_node_whose_build_differs_from_the_compiled_one(
         recipe, engine, [factors], REPO, {}, allow=["torch-neuronx", "vllm-neuron"]
     )
     assert len(allowed) == 2
+
+
+def test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entries(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The platform's own key ignores a kernel's source (kiln docs/neuron-notes.md): seeding the
+    previous build's entries into a patched plugin's run would hit them, stale."""
+    from tests.engines.test_neuron_engine import compile_small, setenv, small_recipe
+
+    setenv(monkeypatch, "PYTHONPATH", str(site))
+    setenv(monkeypatch, "NEURONBUILD_NEURON_COMPILE_GIB", "0.5")
+    recipe = small_recipe(tmp_path, vision=False)
+    store = Store(str(tmp_path / "store"), create=True)
+    first = compile_small(recipe, store, tmp_path)
+    assert first.manifest is not None and first.count("compiled") == 2
+    patch_vllm_neuron(site)
+    second = compile_small(load_recipe(recipe.source), store, tmp_path)
+    assert second.manifest not in (None, first.manifest)
+    entries = [u["n_entries_by_origin"] for u in second.units]
+    assert entries == [{"compiled": 3, "reused": 0}, {"compiled": 4, "reused": 0}]
