@@ -141,6 +141,7 @@ def test_compile_pins_the_cache_roots_and_strips_assert_cache_hit(
     assert not elsewhere.exists()
     root = tmp_path / "serve-cache"
     setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_LIBTORCH_ASSERT_CACHE_HIT", None)  # serve sets it itself
     prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
     assert prepared.env["NEURON_LIBTORCH_CACHE_ROOT"] == str(root)
     assert prepared.env["NEURON_LIBTORCH_ASSERT_CACHE_HIT"] == "1"
