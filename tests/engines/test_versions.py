@@ -16,6 +16,7 @@ from neuronbuild.build import compile as build
 from neuronbuild.engines import get_engine, versions
 from neuronbuild.engines.neuron_releases import TABLE, install_fix, sdk_releases
 from neuronbuild.errors import RecipeInvalid
+from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe, parse_recipe
 from neuronbuild.store.cas import Store
@@ -225,3 +226,8 @@ def test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entr
     assert second.manifest not in (None, first.manifest)
     entries = [u["n_entries_by_origin"] for u in second.units]
     assert entries == [{"compiled": 3, "reused": 0}, {"compiled": 4, "reused": 0}]
+
+
+def test_doctor_explains_an_installed_difference() -> None:
+    [why] = explain_differences(["installed.vllm-neuron"])
+    assert why.startswith("installed: an installed distribution is another build")
