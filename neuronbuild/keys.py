@@ -107,6 +107,9 @@ FACTOR_MEANINGS = {
     "index) changed under the same path",
     "engine_args": "a keyed engine argument differs after resolving vLLM's defaults",
     "toolchain": "a pinned distribution version differs",
+    "installed": "an installed distribution is another build than the one compiled with (its "
+    "local version label, or the files it installed: a patched copy); plan where the toolchain is "
+    "installed as it was at compile",
     "env": "a keyed environment variable differs from the build's; start the command with the "
     "same value (or unset it)",
     "cpu_isa": "another CPU instruction set",

@@ -12,6 +12,7 @@ from fsspec.core import split_protocol
 
 from neuronbuild import start_env
 from neuronbuild.engines import Engine, engine_for
+from neuronbuild.engines.versions import installed_builds
 from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.model_files import content_digest, local_folder
@@ -65,8 +66,11 @@ class Plan:
 def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan:
     """Plan a valid recipe: the engine's units, each keyed by :data:`~neuronbuild.keys.SCHEMA`,
     engine, target, model, revision, the model folder's content (``model_files``, when ``model``
-    is a local folder), the resolved keyed engine args, toolchain pins, the keyed environment and
-    the engine's own factors.
+    is a local folder), the resolved keyed engine args, toolchain pins, the build of each pinned
+    (or engine-observed) distribution installed here (``installed``: full version with its local
+    label and a digest of its ``RECORD``, :func:`~neuronbuild.engines.versions.installed_builds`,
+    so two local builds of one version, or a patched copy, get other keys), the keyed environment
+    (normalised for the target) and the engine's own factors.
 
     ``environ`` is the environment keys are read from: by default the one the user started the
     command with (:func:`neuronbuild.start_env.environ`), so a plan made under
@@ -81,7 +85,10 @@ def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan
         "revision": recipe.engine_args.get("revision"),
         "engine_args": engine.key_engine_args(recipe),
         "toolchain": dict(recipe.toolchain),
-        "env": engine.key_env_values(start_env.environ() if environ is None else environ),
+        "installed": installed_builds({*recipe.toolchain, *engine.observed_toolchain}),
+        "env": engine.key_env_values(
+            start_env.environ() if environ is None else environ, recipe.target
+        ),
     }
     folder = local_folder(recipe.model, recipe.workdir)
     if folder is not None:

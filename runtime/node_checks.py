@@ -10,13 +10,14 @@ that would make a node compile are refused outright.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from neuronbuild.digest import short
 from neuronbuild.engines import Engine
+from neuronbuild.engines.versions import installed_build, installed_version, pin_matches
 from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.human import format_table
 from neuronbuild.model_files import content_digest, local_folder
@@ -40,25 +41,43 @@ class NodeMismatch(UserError):
     """This node cannot run the artifacts as built; the message is a table of the differences."""
 
 
-def installed_version(distribution: str) -> str | None:
-    """The version of ``distribution`` installed here (``importlib.metadata``), None if absent."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def installed_differences(built: Any, skip: set[str]) -> list[Mismatch]:
+    """The distributions of ``built`` (but ``skip``) whose build here differs from the one the unit
+    was compiled with (``built``: its ``installed`` factor, distribution -> full version and
+    RECORD digest, :func:`~neuronbuild.engines.versions.installed_build`): another local label,
+    or a patched copy with the same version. A unit sealed without the factor is not compared."""
+    if not isinstance(built, dict):
+        return []
+    out = []
+    for dist in sorted(set(built) - skip):
+        here = installed_build(dist)
+        if built[dist] != here:
+            out.append(Mismatch(dist, _build_text(built[dist]), _build_text(here)))
+    return out
+
+
+def _build_text(build: Any) -> str:
+    """An installed build as a table cell: its version and the short RECORD digest."""
+    if not isinstance(build, str):
+        return "(not installed)"
+    version, _, digest = build.partition(" ")
+    return f"{version} {short(digest)}" if digest else version
 
 
 def node_mismatches(
     recipe: Recipe, engine: Engine, factors: Mapping[str, Any], workdir: Path
 ) -> list[Mismatch]:
     """Every difference between this node and the build of a unit with ``factors``: toolchain
-    pins against installed versions, the engine's own checks (:meth:`Engine.node_differences`)
-    and the model folder's content (when ``model`` is a local folder)."""
+    pins against installed versions (:func:`~neuronbuild.engines.versions.pin_matches`), the
+    installed builds against the unit's (:func:`installed_differences`), the engine's own checks
+    (:meth:`Engine.node_differences`) and the model folder's content (when ``model`` is a local
+    folder)."""
     found = [
         Mismatch(dist, pin, installed or "(not installed)")
         for dist, pin in sorted(recipe.toolchain.items())
-        if (installed := installed_version(dist)) != pin
+        if not pin_matches(pin, installed := installed_version(dist))
     ]
+    found += installed_differences(factors.get("installed"), {m.name for m in found})
     found += [Mismatch(*d) for d in engine.node_differences(dict(factors))]
     folder = local_folder(recipe.model, workdir)
     built = factors.get("model_files")
@@ -100,7 +119,7 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    known = {*recipe.toolchain, *MISMATCH_NAMES}
+    known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES}
     for name in sorted(allowed - known):
         close = did_you_mean(name, known)
         hint = f"did you mean {close}? " if close else ""
@@ -118,7 +137,8 @@ def check_node(
         names = " ".join(f"--allow-mismatch {n}" for n in dict.fromkeys(m.name for m in refusing))
         raise NodeMismatch(
             f"this node differs from the build of {recipe.name}:\n{table}\n"
-            f"serve on a node that matches, or compile for this one; if you know the artifacts "
+            "serve on a node that matches, or compile for this one (for a distribution: "
+            f"{engine.toolchain_fix(recipe.toolchain)}); if you know the artifacts "
             f"still run here, pass {names}"
         )
     return found

@@ -63,6 +63,8 @@ BACKENDS = "neuronbuild/store/backends.py"
 CLAIMS_STORE = "tests/store/test_claims_store.py"
 FOLDER = "tests/store/test_conformance.py::TestFolderStore"
 S3 = "tests/store/test_conformance.py::TestS3Store"
+VERSIONS = "tests/engines/test_versions.py"
+NEURON_ENV = "tests/engines/test_neuron_env_classes.py"
 
 BREAKS = [
     Break(
@@ -240,6 +242,69 @@ BREAKS = [
             ),
         ),
         ("tests/runtime/test_import_allowlist.py",),
+    ),
+    # Issue 18 items 1 and 7: versions as installed, every plugin variable classified.
+    Break(
+        "pins compared with installed versions as strings (SDK 2.32's labels refused)",
+        (
+            (
+                "neuronbuild/engines/versions.py",
+                "    if want.local is None:\n        return Version(want.public) == Version(have.public)",
+                "    if want.local is None:\n        return want == have",
+            ),
+        ),
+        (f"{VERSIONS}::test_compile_accepts_base_and_labelled_pins_against_labelled_builds",),
+    ),
+    Break(
+        "the installed build keyed without its RECORD digest",
+        (
+            (
+                "neuronbuild/engines/versions.py",
+                'return version if digest is None else f"{version} {digest}"',
+                "return version",
+            ),
+        ),
+        (f"{VERSIONS}::test_the_installed_build_is_keyed_so_a_patched_plugin_gets_another_key",),
+    ),
+    Break(
+        "a patched plugin's run seeded with its predecessor's entries",
+        (
+            (
+                "neuronbuild/build/compile.py",
+                '"toolchain", "installed", "phase"',
+                '"toolchain", "phase"',
+            ),
+        ),
+        (
+            f"{VERSIONS}::test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entries",
+        ),
+    ),
+    Break(
+        "unknown VLLM_NEURON_* names passed through unkeyed",
+        (
+            (
+                "neuronbuild/engines/neuron.py",
+                "    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES\n",
+                "",
+            ),
+            (
+                "neuronbuild/engines/neuron_env.py",
+                '    "VLLM_NEURON_DISABLE_INPUT_DEDUP": KEYED,\n',
+                "",
+            ),
+        ),
+        (f"{NEURON_ENV}::test_a_graph_changing_switch_set_at_compile_is_what_serve_runs_with",),
+    ),
+    Break(
+        "NEURON_LIBTORCH_ASSERT_CACHE_HIT reaches the compile run",
+        (
+            (
+                "neuronbuild/engines/neuron_compile.py",
+                "    envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT,\n)",
+                ")",
+            ),
+        ),
+        (f"{NEURON_ENV}::test_compile_pins_the_cache_roots_and_strips_assert_cache_hit",),
     ),
 ]
 

@@ -24,7 +24,9 @@ from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names
 from neuronbuild.build.seeds import keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
+from neuronbuild.engines import engine_for
 from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import format_table
@@ -49,13 +51,16 @@ class ToolchainMismatch(UserError):
 
 
 def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
-    """The installed versions of the recipe's pinned distributions, equal to the pins.
+    """The installed versions of the recipe's pinned distributions (labels included), each
+    matching its pin (:func:`~neuronbuild.engines.versions.pin_matches`: on the public version
+    unless the pin carries a local label).
 
     Raises:
         ToolchainMismatch: with a table of every distribution whose version differs.
     """
     installed = compiler.installed_versions(sorted(recipe.toolchain))
-    differ = [(d, recipe.toolchain[d], v) for d, v in installed.items() if v != recipe.toolchain[d]]
+    pins = recipe.toolchain
+    differ = [(d, pins[d], v) for d, v in installed.items() if not pin_matches(pins[d], v)]
     if differ:
         rows = [["DISTRIBUTION", "PINNED", "INSTALLED"]] + [
             [d, pin, v or "(not installed)"] for d, pin, v in differ
@@ -63,7 +68,8 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
         table = "\n".join(format_table(rows, indent="  "))
         raise ToolchainMismatch(
             f"installed versions differ from the toolchain pins of {recipe.source}:\n{table}\n"
-            "install the pinned versions (make install) or update the recipe's toolchain"
+            f"{engine_for(recipe).toolchain_fix(recipe.toolchain)}, or update the recipe's "
+            "toolchain"
         )
     return {d: str(v) for d, v in installed.items()}
 
@@ -165,13 +171,13 @@ def seed_scratch(
     engine's own per-graph cache check skips every graph that did not change.
 
     The previous build is the manifest ``<name>/latest`` points at; its unit records for the same
-    engine, target, toolchain and phase are used, only their files under the engine's
-    ``cache_dir``, and those of the seed records failed runs kept on top of it (:mod:`.seeds`).
-    An entry whose graph changed has another key (the platform's key covers the
+    engine, target, toolchain, installed builds and phase are used, only their files under the
+    engine's ``cache_dir``, and those of the seed records failed runs kept on top of it
+    (:mod:`.seeds`). An entry whose graph changed has another key (the platform's key covers the
     graph, compiler and versions), so it is never hit, only carried. Returns the names of the
-    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in full);
-    an entry with an unreadable or tampered blob is skipped with a warning on ``stream`` (the unit
-    compiles its graph).
+    seeded entries. A previous build that cannot be read seeds nothing (the unit compiles in
+    full); an entry with an unreadable or tampered blob is skipped with a warning on ``stream``
+    (the unit compiles its graph).
     """
     if not compiler.seeds_from_previous:
         return set()
@@ -180,7 +186,9 @@ def seed_scratch(
         manifest = store.get_manifest(digest) if digest is not None else None
     except StoreDataInvalid:
         return set()
-    same = ("engine", "target", "toolchain", "phase")
+    # An entry of another build of a distribution (a patched plugin or kernel with the same
+    # version) would be hit by the platform's own key, which ignores the source: never seed it.
+    same = ("engine", "target", "toolchain", "installed", "phase")
     files = {
         f.path: f
         for record in (manifest.units if manifest is not None else ())

@@ -20,7 +20,7 @@ from neuronbuild.graph import CompileUnit
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import UnitTiming
 
-UNSHAPED_FACTORS = frozenset({"schema", "toolchain", "env"})
+UNSHAPED_FACTORS = frozenset({"schema", "toolchain", "installed", "env"})
 """Key factors that change what a unit compiles into but not how long it takes."""
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 SEED_SCHEMA = "neuronbuild.seed/1"
 """Salt of a seed record's key; bumped when what a seed record holds changes."""
 
-SAME = ("engine", "target", "toolchain", "phase")
+SAME = ("engine", "target", "toolchain", "installed", "phase")
 """Unit factors a seed must share with the unit it seeds (as seeding from ``latest`` does)."""
 
 MAX_GENERATIONS = 64

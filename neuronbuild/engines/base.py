@@ -69,11 +69,17 @@ class Engine(ABC):
     name: ClassVar[str]
     env_classes: ClassVar[Mapping[str, EnvClass]] = {}
     env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = ()
+    prefix_path_class: ClassVar[EnvClass] = EnvClass.NODE_LOCAL
+    """The class of a path-valued name that only a prefix of :attr:`env_prefix_classes` matches
+    (a path never enters a key)."""
     key_env: ClassVar[tuple[str, ...]] = ()
     serving_only_args: ClassVar[frozenset[str]] = SERVING_ONLY_ARGS
     keyed_args: ClassVar[frozenset[str]] = KEYED_ARGS
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {}
     required_toolchain: ClassVar[tuple[str, ...]] = ()
+    observed_toolchain: ClassVar[tuple[str, ...]] = ()
+    """Distributions the platform's own key reads when they are installed, pinned or not: their
+    presence here enters the ``installed`` factor (and serve compares it)."""
     written_last: ClassVar[tuple[str, ...]] = ()
     """File names that mark a cache entry complete: laid out after every other file at serve."""
     note: ClassVar[str] = ""
@@ -127,6 +133,11 @@ class Engine(ABC):
     def units(self, recipe: Recipe) -> list[UnitSpec]:
         """The compile units of a valid ``recipe``, in compile order."""
 
+    def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
+        """What to do on a host whose installed versions differ from the ``toolchain`` pins (the
+        end of compile's and serve's refusal): by default neuronbuild's own install route."""
+        return "install the pinned versions (make install)"
+
     def compiler(self) -> UnitCompiler:
         """This engine's compile half (imported only when compiling).
 
@@ -144,18 +155,27 @@ class Engine(ABC):
             return EnvClass.KEYED
         for prefix, env_class in self.env_prefix_classes:
             if name.startswith(prefix):
-                return EnvClass.NODE_LOCAL if is_path_valued(name) else env_class
+                return self.prefix_path_class if is_path_valued(name) else env_class
         return classify_vllm_env(name)
 
     def is_key_env(self, name: str) -> bool:
         """Whether environment variable ``name`` belongs in unit keys."""
         return self.classify_env(name) is EnvClass.KEYED
 
-    def key_env_values(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """The keyed variables set in ``environ``, for a unit key's ``env`` factor. Pass the
-        environment the user started the command with (:func:`neuronbuild.start_env.environ`),
-        never one the process changed itself."""
-        return {k: environ[k] for k in sorted(environ) if self.is_key_env(k)}
+    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
+        """The keyed ``value`` of ``name`` in the one spelling the platform treats alike, None
+        where it equals the platform's default for ``target`` (as if unset); by default as set."""
+        return value
+
+    def key_env_values(
+        self, environ: Mapping[str, str], target: str | None = None
+    ) -> dict[str, str]:
+        """The keyed variables set in ``environ``, for a unit key's ``env`` factor, each
+        normalised for ``target`` (:meth:`normalise_env`). Pass the environment the user started
+        the command with (:func:`neuronbuild.start_env.environ`), never one the process changed
+        itself."""
+        values = {k: self.normalise_env(k, environ[k], target) for k in sorted(environ)}
+        return {k: v for k, v in values.items() if v is not None and self.is_key_env(k)}
 
     def removed_env(self, environ: Mapping[str, str]) -> list[str]:
         """Variables of ``environ`` kept from the engine process (dropped, or refused at serve

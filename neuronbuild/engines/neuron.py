@@ -27,9 +27,10 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_coverage import phase_gaps
-from neuronbuild.engines.neuron_env import NEURON_ENV
+from neuronbuild.engines.neuron_env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
 from neuronbuild.engines.neuron_nki import lay_out_binaries
 from neuronbuild.engines.neuron_node import target_differences
+from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
@@ -71,29 +72,6 @@ ADDITIONAL_CONFIG_KEYS = (
 
 PHASES = ("prefill", "decode", "vision")
 """The phases of a vLLM-Neuron run, each a compile unit (in compile order)."""
-
-SDK_RELEASES: dict[str, dict[str, frozenset[str]]] = {
-    "2.32.0": {
-        "vllm": frozenset({"0.24.0"}),
-        "vllm-neuron": frozenset({"0.24.0.1.1.0"}),
-        "neuronx-cc": frozenset({"2.27.5334.0"}),
-        "nki": frozenset({"0.6.0"}),
-        "libtorch-neuronx-lite": frozenset({"2.11.0.1.0.1284", "2.12.0.1.0.1284"}),
-    },
-    "2.31.1": {
-        "vllm": frozenset({"0.21.0"}),
-        "vllm-neuron": frozenset({"0.21.0.1.0.0"}),
-        "neuronx-cc": frozenset({"2.26.6360.0"}),
-        "nki": frozenset({"0.5.0"}),
-        "libtorch-neuronx-lite": frozenset({"2.10.0.1.0.696", "2.11.0.1.0.696", "2.12.0.1.0.696"}),
-        "torch-neuronx": frozenset({"2.9.0.2.15.32035"}),
-    },
-}
-"""Neuron SDK release sets of the torch.compile generation of vLLM-Neuron: the distributions the
-plugin runs with, per release (aws-neuron-sdk @81ce03ae ``src/helperscripts/n2-manifest.json``
-lines 107-163; 2.32.0 ships no torch-neuronx). vLLM's version is the first three fields of
-vllm-neuron's (``about-neuron/whats-new.rst`` line 60: "vLLM 0.24.0 (vllm-neuron
-0.24.0.1.1.0)"; v0.21.0.1.0.0 "supports vLLM 0.21.0+")."""
 
 SPECULATIVE_METHODS = ("eagle3", "dflash")
 """The only speculative methods vLLM-Neuron's runner accepts ("Unsupported speculative decoding
@@ -158,52 +136,14 @@ def speculative_tokens(recipe: Recipe) -> int:
     return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
 
 
-def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], list[str]]:
-    """The pins must be one Neuron SDK release set (:data:`SDK_RELEASES`), found by the
-    vllm-neuron pin: every distribution the plugin runs with in that release at its version, and
-    torch-neuronx only where the release ships it. An unknown vllm-neuron version is a warning."""
-    pinned = toolchain.get("vllm-neuron")
-    release = next(
-        (name for name, dists in SDK_RELEASES.items() if pinned in dists["vllm-neuron"]), None
-    )
-    if pinned is None:
-        return [], []
-    if release is None:
-        known = ", ".join(f"{min(d['vllm-neuron'])} (Neuron {r})" for r, d in SDK_RELEASES.items())
-        return [], [
-            f"toolchain.vllm-neuron: {pinned} is not a Neuron SDK release set neuronbuild knows "
-            f"({known}); the other pins are not checked against it"
-        ]
-    errors = []
-    for dist, versions in SDK_RELEASES[release].items():
-        have = toolchain.get(dist)
-        if have not in versions:
-            want = " or ".join(sorted(versions))
-            errors.append(
-                RecipeError(
-                    f"toolchain.{dist}",
-                    have if have is not None else MISSING,
-                    f"Neuron {release} (vllm-neuron {pinned}) runs with {dist} {want}; pin that",
-                )
-            )
-    if "torch-neuronx" in toolchain and "torch-neuronx" not in SDK_RELEASES[release]:
-        errors.append(
-            RecipeError(
-                "toolchain.torch-neuronx",
-                toolchain["torch-neuronx"],
-                f"Neuron {release} ships no torch-neuronx (vllm-neuron {pinned} runs on "
-                "libtorch-neuronx-lite); remove the pin",
-            )
-        )
-    return errors, []
-
-
 class NeuronEngine(Engine):
     """vLLM + vllm-neuron: its rules, graphs by phase, unit keys and serve environment; its compile
     half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron_compile`."""
 
     name: ClassVar[str] = "neuron"
     env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES
+    prefix_path_class: ClassVar[EnvClass] = EnvClass.DROPPED
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
     required_toolchain: ClassVar[tuple[str, ...]] = (
         "vllm",
@@ -212,6 +152,10 @@ class NeuronEngine(Engine):
         "nki",
         "libtorch-neuronx-lite",
     )
+    # vLLM-Neuron's graph key includes the torch_neuronx version (compilation_cache.md line 136,
+    # aws-neuron-sdk @81ce03ae) and SDK 2.32 ships none (n2-manifest.json lines 107-131): one
+    # installed on only the compile host or only the node is a miss (fidelity row B13).
+    observed_toolchain: ClassVar[tuple[str, ...]] = ("torch-neuronx",)
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     note: ClassVar[str] = (
         "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
@@ -227,12 +171,13 @@ class NeuronEngine(Engine):
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         generic_errors, warnings = super().validate(recipe)
-        errors, release_warnings = toolchain_rules(recipe.toolchain)
+        errors, release_warnings = toolchain_rules(recipe.toolchain, self.required_toolchain)
         warnings += release_warnings
-        if recipe.toolchain.get("vllm-neuron") is None or release_warnings:
-            # No known release set to name the versions: the generic "must pin" check.
+        if recipe.toolchain.get("vllm-neuron") is None:
+            # No release to name the versions: the generic "must pin" check.
             errors += generic_errors
         else:
+            # A known release names each missing pin; an unknown one warns about them.
             errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
         if recipe.cpu_isa is not None:
             errors.append(
@@ -379,14 +324,22 @@ class NeuronEngine(Engine):
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         return target_differences(str(factors.get("target")))
 
+    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
+        return normalise_neuron_env(name, value, target)
+
     def serve_env(self, cache_root: str) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
-        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae).
+        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae). LNL 2.11 reads its own
+        # "fail on a miss" name (fidelity row C6: kiln bench/results/2026-10-07-precompile-start.md
+        # @f5a7faf3) and roots its cache at NEURON_LIBTORCH_CACHE_ROOT when used directly (row B8),
+        # pinned to the layout.
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
+            envs.NEURON_LIBTORCH_CACHE_ROOT: cache_root,
             envs.HF_HUB_OFFLINE: "1",
             envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
+            envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT: "1",
         }
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
@@ -399,12 +352,17 @@ class NeuronEngine(Engine):
         (:func:`~.neuron_nki.lay_out_binaries`, fidelity row B7)."""
         lay_out_binaries(cache_root, paths)
 
+    def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
+        return install_fix(toolchain)
+
     def compiler(self) -> UnitCompiler:
         if importlib.util.find_spec("vllm_neuron") is None:
             raise UserError(
                 "the neuron engine compiles with vllm-neuron and neuronx-cc, which are not "
                 "importable here; install the Neuron SDK release the recipe's toolchain names on "
-                "this compile host (CPU-only hosts are fine)"
+                "this compile host from the Neuron pip repository (pip install "
+                "--extra-index-url=https://pip.repos.neuron.amazonaws.com vllm-neuron==<pin> ...) "
+                "or use that release's Neuron DLAMI; CPU-only hosts are fine"
             )
         from neuronbuild.engines.neuron_compile import NeuronCompiler
 

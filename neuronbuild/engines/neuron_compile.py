@@ -195,6 +195,7 @@ SERVE_ONLY = (
     envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE,
     envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND,
     envs.VLLM_NEURON_ASSERT_CACHE_HIT,
+    envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT,
 )
 
 
@@ -300,6 +301,9 @@ class NeuronCompiler(UnitCompiler):
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),
+                # LNL's own cache root (fidelity row B8) is the scratch root too, so a user's
+                # value cannot divert the entries from the harvest.
+                envs.NEURON_LIBTORCH_CACHE_ROOT: str(cache_root),
                 envs.HF_HUB_OFFLINE: "1",  # vLLM runs offline (README): files are local
                 envs.VLLM_NEURON_CPU_COMPILE: "1",
                 envs.NEURON_PLATFORM_TARGET_OVERRIDE: recipe.target,

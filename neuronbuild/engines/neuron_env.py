@@ -1,9 +1,15 @@
 """The ``neuron`` engine's classification of the Neuron and vLLM-Neuron environment variables.
 
-Sources: reference/vllm-neuron-contract.md (Neuron SDK 2.32.0 docs, vLLM-Neuron's ``envs.py`` in
-public forks). vLLM-Neuron hashes no variable directly; a variable matters when it changes a
-graph, its inputs or the compiler's arguments (contract, section 3), which makes it keyed. vLLM's
-own variables are classified as for every engine (:func:`~.env_classes.classify_vllm_env`).
+Every name vLLM-Neuron 0.24's ``vllm_neuron/envs.py`` defines (read in two independent copies:
+AWShtokoyo/vllm-neuron @eabd4c9f and the LNL-era jinhuang12/vllm-neuron @0bae3e9c, fidelity rows
+A8, A10, A11, B11, C5), the ``NEURON_LIBTORCH_*`` names of libtorch-neuronx-lite (closed; known from
+the SDK 2.32 docs and kiln's measurements, rows A7, A10, B8, C4, C6) and the Neuron SDK's own is in
+:data:`NEURON_ENV`. vLLM-Neuron hashes no variable directly; a variable matters when it changes a
+graph, its inputs or the compiler's arguments, which makes it keyed. A name in
+:data:`NEURON_PREFIXES` that is not in the table is keyed too (a fork or a newer release may read
+it to change a graph; passing it through unkeyed would serve a miss), or dropped when it holds a
+path (a path never enters a key). vLLM's own variables are classified as for every engine
+(:func:`~.env_classes.classify_vllm_env`).
 """
 
 from __future__ import annotations
@@ -17,35 +23,67 @@ KEYED, LOCAL, DROPPED, REFUSED = (
     EnvClass.REFUSED_AT_SERVE,
 )
 
+NEURON_PREFIXES = ("VLLM_NEURON_", "NEURON_LIBTORCH_")
+"""The plugin's and libtorch-neuronx-lite's prefixes: an unlisted name in them is keyed."""
+
 NEURON_ENV: dict[str, EnvClass] = {
     # Compiler flags enter neuronx-cc's arguments, which are in every NEFF key.
     "NEURON_CC_FLAGS": KEYED,
     # Logical NeuronCore config: changes the compiler's --lnc, hence every NEFF.
     "NEURON_LOGICAL_NC_CONFIG": KEYED,
-    # Cap on the KV budget: sets KV num_blocks, a graph input shape (contract 2, step 4).
+    # The KV budget: sets KV num_blocks, a graph input shape (fidelity row B15).
     "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION": KEYED,
     "VLLM_NEURON_MIN_KV_BUDGET_GIB": KEYED,
+    "VLLM_NEURON_DEVICE_GRAPH_RESERVE_GIB": KEYED,
     # Choose the compile route and the kernels inside each graph.
     "VLLM_NEURON_BACKEND": KEYED,
+    "VLLM_NEURON_LIBTORCH_NEURONX_LITE": KEYED,
     "VLLM_NEURON_DISABLE_NKI_KERNELS": KEYED,
+    "VLLM_NEURON_KERNEL_DEVICE_DUMP": KEYED,
     "TORCH_CACHING_PRECOMPILE": KEYED,
-    # How fast, how loud and where a process runs: never what it compiles.
+    # Change the HLO itself (row B11): input dedup off adds HLO parameters (compile/backend.py
+    # preprocess_and_validate_inputs), NeuronSwitch collectives change the replica groups, debug
+    # mode traces with fullgraph=False (neuron_model_runner.py load_model); the instance family
+    # overrides the one sysfs gives, which picks the collective topology.
+    "VLLM_NEURON_DISABLE_INPUT_DEDUP": KEYED,
+    "VLLM_NEURON_SWITCH_CC": KEYED,
+    "VLLM_NEURON_DEBUG_MODE": KEYED,
+    "VLLM_NEURON_EFA_INSTANCE_FAMILY": KEYED,
+    # How fast, how loud and where a process runs: never what it compiles. The trace pool
+    # (row A11) forks extraction children; each traces the same graph.
     "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS": LOCAL,
     "VLLM_NEURON_PARALLEL_COMPILE_WORKERS": LOCAL,
     "VLLM_NEURON_PARALLEL_TRACE_WORKERS": LOCAL,
     "VLLM_NEURON_DISABLE_PARALLEL_TRACE": LOCAL,
     "NEURON_LIBTORCH_COMPILATION_TIMEOUT": LOCAL,
     "VLLM_NEURON_COMPILATION_TIMEOUT": LOCAL,
+    "VLLM_NEURON_BARRIER_TIMEOUT": LOCAL,
+    "VLLM_NEURON_WORKER_TERMINATION_TIMEOUT": LOCAL,
+    "VLLM_NEURON_EPD_RENDERER_WORKERS": LOCAL,
+    "VLLM_NEURON_GC_POLICY": LOCAL,
+    "VLLM_NEURON_NEFF_LOAD_WAVE_SIZE": LOCAL,
+    "VLLM_NEURON_NEFF_LOAD_SIGNAL_DIR": LOCAL,
+    "VLLM_NEURON_NEFF_LOAD_WAIT_TIMEOUT": LOCAL,
     "VLLM_NEURON_LOG_LEVEL": LOCAL,
+    "VLLM_NEURON_CHECKPOINT_CACHE": LOCAL,
+    "VLLM_NEURON_GOLDEN_CACHE_DIR": LOCAL,
+    "VLLM_NEURON_S3_GOLDENS_URI": LOCAL,
     "NEURON_RT_LOG_LEVEL": LOCAL,
     "NEURON_RT_VISIBLE_CORES": LOCAL,
+    # "Fail on a miss" (rows C1, C6): serve sets both release's names, compile strips them.
     "VLLM_NEURON_ASSERT_CACHE_HIT": LOCAL,
-    # Set by neuronbuild's serve ("never compile"); the engine's value replaces the user's.
+    "NEURON_LIBTORCH_ASSERT_CACHE_HIT": LOCAL,
+    # Set by neuronbuild at compile and serve; the engine's value replaces the user's. LNL used
+    # directly roots its cache at NEURON_LIBTORCH_CACHE_ROOT (row B8), so it is pinned to the
+    # same root as VLLM_CACHE_ROOT: the scratch root at compile, the layout at serve.
     "VLLM_NEURON_DISABLE_WARMUP_COMPILE": LOCAL,
     "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": LOCAL,
-    # Other caches and phase switches: the compile chooses its own phases and store.
+    "NEURON_LIBTORCH_CACHE_ROOT": LOCAL,
+    # Other caches and phase switches: the compile chooses its own phases and store. The
+    # pre-LNL capture switch would make a compile extract nothing.
     "NEURON_LIBTORCH_REMOTE_CACHE": DROPPED,
     "VLLM_NEURON_REMOTE_CACHE": DROPPED,
+    "VLLM_NEURON_DISABLE_GRAPH_CAPTURE_BACKEND": DROPPED,
     "NEURON_COMPILED_ARTIFACTS": DROPPED,
     "NEURON_COMPILE_CACHE_URL": DROPPED,
     "VLLM_NEURON_SKIP_PREFILL_WARMUP": DROPPED,
@@ -61,6 +99,47 @@ NEURON_ENV: dict[str, EnvClass] = {
     "VLLM_NEURON_CPU_COMPILE": REFUSED,
     "VLLM_NEURON_CPU_MODE": REFUSED,
     "NEURON_LIBTORCH_DISABLE_COMPILE_CACHE": REFUSED,
+    "VLLM_NEURON_DISABLE_COMPILE_CACHE": REFUSED,
     "NEURON_RT_ALLOW_LEGACY_NEFF": REFUSED,
 }
-"""Every Neuron variable the contract names, with its class for the ``neuron`` engine."""
+"""Every Neuron variable the plugin's ``envs.py`` and the SDK docs name, with its class for the
+``neuron`` engine."""
+
+NEURON_ENV_PREFIXES = tuple((prefix, KEYED) for prefix in NEURON_PREFIXES)
+"""The engine's prefix classes (:attr:`Engine.env_prefix_classes`)."""
+
+DEFAULT_LNC = {"trn1": "1", "inf2": "1", "trn2": "2", "trn3": "2"}
+"""``NEURON_LOGICAL_NC_CONFIG`` when unset, per target: neuronx-cc's ``--logical-nc-config``
+"(Only available on trn2; Default: 2)", trn1 "only lnc=1 is supported" (NCC_EARG001), and
+vllm-neuron's ``_DEFAULT_LNC_CONFIG = 2`` "for current Trainium chips"
+(``utils/hardware_config.py``; all as quoted by kiln ``docs/research/trn2-trn3.md`` section 3.2 @
+a04d1fab)."""
+
+FLAGS = frozenset(
+    {
+        "VLLM_NEURON_DISABLE_NKI_KERNELS",
+        "VLLM_NEURON_KERNEL_DEVICE_DUMP",
+        "VLLM_NEURON_DISABLE_INPUT_DEDUP",
+        "VLLM_NEURON_SWITCH_CC",
+        "VLLM_NEURON_DEBUG_MODE",
+    }
+)
+"""Keyed switches vLLM-Neuron reads as ``bool(int(value))``, default off (``maybe_convert_bool``
+in ``envs.py``): ``0`` is the same as unset, ``01`` the same as ``1``."""
+
+
+def normalise_neuron_env(name: str, value: str, target: str | None) -> str | None:
+    """The keyed ``value`` of ``name`` as vLLM-Neuron resolves it, so that spellings it treats
+    alike give one key: None where it equals the default (as if unset), ``"1"`` / ``"0"`` for a
+    switch, the value unchanged otherwise (and whenever the plugin would reject it: the run then
+    fails the same way at compile). ``target``: the recipe's (None: no target default applies)."""
+    stripped = value.strip()
+    if name == "NEURON_LOGICAL_NC_CONFIG":
+        return None if target is not None and stripped == DEFAULT_LNC.get(target) else value
+    if name in FLAGS:
+        try:
+            on = bool(int(stripped))
+        except ValueError:
+            return value
+        return "1" if on else None
+    return value

@@ -371,9 +371,11 @@ def test_vllm_runs_offline_at_compile_and_at_serve(double: Path, tmp_path: Path)
     assert command.env["HF_HUB_OFFLINE"] == "1"
     assert plan.engine.serve_env(str(tmp_path / "cache")) == {
         "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        "NEURON_LIBTORCH_CACHE_ROOT": str(tmp_path / "cache"),
         "HF_HUB_OFFLINE": "1",
         "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
         "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+        "NEURON_LIBTORCH_ASSERT_CACHE_HIT": "1",
     }
 
 

@@ -74,7 +74,7 @@ INVALID = [
     ("target-unknown", neuron_recipe(target="trn9"), "target", "trn2"),
     ("engine-contradicts-target", neuron_recipe(engine="cpu"), "engine", "engine 'neuron'"),
     ("toolchain-range", neuron_recipe(toolchain={"vllm-neuron": ">=0.2", "neuronx-cc": "1", "torch-neuronx": "1"}), "toolchain.vllm-neuron", "exact version"),
-    ("toolchain-incomplete", neuron_recipe(toolchain={"vllm-neuron": "0.2"}), "toolchain", "neuronx-cc"),
+    ("toolchain-incomplete", neuron_recipe(toolchain={"vllm-neuron": "0.2"}), "toolchain.vllm", "pin the vLLM"),
     ("name-with-slash", neuron_recipe(name="a/b"), "name", "path segment"),
     ("max-model-len-missing", neuron_recipe(max_model_len=None), "max_model_len", "required"),
     ("max-num-seqs-string", neuron_recipe(max_num_seqs="8"), "max_num_seqs", "integer"),

@@ -10,7 +10,10 @@ installation of the whole set, put first on ``PYTHONPATH`` (and ``sys.path`` in 
 ``vllm`` 0.24.0 (only what the product calls: ``LLM``, the API server module, and vLLM's platform
 plugin loading by entry point), ``vllm-neuron`` 0.24.0.1.1.0 registered through the same
 ``vllm.platform_plugins`` entry point as the real plugin, and ``*.dist-info`` of neuronx-cc, nki
-and libtorch-neuronx-lite at the 2.32.0 versions. The seam is Python's import system and
+and libtorch-neuronx-lite at the versions SDK 2.32.0's wheels report, PEP 440 local labels
+included (``2.27.5334.0+f702b353``, ``0.6.0+31049202112.g85070674``, ``2.11.0.1.0.1284+f49d8626``:
+fidelity row B12), each with a ``RECORD`` as pip writes one (hashed files, an unhashed ``.pyc``, a
+``../../../bin`` script, the dist-info's own files). The seam is Python's import system and
 distribution metadata, which the real path passes through unchanged: no switch in the product
 knows about the double.
 

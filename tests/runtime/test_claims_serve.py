@@ -29,6 +29,7 @@ ENGINES: dict[str, dict[str, Any]] = {
         "recipe": lambda: cpu_recipe(name="served", cpu_isa="host", model="./model"),
         "keyed": ("VLLM_CPU_OMP_THREADS_BIND", "0-1", None),
         "contract": {"VLLM_FORCE_AOT_LOAD": "1", "HF_HUB_OFFLINE": "1"},
+        "roots": ("VLLM_CACHE_ROOT",),
         # Not in any key, but would change vLLM's own: never reaches vLLM.
         "dropped": {"VLLM_PLUGINS": "evil"},
         "serve_args": [],
@@ -43,8 +44,11 @@ ENGINES: dict[str, dict[str, Any]] = {
         "contract": {
             "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
             "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+            "NEURON_LIBTORCH_ASSERT_CACHE_HIT": "1",
             "HF_HUB_OFFLINE": "1",
         },
+        # LNL's own cache root is pinned to the layout too (fidelity row B8).
+        "roots": ("VLLM_CACHE_ROOT", "NEURON_LIBTORCH_CACHE_ROOT"),
         "dropped": {},
         # This host has no Neuron SDK and no Trainium: the operator accepts that, explicitly.
         "serve_args": [
@@ -81,9 +85,9 @@ def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
     # (``node_value``) its own value of the keyed variable or none.
     node_env = {
         **base,
-        "VLLM_CACHE_ROOT": "/somewhere/else",
         "NB_CLAIMS_NODE_VARIABLE": "kept",
         **{name: "0" for name in case["contract"]},
+        **{name: "/somewhere/else" for name in case["roots"]},
         **case["dropped"],
         **({keyed_name: node_value} if node_value is not None else {}),
     }
@@ -103,7 +107,7 @@ def test_serve_execs_vllm_with_exactly_the_never_compile_environment(
 
     expected = {k: v for k, v in node_env.items() if k not in case["dropped"]}
     expected.update(case["contract"])
-    expected["VLLM_CACHE_ROOT"] = str(root)
+    expected.update({name: str(root) for name in case["roots"]})
     expected[keyed_name] = compiled_value  # as compiled, whatever the node has
     assert env == expected
     # What vLLM will find there is what the manifest lists.

@@ -34,6 +34,8 @@ OURS = {
     "neuronbuild.engines.neuron_env",
     "neuronbuild.engines.neuron_nki",
     "neuronbuild.engines.neuron_node",
+    "neuronbuild.engines.neuron_releases",  # the SDK release table (its install hint at serve)
+    "neuronbuild.engines.versions",  # pins against installed builds, for the node check
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.folders",  # the store's dry-run write probe
@@ -88,6 +90,7 @@ THIRD_PARTY = {
     "click",
     "filelock",
     "fsspec",
+    "packaging",  # PEP 440 versions (engines.versions)
     "pydantic",
     "pydantic_core",
     "tqdm",

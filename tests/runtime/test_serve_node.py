@@ -3,6 +3,7 @@ through, and its dry run prints one command that reproduces what it would run (i
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shlex
@@ -77,11 +78,11 @@ def test_fake_installed_versions_are_compared_with_every_pin(
 
     def version(dist: str) -> str:
         if dist not in versions:
-            raise node_checks.importlib.metadata.PackageNotFoundError(dist)
+            raise importlib.metadata.PackageNotFoundError(dist)
         return versions[dist]
 
     recipe = parse_recipe(neuron_recipe())  # before the fake: validate imports huggingface_hub
-    monkeypatch.setattr(node_checks.importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "version", version)
     monkeypatch.setenv(NODE_TARGET_OVERRIDE, "trn2")
     found = node_checks.node_mismatches(recipe, get_engine("neuron"), {"target": "trn2"}, REPO)
     assert [(m.name, m.built_for, m.node) for m in found] == [

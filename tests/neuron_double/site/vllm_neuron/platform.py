@@ -92,12 +92,62 @@ def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: 
             d: importlib.metadata.version(d) for d in ("neuronx-cc", "nki", "libtorch-neuronx-lite")
         },
         "compiler_args": cc_args,
-        "env": {
-            k: os.environ.get(k)
-            for k in ("NEURON_CC_FLAGS", "VLLM_NEURON_DISABLE_NKI_KERNELS", "VLLM_NEURON_BACKEND")
-        },
+        "env": graph_env(target),
     }
     return hashlib.md5(json.dumps(factors, sort_keys=True).encode()).hexdigest()[:32]
+
+
+PLUGIN_FLAGS = (
+    "VLLM_NEURON_DISABLE_NKI_KERNELS",
+    "VLLM_NEURON_DISABLE_INPUT_DEDUP",
+    "VLLM_NEURON_SWITCH_CC",
+    "VLLM_NEURON_DEBUG_MODE",
+)
+"""Switches of vllm_neuron/envs.py that change the traced graph or its kernels, each read as
+``maybe_convert_bool(os.getenv(name)) or False`` (AWShtokoyo/vllm-neuron @eabd4c9f): NKI kernels
+off, FX input dedup off (more HLO parameters, compile/backend.py), NeuronSwitch collectives,
+debug mode (``fullgraph=False``)."""
+
+LNC_DEFAULT = {"trn1": 1, "inf2": 1, "trn2": 2, "trn3": 2}
+"""The logical NeuronCore config the compiler and the plugin use when NEURON_LOGICAL_NC_CONFIG is
+unset: neuronx-cc defaults --logical-nc-config to 2 on trn2, trn1 supports only 1, and the plugin
+hardcodes ``_DEFAULT_LNC_CONFIG = 2`` for current Trainium chips (utils/hardware_config.py)."""
+
+
+def graph_env(target: str) -> dict[str, Any]:
+    """What the process environment contributes to a graph, as the plugin and compiler read it:
+    compiler flags and backend verbatim, each switch as a bool, the LNC as an int defaulted per
+    target (so ``unset`` and the target's default are one graph)."""
+    lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+    return {
+        "NEURON_CC_FLAGS": os.environ.get("NEURON_CC_FLAGS"),
+        "VLLM_NEURON_BACKEND": os.environ.get("VLLM_NEURON_BACKEND"),
+        "lnc": int(lnc) if lnc is not None else LNC_DEFAULT[target],
+        **{name: bool(int(os.environ.get(name) or "0")) for name in PLUGIN_FLAGS},
+    }
+
+
+def compile_cache_dir() -> Path:
+    """Where entries live. vllm-neuron derives ``$VLLM_CACHE_ROOT/neuron/compile_cache``
+    (envs.get_neuron_compile_cache_dir); libtorch-neuronx-lite used directly roots its cache at
+    ``NEURON_LIBTORCH_CACHE_ROOT/neuron/compile_cache`` (kiln kiln/compile_cache.py local_root,
+    SDK 2.32 DLAMI). Which one wins inside vllm-neuron 0.24 is not visible (fidelity row B8), so the
+    double takes the harsher reading: a set NEURON_LIBTORCH_CACHE_ROOT wins."""
+    lnl_root = os.environ.get("NEURON_LIBTORCH_CACHE_ROOT")
+    vllm_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
+    return Path(lnl_root or vllm_root) / "neuron" / "compile_cache"
+
+
+def miss_is_fatal(serving: bool) -> str | None:
+    """The switch that makes a local miss a RuntimeError instead of a compile, if one is set:
+    VLLM_NEURON_DISABLE_WARMUP_COMPILE at serve, or NEURON_LIBTORCH_ASSERT_CACHE_HIT (LNL 2.11's
+    name; with no remote cache a miss fails, kiln bench/results/2026-10-07-precompile-start.md) in
+    any run, a CPU compile included."""
+    if serving:
+        return "VLLM_NEURON_DISABLE_WARMUP_COMPILE"
+    if flag("NEURON_LIBTORCH_ASSERT_CACHE_HIT"):
+        return "NEURON_LIBTORCH_ASSERT_CACHE_HIT"
+    return None
 
 
 def is_complete(entry: Path) -> bool:
@@ -232,8 +282,7 @@ class NeuronPlatform:
         )
         if target not in HBM_GIB:
             raise RuntimeError(f"NEURON_PLATFORM_TARGET_OVERRIDE: unknown target {target!r}")
-        cache_root = Path(os.environ.get("VLLM_CACHE_ROOT") or Path.home() / ".cache" / "vllm")
-        root = cache_root / "neuron" / "compile_cache"
+        root = compile_cache_dir()
         root.mkdir(parents=True, exist_ok=True)
         skips = {
             "prefill": flag("VLLM_NEURON_SKIP_PREFILL_WARMUP"),
@@ -267,9 +316,10 @@ class NeuronPlatform:
                     (entry / ".cache_accessed").write_text("hit")
                     loaded += 1
                     continue
-                if serving:
+                fatal = miss_is_fatal(serving)
+                if fatal:
                     raise RuntimeError(
-                        f"VLLM_NEURON_DISABLE_WARMUP_COMPILE: local compile cache miss for key "
+                        f"{fatal}: local compile cache miss for key "
                         f"{key}. All graphs must be pre-compiled when warmup compilation is "
                         "disabled."
                     )
