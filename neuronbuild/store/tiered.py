@@ -11,22 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store
 from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest
-from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scratch_folder
+from neuronbuild.store.transfer import (
+    CopyReport,
+    MeterFactory,
+    copy_blob,
+    copy_manifest,
+    scratch_folder,
+)
 
 
 class TieredStore:
     """``local`` (a folder store on this node) in front of ``remote`` (any store; None when
-    the local store is the only one). ``progress``: where a fill shows the bytes it moves
-    (stderr for a command; None, the default, shows nothing)."""
+    the local store is the only one). ``progress``: makes the meter a fill tells the bytes it
+    moves (:data:`~.transfer.MeterFactory`; a command's shows them on stderr; None, the
+    default, tells nobody)."""
 
     def __init__(
-        self, local: Store, remote: Store | None = None, progress: TextIO | None = None
+        self, local: Store, remote: Store | None = None, progress: MeterFactory | None = None
     ) -> None:
         if remote is not None and remote.url == local.url:
             remote = None
