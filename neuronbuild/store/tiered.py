@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.human import count
 from neuronbuild.store.cas import Store
 from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest
@@ -102,6 +103,22 @@ class TieredStore:
             except StoreDataInvalid as exc:
                 self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
         return self.remote.get_manifest(digest)
+
+    def check_complete(self, manifest: Manifest, digest: str) -> None:
+        """What a dry run checks, writing nothing: every blob of ``manifest`` (named ``digest``)
+        is in the local tier or, failing that, in the remote (from which a fill would fetch it).
+
+        Raises:
+            StoreDataInvalid: naming how many blobs no tier holds (with their recorded size).
+        """
+        missing = self.local.missing_blobs(manifest.files())
+        if missing and self.remote is not None:
+            missing = self.remote.missing_blobs(missing)
+        if missing:
+            raise StoreDataInvalid(
+                f"manifest {digest} is incomplete in {self.url}: "
+                f"{count(len(missing), 'blob')} missing"
+            )
 
     def fill(
         self, digest: str, *, jobs: int = 8, recheck: bool = False, what: str = "fetch"
