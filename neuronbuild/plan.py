@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronbuild import start_env
-from neuronbuild.engines import Engine, engine_for
+from neuronbuild.engines.base import Engine
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.model_files import content_digest, local_folder

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.engines import Engine
+from neuronbuild.engines.base import Engine
 from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.human import format_table
 from neuronbuild.model_files import content_digest, local_folder

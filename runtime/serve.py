@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild import start_env
-from neuronbuild.engines import engine_for
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences

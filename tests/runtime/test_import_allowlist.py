@@ -31,6 +31,7 @@ OURS = {
     "neuronbuild.engines.neuron_buckets",
     "neuronbuild.engines.neuron_env",
     "neuronbuild.engines.neuron_node",
+    "neuronbuild.engines.registry",  # engines by name, imported when first asked for
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.folders",  # the store's dry-run write probe
