@@ -5,8 +5,6 @@ nothing."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from typing import ClassVar
 
 import pytest
@@ -15,6 +13,7 @@ from neuronbuild.engines import registry
 from neuronbuild.engines.cpu import CpuEngine
 from neuronbuild.errors import UserError
 from tests.conftest import REPO, cpu_recipe
+from tests.store.test_seams import loaded_by_planning
 
 
 class ToyEngine(CpuEngine):
@@ -50,13 +49,4 @@ def test_an_engine_whose_module_cannot_be_imported_says_what_to_install(
 
 
 def test_planning_a_cpu_recipe_imports_no_other_engine() -> None:
-    code = (
-        "import sys\n"
-        "from neuronbuild.plan import build_plan\n"
-        "from neuronbuild.recipe import parse_recipe\n"
-        f"print(build_plan(parse_recipe({cpu_recipe()!r})).engine.name)\n"
-        "print(sorted(m for m in sys.modules if m.startswith('neuronbuild.engines.neuron')))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-800:]
-    assert result.stdout.split("\n")[:2] == ["cpu", "[]"]
+    assert loaded_by_planning(cpu_recipe(), "neuronbuild.engines.neuron") == ("cpu", [])

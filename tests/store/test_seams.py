@@ -4,10 +4,11 @@ run's presence check, and read-only is a wrapper around any backend."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -32,17 +33,24 @@ def test_the_store_wing_imports_no_ui_at_run_time() -> None:
     assert not {k: v for k, v in offenders.items() if v}
 
 
-def test_planning_loads_no_store_module() -> None:
+def loaded_by_planning(recipe: dict[str, Any], prefix: str) -> tuple[str, list[str]]:
+    """Planning ``recipe`` in a fresh process: (its engine's name, the modules named ``prefix...``
+    it loaded)."""
     code = (
-        "import sys\n"
+        "import json, sys\n"
         "from neuronbuild.plan import build_plan\n"
         "from neuronbuild.recipe import parse_recipe\n"
-        f"build_plan(parse_recipe({cpu_recipe()!r}))\n"
-        "print(sorted(m for m in sys.modules if m.startswith('neuronbuild.store.')))"
+        f"name = build_plan(parse_recipe({recipe!r})).engine.name\n"
+        f"print(json.dumps([name, sorted(m for m in sys.modules if m.startswith({prefix!r}))]))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-800:]
-    assert result.stdout.strip() == "[]"
+    name, modules = json.loads(result.stdout)
+    return name, modules
+
+
+def test_planning_loads_no_store_module() -> None:
+    assert loaded_by_planning(cpu_recipe(), "neuronbuild.store.") == ("cpu", [])
 
 
 class Meter:
