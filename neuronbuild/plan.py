@@ -5,20 +5,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from fsspec.core import split_protocol
-
 from neuronbuild import start_env
-from neuronbuild.engines import Engine, engine_for
+from neuronbuild.engines.base import Engine
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import installed_builds
 from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
 
-__all__ = ["CompileUnit", "Plan", "build_plan", "units_cached"]
+__all__ = ["CompileUnit", "Plan", "build_plan"]
 
 
 @dataclass(frozen=True)
@@ -97,25 +95,3 @@ def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan
         CompileUnit(spec.graphs, UnitKey({**base, **spec.factors})) for spec in engine.units(recipe)
     )
     return Plan(recipe, engine, units)
-
-
-def units_cached(plan: Plan, cache: str, *, given: bool) -> set[str] | None:
-    """The keys of ``plan``'s units the store at ``cache`` holds (see
-    :meth:`~neuronbuild.store.cas.Store.cached_units`), or None when it is not asked.
-
-    Planning is offline and instant: unless the user ``given`` the store (``--cache`` on the
-    command line), only a default store that is a local folder that exists is read; a default
-    ``s3://`` or other remote store (``$NEURONBUILD_CACHE``) is never contacted.
-
-    Raises:
-        UserError: a malformed store URL.
-        StoreError: the store cannot be read (a given store that does not exist included).
-    """
-    if not given:
-        protocol, path = split_protocol(cache)
-        if protocol not in (None, "file", "local") or not Path(path).expanduser().is_dir():
-            return None
-    from neuronbuild.store.cas import Store  # not for a plan that asks no store
-
-    store = Store(cache, missing_ok=not given)
-    return set(store.cached_units(u.key.digest for u in plan.units))

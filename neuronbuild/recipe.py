@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from neuronbuild.data.vllm_data import engine_arg_names, server_options
-from neuronbuild.engines import engine_for
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -21,6 +20,7 @@ from neuronbuild.ui.options import (
     json_option,
     local_cache_option,
 )
+from neuronbuild.ui.progress import ByteProgress
 from neuronbuild.ui.verbosity import info
 
 from .serve import ServeSource, exec_vllm, prepare
@@ -67,7 +67,7 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
       neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
     """
     remote = Store(cache)
-    tiers = TieredStore(Store(local_cache, create=True), remote, progress=sys.stderr)
+    tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
     found = remote.resolve_target(target)
     digest = found.digest
     report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
@@ -106,7 +106,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     local_url = local_cache or str(envs.user_cache() / "store")
     if dry_run and not Path(local_url).is_dir():
         return TieredStore(remote)
-    return TieredStore(Store(local_url, create=not dry_run), remote, progress=sys.stderr)
+    return TieredStore(Store(local_url, create=not dry_run), remote, progress=ByteProgress)
 
 
 @click.command(cls=ServeCommand, context_settings=HELP)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild.digest import short
-from neuronbuild.engines import Engine
+from neuronbuild.engines.base import Engine
 from neuronbuild.engines.versions import installed_build, installed_version, pin_matches
 from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.human import format_table

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild import start_env
-from neuronbuild.engines import engine_for
 from neuronbuild.engines.coverage import check_coverage
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
@@ -51,7 +51,7 @@ class ServeSource:
     manifest: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepared:
     """A laid-out manifest and the vLLM process that serves it: ``argv`` run in ``cwd`` with
     exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
@@ -255,14 +255,7 @@ def prepare(
     root = cache_root or node_layout_root(digest)
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
-        missing = tiers.local.missing_blobs(manifest.files())
-        if missing and tiers.remote is not None:
-            missing = tiers.remote.missing_blobs(missing)
-        if missing:
-            raise StoreDataInvalid(
-                f"manifest {digest} is incomplete in {tiers.url}: "
-                f"{count(len(missing), 'blob')} missing"
-            )
+        tiers.check_complete(manifest, digest)
     else:
         if tiers.local.missing_blobs(manifest.files()):
             tiers.fill(digest)  # read-through: the node keeps what it fetched
@@ -282,7 +275,17 @@ def prepare(
     unique = tuple(dict.fromkeys(allowed))
     warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
     return Prepared(
-        digest, root, argv, env, cwd, files, size, list(tiers.notes), environ, unique, warnings
+        manifest=digest,
+        cache_root=root,
+        argv=argv,
+        env=env,
+        cwd=cwd,
+        files=files,
+        bytes=size,
+        notes=list(tiers.notes),
+        started_with=environ,
+        allowed=unique,
+        env_warnings=warnings,
     )
 
 

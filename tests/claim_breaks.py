@@ -237,8 +237,8 @@ BREAKS = [
         (
             (
                 "runtime/serve.py",
-                "from neuronbuild.engines import engine_for\n",
-                "from neuronbuild.engines import engine_for\nimport neuronbuild.build.doctor  # noqa\n",
+                "from neuronbuild.engines.registry import engine_for\n",
+                "from neuronbuild.engines.registry import engine_for\nimport neuronbuild.build.doctor  # noqa\n",
             ),
         ),
         ("tests/runtime/test_import_allowlist.py",),

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from neuronbuild.data.vllm_data import NO_DEFAULT, env_vars
-from neuronbuild.engines import get_engine
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
+from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe

@@ -92,7 +92,7 @@ def test_each_side_of_the_old_cycles_imports_alone() -> None:
 
 
 def test_every_target_resolves_to_an_engine_that_exists() -> None:
-    from neuronbuild.engines import ENGINE_NAMES
+    from neuronbuild.engines.registry import ENGINE_NAMES
     from neuronbuild.recipe import TARGET_ENGINES
 
     assert sorted(set(TARGET_ENGINES.values())) == sorted(ENGINE_NAMES)

@@ -24,8 +24,8 @@ from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names
 from neuronbuild.build.seeds import keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
-from neuronbuild.engines import engine_for
 from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder

@@ -16,7 +16,7 @@ from click.core import ParameterSource
 from neuronbuild.cli.common import load_or_exit, warn, warn_removed_env
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
 from neuronbuild.human import count, duration, format_table
-from neuronbuild.plan import Plan, build_plan, units_cached
+from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.ui.console import echo_json
 from neuronbuild.ui.logtail import tail_lines
@@ -136,11 +136,15 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
       neuronbuild plan recipe.yaml
       neuronbuild plan recipe.yaml --explain --cache s3://bucket/store
     """
+    from neuronbuild.store.cas import planning_store  # the plan itself never opens a store
+
     recipe = load_or_exit(recipe_path)
     the_plan = build_plan(recipe)
     given = click.get_current_context().get_parameter_source("cache") != ParameterSource.DEFAULT
     try:
-        cached = units_cached(the_plan, cache, given=given)
+        store = planning_store(cache, given=given)
+        keys = [unit.key.digest for unit in the_plan.units]
+        cached = None if store is None else set(store.cached_units(keys))
     except StoreError as exc:
         if given:
             raise

@@ -28,7 +28,7 @@ def load_or_exit(path: str) -> Recipe:
 
 def warn_removed_env(recipe: Recipe) -> None:
     """Name every variable of the user's environment kept from the engine process."""
-    from neuronbuild.engines import engine_for
+    from neuronbuild.engines.registry import engine_for
 
     for line in engine_for(recipe).env_warnings(start_env.environ()):
         warn(line)

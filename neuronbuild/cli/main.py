@@ -24,7 +24,7 @@ def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> No
     """``--version`` (click's eager callback): neuronbuild's version, then each engine's
     toolchain as installed here, and exit."""
     if value and not ctx.resilient_parsing:
-        from neuronbuild.engines import installed_toolchains
+        from neuronbuild.engines.registry import installed_toolchains
 
         click.echo(f"neuronbuild {__version__}")
         for name, found in installed_toolchains().items():

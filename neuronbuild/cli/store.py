@@ -77,10 +77,12 @@ def push(
     """
     from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
+    from neuronbuild.ui.progress import ByteProgress
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
     found = src.resolve_target(target)
-    report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=sys.stderr, what="push")
+    # ByteProgress shows on stderr: stdout keeps --json.
+    report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
     ref = found.ref_text
     if found.ref:
         dst.set_ref(*found.ref, report.manifest)

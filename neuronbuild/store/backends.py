@@ -513,23 +513,68 @@ class LastWriterWinsBackend(Backend):
         self.put(path, data)
 
 
-class ReadOnlyBackend(LastWriterWinsBackend):
-    """Any other fsspec URL without the opt-in: reads only."""
+class ReadOnly(Backend):
+    """Any backend, read only: reads go to ``inner``; every write is refused with one
+    :class:`~neuronbuild.errors.UserError` (as sccache's ``ReadOnlyStorage`` wraps any storage).
+    A create of an object already there writes nothing and answers False, as every backend does
+    (the first one wins): re-publishing what such a store holds is not a write."""
 
-    def _refuse(self) -> None:
-        raise UserError(
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner.fs, inner.layout, inner.url)
+        self.inner = inner
+
+    def _refuse(self) -> UserError:
+        return UserError(
             f"{self.url}: writing here needs atomic writes, which only folders and s3:// "
             "provide; pass --last-writer-wins to write anyway"
         )
 
+    def check_root(self, create: bool) -> None:
+        self.inner.check_root(create)
+
+    def read_versioned(self, path: str, limit: int) -> tuple[bytes | None, Any]:
+        return self.inner.read_versioned(path, limit)
+
+    def size(self, path: str) -> int | None:
+        return self.inner.size(path)
+
+    def modified(self, path: str) -> float | None:
+        return self.inner.modified(path)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def find(self, prefix: str) -> list[str]:
+        return self.inner.find(prefix)
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        return self.inner.list_sizes(prefix)
+
+    def open_read(self, path: str) -> IO[bytes]:
+        return self.inner.open_read(path)
+
+    def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
+        found = self.inner.abort_abandoned_uploads(older_than, dry_run=True)
+        if found and not dry_run:
+            raise self._refuse()
+        return found
+
     def put(self, path: str, data: bytes) -> None:
-        self._refuse()
+        raise self._refuse()
+
+    def create(self, path: str, data: bytes) -> bool:
+        if self.inner.exists(path):
+            return False
+        raise self._refuse()
 
     def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
-        self._refuse()
+        raise self._refuse()
+
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        raise self._refuse()
 
     def delete(self, path: str) -> None:
-        self._refuse()
+        raise self._refuse()
 
 
 def backend_for(
@@ -541,4 +586,5 @@ def backend_for(
     protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
     if {"s3", "s3a"} & set(protocols):
         return ObjectBackend(fs, layout, url)
-    return (LastWriterWinsBackend if last_writer_wins else ReadOnlyBackend)(fs, layout, url)
+    backend = LastWriterWinsBackend(fs, layout, url)
+    return backend if last_writer_wins else ReadOnly(backend)

@@ -87,6 +87,25 @@ def check_url(url: str) -> None:
         )
 
 
+def planning_store(url: str, *, given: bool) -> Store | None:
+    """The store ``plan`` asks which units it holds (:meth:`Store.cached_units`), or None
+    when it must not read one.
+
+    Planning is offline and instant: unless the user ``given`` the store (``--cache`` on the
+    command line), only a default store that is a local folder that exists is read; a default
+    ``s3://`` or other remote store (``$NEURONBUILD_CACHE``) is never contacted.
+
+    Raises:
+        UserError: a malformed store URL.
+        StoreError: the store cannot be read (a given store that does not exist included).
+    """
+    if not given:
+        protocol, path = fsspec.core.split_protocol(url)
+        if protocol not in (None, "file", "local") or not Path(path).expanduser().is_dir():
+            return None
+    return Store(url, missing_ok=not given)
+
+
 class Store:
     """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``, or another
     fsspec URL, read-only there unless ``last_writer_wins``).

@@ -11,22 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.human import count
 from neuronbuild.store.cas import Store
 from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest
-from neuronbuild.store.transfer import CopyReport, copy_blob, copy_manifest, scratch_folder
+from neuronbuild.store.transfer import (
+    CopyReport,
+    MeterFactory,
+    copy_blob,
+    copy_manifest,
+    scratch_folder,
+)
 
 
 class TieredStore:
     """``local`` (a folder store on this node) in front of ``remote`` (any store; None when
-    the local store is the only one). ``progress``: where a fill shows the bytes it moves
-    (stderr for a command; None, the default, shows nothing)."""
+    the local store is the only one). ``progress``: makes the meter a fill tells the bytes it
+    moves (:data:`~.transfer.MeterFactory`; a command's shows them on stderr; None, the
+    default, tells nobody)."""
 
     def __init__(
-        self, local: Store, remote: Store | None = None, progress: TextIO | None = None
+        self, local: Store, remote: Store | None = None, progress: MeterFactory | None = None
     ) -> None:
         if remote is not None and remote.url == local.url:
             remote = None
@@ -96,6 +103,22 @@ class TieredStore:
             except StoreDataInvalid as exc:
                 self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
         return self.remote.get_manifest(digest)
+
+    def check_complete(self, manifest: Manifest, digest: str) -> None:
+        """What a dry run checks, writing nothing: every blob of ``manifest`` (named ``digest``)
+        is in the local tier or, failing that, in the remote (from which a fill would fetch it).
+
+        Raises:
+            StoreDataInvalid: naming how many blobs no tier holds (with their recorded size).
+        """
+        missing = self.local.missing_blobs(manifest.files())
+        if missing and self.remote is not None:
+            missing = self.remote.missing_blobs(missing)
+        if missing:
+            raise StoreDataInvalid(
+                f"manifest {digest} is incomplete in {self.url}: "
+                f"{count(len(missing), 'blob')} missing"
+            )
 
     def fill(
         self, digest: str, *, jobs: int = 8, recheck: bool = False, what: str = "fetch"

@@ -16,17 +16,31 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol
 
 from neuronbuild.digest import hex_of
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.human import size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord
-from neuronbuild.ui.progress import ByteProgress
 
 DISK_MARGIN_BYTES = 64 << 20
 """Free space (bytes) a pull keeps beyond what the blobs need."""
+
+
+class ByteMeter(Protocol):
+    """What a copy tells about the bytes it moves: :meth:`advance` from any of its threads,
+    :meth:`close` once when the blobs are copied (or the copy failed)."""
+
+    def advance(self, n_bytes: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+MeterFactory = Callable[[str, int, int], ByteMeter]
+"""``factory(what, total_bytes, n_blobs)``: a meter for one copy of ``n_blobs`` blobs of
+``total_bytes`` bytes, named ``what`` (``push``, ``pull``, ``fetch``). The command line's is
+:class:`~neuronbuild.ui.progress.ByteProgress` on stderr; the store never prints."""
 
 
 @dataclass(frozen=True)
@@ -101,15 +115,15 @@ def copy_manifest(
     *,
     jobs: int = 8,
     recheck: bool = False,
-    progress: TextIO | None = None,
+    progress: MeterFactory | None = None,
     what: str = "copy",
 ) -> CopyReport:
     """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``.
 
     ``recheck``: re-hash the blobs ``dst`` already holds and re-read its copy of the manifest;
-    a corrupt one is replaced from ``src`` (and noted). ``progress``: where to show the bytes
-    the blobs' copy moves, named ``what`` (:class:`~neuronbuild.ui.progress.ByteProgress`; never
-    stdout, which ``--json`` keeps); None shows nothing.
+    a corrupt one is replaced from ``src`` (and noted). ``progress``: makes the meter told the
+    bytes the blobs' copy moves, named ``what`` (:data:`MeterFactory`; called only when blobs
+    are missing); None tells nobody.
 
     Raises:
         UserError: no such manifest, or not enough disk space on a folder ``dst``.
@@ -139,7 +153,7 @@ def copy_manifest(
     check_free_space(dst, sum(e.size for e in missing))
     meter = None
     if progress is not None and missing:
-        meter = ByteProgress(what, sum(e.size for e in missing), len(missing), progress)
+        meter = progress(what, sum(e.size for e in missing), len(missing))
     on_bytes = meter.advance if meter is not None else None
     try:
         with scratch_folder(dst) as scratch, ThreadPoolExecutor(max(1, jobs)) as pool:

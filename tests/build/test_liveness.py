@@ -21,6 +21,7 @@ import termios
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,8 @@ BUCKETS = {"num_batched_tokens_buckets": [1024, 4096], "num_seqs_buckets": [1, 8
 LABELS = [u.label() for u in build_plan(parse_recipe(neuron_recipe(BUCKETS))).units]
 PREFILL, DECODE = LABELS  # "prefill (2 graphs)", "decode (2 graphs)"
 BUCKET = "neuronbuild-liveness"
+METER = partial(ByteProgress, stream=io.StringIO())
+"""A copy's byte meter writing to a string (not a terminal), as the store's callers pass one."""
 
 
 def on_terminal(
@@ -398,11 +401,11 @@ def test_a_body_cut_mid_read_is_read_again_and_says_so(
     local, digest = published_with_model(tmp_path)
     url = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
     with s3_behind():
-        copy_manifest(local, Store(url), digest, progress=io.StringIO(), what="push")
+        copy_manifest(local, Store(url), digest, progress=METER, what="push")
     capfd.readouterr()
     with s3_behind(cut_every=2) as proxy:
         node = Store(str(tmp_path / "node"), create=True)
-        copy_manifest(Store(url), node, digest, progress=io.StringIO(), what="pull")
+        copy_manifest(Store(url), node, digest, progress=METER, what="pull")
         assert proxy.cut >= 2
     assert node.get_manifest(digest) == local.get_manifest(digest)
     lines = [line for line in capfd.readouterr().err.splitlines() if "retrying" in line]
@@ -425,11 +428,11 @@ def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_
     size = sum(f.size for f in local.get_manifest(digest).files())
     with s3_behind():
         remote = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}")
-        copy_manifest(local, remote, digest, progress=io.StringIO(), what="push")
+        copy_manifest(local, remote, digest, progress=METER, what="push")
         assert sum(counted) == size  # the upload leg (s3fs's callback)
         counted.clear()
         node = Store(str(tmp_path / "node"), create=True)
-        copy_manifest(remote, node, digest, progress=io.StringIO(), what="pull")
+        copy_manifest(remote, node, digest, progress=METER, what="pull")
         assert sum(counted) == size  # the download leg, as it is verified
 
 

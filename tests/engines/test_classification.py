@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from neuronbuild.data.vllm_data import engine_arg_names, server_options
-from neuronbuild.engines import get_engine
 from neuronbuild.engines.arg_classes import OWN_FACTORS
 from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.registry import get_engine
 
 ENGINES = ("cpu", "neuron")
 

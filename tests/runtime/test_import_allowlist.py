@@ -36,6 +36,7 @@ OURS = {
     "neuronbuild.engines.neuron_node",
     "neuronbuild.engines.neuron_releases",  # the SDK release table (its install hint at serve)
     "neuronbuild.engines.versions",  # pins against installed builds, for the node check
+    "neuronbuild.engines.registry",  # engines by name, imported when first asked for
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.folders",  # the store's dry-run write probe

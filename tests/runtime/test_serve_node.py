@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines import get_engine
 from neuronbuild.engines.neuron_node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
+from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
