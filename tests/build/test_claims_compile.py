@@ -96,6 +96,9 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
             assert store.get_unit(unit.key.digest) is None
             log = tmp_path / "logs" / f"{unit.key.hex}.log"
             assert f"fake compile of {unit.key.hex[:16]}" in log.read_text()  # kept
+            # The log is a field of the outcome, and named once at the end of the error line.
+            assert entry.log == str(log) and entry.failure.phase == unit.phase
+            assert entry.error.endswith(f"; log: {log}") and entry.error.count("log:") == 1
         else:
             assert entry.status == "compiled"
             assert set(store.cached_units([unit.key.digest])) == {unit.key.digest}
