@@ -21,17 +21,10 @@ from neuronbuild.ui.options import (
     local_cache_option,
 )
 from neuronbuild.ui.progress import ByteProgress
-from neuronbuild.ui.verbosity import info
+from neuronbuild.ui.verbosity import echo_notes, info
 
 from .serve import ServeSource, exec_vllm, prepare
 from .serve_options import split_serve_args
-
-
-def echo_notes(notes: list[str]) -> None:
-    """Print what a tiered store did that a user should hear about, one line each."""
-    for note in notes:
-        info(f"note: {note}", err=True)
-
 
 HELP = {"help_option_names": ["-h", "--help"]}
 

@@ -6,8 +6,6 @@ the vocabulary, and package faces that import nothing. Read from the source
 
 from __future__ import annotations
 
-import pytest
-
 from tests.lib import imports
 from tests.lib.imports import PACKAGE, RANK, package_graph
 
@@ -34,7 +32,6 @@ def test_the_kernel_imports_only_the_kernel() -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the store and engines seams land in this change")
 def test_only_the_edges_import_the_terminal_layer() -> None:
     _, arrows = package_graph()
     allowed = imports.EDGES | {"ui/"}

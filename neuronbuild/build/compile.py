@@ -13,15 +13,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from neuronbuild import envs
 from neuronbuild.build.costs import PlannedUnit, record_timings
+from neuronbuild.build.events import ObserverFactory, silent
 from neuronbuild.build.executor import Executor, LocalExecutor, Work
+from neuronbuild.build.report import (
+    CompileReport,
+    EntryCounts,
+    RunReport,
+    UnitFailure,
+    UnitOutcome,
+)
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
-from neuronbuild.build.seal import check_distinct_names
+from neuronbuild.build.seal import check_distinct_names, seal_plan
 from neuronbuild.build.seeds import keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.engines.compiler import UnitCompiler
@@ -29,15 +37,14 @@ from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.graph import CompileUnit
 from neuronbuild.human import format_table
 from neuronbuild.model_files import check_model_present
 from neuronbuild.notices import retrying
-from neuronbuild.plan import CompileUnit, Plan, build_plan
+from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
-from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
-from neuronbuild.ui.progress import Progress
-from neuronbuild.ui.verbosity import key_text
+from neuronbuild.store.records import FileRecord, UnitRecord
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -72,63 +79,6 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
             "toolchain"
         )
     return {d: str(v) for d, v in installed.items()}
-
-
-DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
-"""What ``compile --dry-run``'s text says the real run would do with a unit of each JSON
-``status``: compile it (``missing``), reuse the store's build (``cached``), or leave it to the
-shard that owns it (``skipped``); docs/json.md states the same mapping."""
-
-
-@dataclass
-class CompileReport:
-    """What ``compile`` did for one recipe: per unit ``status`` (cached, compiled, failed;
-    missing in a dry run; skipped: another shard's), seconds, error and (sharded) its ``shard``;
-    ``blocked``: why compiling here would be refused (dry run)."""
-
-    name: str
-    units: list[dict[str, Any]] = field(default_factory=list)
-    manifest: str | None = None
-    ref: str | None = None
-    seconds: float = 0.0
-    blocked: str | None = None
-    sharded: bool = False
-
-    @property
-    def statuses(self) -> tuple[str, ...]:
-        """The statuses its totals count (``skipped`` only in a shard's report)."""
-        return ("cached", "compiled", "failed", "missing") + (("skipped",) if self.sharded else ())
-
-    @property
-    def failed(self) -> int:
-        return sum(u["status"] == "failed" for u in self.units)
-
-    def count(self, status: str) -> int:
-        return sum(u["status"] == status for u in self.units)
-
-    def dry_run_rows(self) -> list[list[str]]:
-        """``compile --dry-run``'s table, header first: per unit what the real run would do
-        (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`neuronbuild.ui.verbosity.key_text`)."""
-        rows = [["WOULD", "UNIT", "KEY"]]
-        for unit in self.units:
-            action = DRY_RUN_ACTIONS.get(unit["status"], unit["status"])
-            if unit.get("shard") is not None and unit["status"] == "skipped":
-                action = f"skip (shard {unit['shard']})"
-            rows.append([action, unit["label"], key_text(unit["key"])])
-        return rows
-
-    def to_json(self) -> dict[str, Any]:
-        """One recipe of ``compile --json`` (``neuronbuild/schemas/compile.json``)."""
-        return {
-            "name": self.name,
-            "manifest": self.manifest,
-            "ref": self.ref,
-            "seconds": round(self.seconds, 3),
-            "blocked": self.blocked,
-            "n_units": len(self.units),
-            "n_units_by_status": {s: self.count(s) for s in self.statuses},
-            "units": self.units,
-        }
 
 
 def cached_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
@@ -239,7 +189,7 @@ def run_unit(
 
     Raises:
         UnitFailed: the engine failed for good; the message names the phase, the failing bucket
-            and error code where the log names them, and the log; ``details`` holds them.
+            and error code where the log names them; ``failure`` holds them and the log.
     """
     backoffs = pressure = 0
     while True:
@@ -262,16 +212,10 @@ def run_unit(
             attempts = MAX_MEMORY_RETRIES + 1
             retrying(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
         else:
-            details = {
-                "phase": unit.phase,
-                "bucket": failure.bucket,
-                "code": failure.code,
-                "reason": failure.reason,
-                "log": str(log),
-            }
+            found = UnitFailure(unit.phase, str(log), failure.bucket, failure.code, failure.reason)
             where = f"{unit.phase} phase" if unit.phase else "unit"
             bucket = f" at {failure.bucket}" if failure.bucket else ""
-            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}; log: {log}", details)
+            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}", found)
         with open(log, "a") as f:
             f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
         if groups.cancelled.wait(wait):
@@ -304,32 +248,6 @@ class RecipeRun:
     records: dict[str, UnitRecord]
     work: Work | None
     compiler: UnitCompiler | None = None
-
-
-@dataclass
-class RunReport:
-    """What one ``compile`` run did: one :class:`CompileReport` per recipe; with ``shard``, the
-    number of distinct units in the run (``units``) and of those this shard owns (``assigned``)."""
-
-    recipes: list[CompileReport]
-    shard: Shard | None = None
-    units: int = 0
-    assigned: int = 0
-    seconds: float = 0.0
-
-    @property
-    def failed(self) -> int:
-        return sum(r.failed for r in self.recipes)
-
-    def to_json(self) -> dict[str, Any]:
-        """``compile --json`` less its ``store`` (``neuronbuild/schemas/compile.json``)."""
-        return {
-            "shard": None if self.shard is None else str(self.shard),
-            "n_units": self.units,
-            "n_assigned": self.assigned,
-            "seconds": round(self.seconds, 3),
-            "recipes": [r.to_json() for r in self.recipes],
-        }
 
 
 def prepare_recipe(
@@ -368,7 +286,7 @@ def prepare_recipe(
             recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), None
         )
 
-    def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, dict[str, int]]:
+    def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, EntryCounts]:
         log = unit_log(log_dir, unit)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
@@ -386,10 +304,8 @@ def prepare_recipe(
             raise
         except UnitFailed as exc:
             keep_finished(store, recipe, unit, compiler, cache_root, seeded, stream)
-            details = {"phase": unit.phase, "log": str(log), **exc.details}
-            if "log:" not in str(exc):
-                raise UnitFailed(f"{exc}; log: {log}", details) from None
-            raise
+            found = replace(exc.failure or UnitFailure(), phase=unit.phase, log=str(log))
+            raise UnitFailed(f"{exc}; log: {log}", found) from None
         except Exception as exc:
             keep_finished(store, recipe, unit, compiler, cache_root, seeded, stream)
             raise UnitFailed(f"{exc}; log: {log}") from None
@@ -397,7 +313,7 @@ def prepare_recipe(
             shutil.rmtree(scratch, ignore_errors=True)
         log.unlink(missing_ok=True)
         entries = {entry_name(compiler, f) for f in files} - compiler.shared_dirs
-        return record, {"compiled": len(entries - seeded), "reused": len(entries & seeded)}
+        return record, EntryCounts(compiled=len(entries - seeded), reused=len(entries & seeded))
 
     return RecipeRun(
         recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), work, compiler
@@ -415,6 +331,7 @@ def compile_recipes(
     dry_run: bool = False,
     shard: Shard | None = None,
     executor: Executor | None = None,
+    observe: ObserverFactory = silent,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -426,7 +343,10 @@ def compile_recipes(
     (default: each recipe's own log folder), removed on success and kept on failure.
     ``dry_run`` runs every check (the checks of a real run, the store's and the log folder's
     writability included) and reports which units would compile (status ``missing``), writing
-    nothing. ``executor``: where units run (default: worker threads here).
+    nothing. ``executor``: where units run (default: worker threads here). ``observe`` makes the
+    observer told of each unit's start and end and of the run's notes (default: none; the
+    command line passes the ``ui`` wing's ``Progress``); ``stream`` is where a
+    previous build's unreadable entry is reported (default stderr).
 
     Raises:
         UserError: broken install, toolchain or host mismatch (before anything runs), or two
@@ -471,16 +391,8 @@ def compile_recipes(
     todo = [union[k].unit for k in union if k in mine and k not in cached]
     result = RunReport([run.report for run in runs], shard, len(union), len(mine))
 
-    def row(unit: CompileUnit, status: str) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "key": unit.key.digest,
-            "label": unit.label(),
-            "graphs": [g.to_json() for g in unit.graphs],
-            "status": status,
-        }
-        if shard is not None:
-            data["shard"] = owner[unit.key.digest]
-        return data
+    def outcome(unit: CompileUnit, status: str, **ran: Any) -> UnitOutcome:
+        return UnitOutcome(unit, status, owner.get(unit.key.digest), **ran)
 
     if dry_run:
         envs.HEARTBEAT_SECONDS.get()  # the real run's progress reads it; a bad value fails there
@@ -489,7 +401,7 @@ def compile_recipes(
             for unit in run.plan.units:
                 key = unit.key.digest
                 status = "cached" if key in cached else "missing" if key in mine else "skipped"
-                run.report.units.append(row(unit, status))
+                run.report.units.append(outcome(unit, status))
             run.report.seconds = time.monotonic() - start
         result.seconds = time.monotonic() - start
         return result
@@ -500,23 +412,20 @@ def compile_recipes(
         return works[unit.key.digest](unit, groups)
 
     estimates = {k: planned.estimate for k, planned in union.items()}
-    at_once = jobs
-    for run in runs:  # each engine may lower parallelism for its units (e.g. host memory)
-        count = sum(1 for u in todo if u.key.digest in {v.key.digest for v in run.plan.units})
-        if run.compiler is not None and count:
-            allowed, note = run.compiler.concurrency(run.recipe, count, jobs)
-            at_once = min(at_once, allowed)
-            if note:
-                print(f"neuronbuild: {note}", file=stream or sys.stderr)
-    progress = Progress(len(todo), stream, logs=logs)
+    observer = observe(len(todo))
     try:
-        results = (
-            (executor or LocalExecutor()).run(todo, work, at_once, progress, estimates)
-            if todo
-            else []
-        )
+        at_once = jobs
+        for run in runs:  # each engine may lower parallelism for its units (e.g. host memory)
+            count = sum(1 for u in todo if u.key.digest in {v.key.digest for v in run.plan.units})
+            if run.compiler is not None and count:
+                allowed, note = run.compiler.concurrency(run.recipe, count, jobs)
+                at_once = min(at_once, allowed)
+                if note:
+                    observer.note(note)
+        runner = executor or LocalExecutor()
+        results = runner.run(todo, work, at_once, observer, estimates, logs) if todo else []
     finally:
-        progress.close()
+        observer.close()
     if outages:
         raise outages[0]
     record_timings(store, [(r.unit, r.seconds) for r in results if r.ok])
@@ -527,36 +436,22 @@ def compile_recipes(
             key = unit.key.digest
             done = by_key.get(key)
             if done is None:
-                report.units.append(row(unit, "cached" if key in cached else "skipped"))
+                report.units.append(outcome(unit, "cached" if key in cached else "skipped"))
             elif done.ok:
                 record, entries = done.value
                 report.units.append(
-                    {
-                        **row(unit, "compiled"),
-                        "seconds": round(done.seconds, 1),
-                        "n_entries_by_origin": entries,
-                    }
+                    outcome(unit, "compiled", seconds=done.seconds, entries=entries)
                 )
                 run.records[key] = record
             else:
-                details = {k: v for k, v in done.details.items() if v is not None}
                 report.units.append(
-                    {
-                        **row(unit, "failed"),
-                        "seconds": round(done.seconds, 1),
-                        "error": done.error,
-                        **details,
-                    }
+                    outcome(
+                        unit, "failed", seconds=done.seconds, error=done.error, failure=done.failure
+                    )
                 )
         if shard is None and not report.failed:
-            manifest = Manifest(
-                run.recipe.name,
-                run.recipe.canonical(),
-                tuple(run.records[u.key.digest] for u in run.plan.units),
-            )
-            report.manifest = store.put_manifest(manifest)
+            report.manifest = seal_plan(run.plan, run.records, store, LATEST)
             report.ref = f"{run.recipe.name}/{LATEST}"
-            store.set_ref(run.recipe.name, LATEST, report.manifest)
         report.seconds = time.monotonic() - start
     result.seconds = time.monotonic() - start
     return result
@@ -571,6 +466,7 @@ def compile_recipe(
     log_dir: Path,
     stream: TextIO | None = None,
     dry_run: bool = False,
+    observe: ObserverFactory = silent,
 ) -> CompileReport:
     """:func:`compile_recipes` for one recipe, on local workers, unsharded: its report."""
     run = compile_recipes(
@@ -581,5 +477,6 @@ def compile_recipe(
         log_dir=log_dir,
         stream=stream,
         dry_run=dry_run,
+        observe=observe,
     )
     return run.recipes[0]

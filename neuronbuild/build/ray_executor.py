@@ -15,17 +15,20 @@ import threading
 import time
 from typing import Any
 
+import ray
+
+from neuronbuild import notices
 from neuronbuild.build.executor import Batch, Executor, Work
 from neuronbuild.build.scheduler import (
     KILL_GRACE_SECONDS,
     ProcessGroups,
     UnitResult,
     signals_cancel,
+    unit_finished,
+    unit_started,
 )
-from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import Interrupted, StoreDataInvalid, StoreError
 from neuronbuild.graph import CompileUnit
-
-INSTALL_HINT = "pip install 'neuronbuild[ray]'"
 
 TASK_RETRIES = 1
 """Ray re-runs a task whose worker or node died (not one whose unit failed): publishing is
@@ -34,24 +37,20 @@ idempotent, so a rerun is safe."""
 GIB = 1 << 30
 
 
-def import_ray() -> Any:
-    """The ``ray`` module.
-
-    Raises:
-        UserError: Ray is not installed; the message says how to install it.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise UserError(
-            f"--executor ray needs Ray, which is not installed: {INSTALL_HINT}"
-        ) from None
-    return ray
+def retry_listener() -> notices.RetryListener | None:
+    """The listener this process's retry notices go to (the command line's printer), to connect
+    in each task: a Ray worker never imports the terminal layer that connects it here."""
+    listener = notices.set_retry_listener(None)
+    notices.set_retry_listener(listener)
+    return listener
 
 
-def run_in_task(work: Work, unit: CompileUnit) -> tuple[Any, float]:
+def run_in_task(
+    work: Work, unit: CompileUnit, listener: notices.RetryListener | None = None
+) -> tuple[Any, float]:
     """The body of one Ray task: ``work(unit, groups)`` on a thread of the worker, returning its
-    value and its run time in seconds.
+    value and its run time in seconds; the unit's retry notices go to ``listener`` (the driver's,
+    printing on the worker's stderr as on a local worker's) while it runs.
 
     ``ray.cancel`` interrupts the task's main thread (a KeyboardInterrupt); the engine processes
     live in their own process group, out of Ray's reach, so they are ended here before the
@@ -59,6 +58,7 @@ def run_in_task(work: Work, unit: CompileUnit) -> tuple[Any, float]:
     """
     groups = ProcessGroups()
     outcome: dict[str, Any] = {}
+    previous = notices.set_retry_listener(listener) if listener is not None else None
 
     def target() -> None:
         start = time.monotonic()
@@ -77,6 +77,9 @@ def run_in_task(work: Work, unit: CompileUnit) -> tuple[Any, float]:
         groups.end_all()
         thread.join(KILL_GRACE_SECONDS + 5)
         raise
+    finally:
+        if listener is not None:
+            notices.set_retry_listener(previous)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"], outcome["seconds"]
@@ -87,7 +90,7 @@ class RayExecutor(Executor):
     ``auto``); None: ``$RAY_ADDRESS`` if set, else a local cluster Ray starts and stops here."""
 
     def __init__(self, address: str | None) -> None:
-        self.ray = import_ray()
+        self.ray: Any = ray
         self.address = address
 
     def _connect(self) -> bool:
@@ -128,10 +131,11 @@ class RayExecutor(Executor):
                 ray.shutdown()
 
     def _run(self, ray: Any, batch: Batch) -> list[UnitResult]:
-        units, progress = batch.units, batch.progress
+        units, observer = batch.units, batch.observer
         task = ray.remote(max_retries=TASK_RETRIES)(run_in_task)
         max_cpus, max_memory = self._largest_node()
         shared_work = ray.put(batch.work)
+        listener = retry_listener()
         results: list[UnitResult | None] = [None] * len(units)
         outages: list[StoreError | StoreDataInvalid] = []
         pending = list(enumerate(units))
@@ -143,8 +147,8 @@ class RayExecutor(Executor):
             options: dict[str, Any] = {"num_cpus": min(estimate.cpus, max_cpus)}
             if max_memory:
                 options["memory"] = int(min(estimate.memory_gib * GIB, max_memory))
-            progress.started(unit)
-            ref = task.options(**options).remote(shared_work, unit)
+            unit_started(observer, unit, batch.logs.get(unit.key.digest))
+            ref = task.options(**options).remote(shared_work, unit, listener)
             running[ref] = (i, unit, time.monotonic())
 
         def finish(ref: Any) -> None:
@@ -163,7 +167,7 @@ class RayExecutor(Executor):
                     error=(message[-1] if message else "") or type(cause).__name__,
                 )
             results[i] = result
-            progress.finished(result)
+            unit_finished(observer, result)
 
         with signals_cancel(ProcessGroups()) as received:
             while pending or running:

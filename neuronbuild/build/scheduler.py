@@ -1,4 +1,4 @@
-"""Run compile units in parallel worker processes, with timeouts, progress and clean cancellation.
+"""Run compile units in parallel worker processes, with timeouts, reports and clean cancellation.
 
 Each unit's engine runs as a subprocess in its own process group (vLLM starts helper processes of
 its own), so a timeout or a SIGINT/SIGTERM of neuronbuild ends the whole group: first SIGTERM, then
@@ -13,44 +13,57 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from neuronbuild.build.events import BuildObserver
+from neuronbuild.build.report import UnitFailure
 from neuronbuild.errors import Interrupted
+from neuronbuild.graph import CompileUnit
 from neuronbuild.human import duration
-from neuronbuild.plan import CompileUnit
-from neuronbuild.ui.progress import Progress
 
 KILL_GRACE_SECONDS = 10.0
 """Seconds between SIGTERM and SIGKILL when ending an engine's process group."""
 
 
 class UnitFailed(Exception):
-    """A unit's compile failed; the message says why and where its log is. ``details``: what the
-    engine read from its log (phase, bucket, code, log path), for the summary."""
+    """A unit's compile failed; the message says why. ``failure``: what the engine read from its
+    log (phase, bucket, code, log path), for the summary; None when nothing is known."""
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, failure: UnitFailure | None = None) -> None:
         super().__init__(message)
-        self.details = details or {}
+        self.failure = failure
 
 
 @dataclass(frozen=True)
 class UnitResult:
-    """The outcome of one unit: ``value`` (the worker's return) on success, else ``error``."""
+    """The outcome of one unit: ``value`` (the worker's return) on success, else ``error`` and
+    the ``failure`` its :class:`UnitFailed` carried. ``seconds``: the unit's own run time."""
 
     unit: CompileUnit
     seconds: float
     value: Any = None
     error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    failure: UnitFailure | None = None
 
     @property
     def ok(self) -> bool:
+        """The unit succeeded."""
         return self.error is None
+
+
+def unit_started(observer: BuildObserver, unit: CompileUnit, log: Path | None) -> None:
+    """Tell ``observer`` that ``unit`` starts, its engine output going to ``log``."""
+    observer.started(unit.key.digest, unit.label(), unit.phase, log)
+
+
+def unit_finished(observer: BuildObserver, result: UnitResult) -> None:
+    """Tell ``observer`` how ``result``'s unit ended."""
+    observer.finished(result.unit.key.digest, result.unit.label(), result.seconds, result.error)
 
 
 class ProcessGroups:
@@ -166,9 +179,11 @@ def run_units(
     units: Sequence[CompileUnit],
     work: Callable[[CompileUnit, ProcessGroups], Any],
     jobs: int,
-    progress: Progress,
+    observer: BuildObserver,
+    logs: Mapping[str, Path] | None = None,
 ) -> list[UnitResult]:
-    """Run ``work(unit, groups)`` for every unit on up to ``jobs`` threads.
+    """Run ``work(unit, groups)`` for every unit on up to ``jobs`` threads, telling ``observer``
+    as each starts (with its log from ``logs``, by unit key) and ends.
 
     ``work`` starts its engine processes through ``groups`` and raises UnitFailed (or any
     exception) to fail its unit. Returns one result per unit, in the order of ``units``.
@@ -181,17 +196,17 @@ def run_units(
 
     def one(unit: CompileUnit) -> UnitResult:
         start = time.monotonic()
-        progress.started(unit)
+        unit_started(observer, unit, (logs or {}).get(unit.key.digest))
         try:
             value = work(unit, groups)
             result = UnitResult(unit, time.monotonic() - start, value=value)
         except UnitFailed as exc:
-            result = UnitResult(unit, time.monotonic() - start, error=str(exc), details=exc.details)
+            result = UnitResult(unit, time.monotonic() - start, error=str(exc), failure=exc.failure)
         except Exception as exc:  # a failing unit must not stop the others
             result = UnitResult(
                 unit, time.monotonic() - start, error=str(exc) or type(exc).__name__
             )
-        progress.finished(result)
+        unit_finished(observer, result)
         return result
 
     with signals_cancel(groups) as received, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

@@ -11,7 +11,7 @@ and lists the blobs (one listing when there are many, see
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from neuronbuild.build.shard import assign_units
 from neuronbuild.errors import UserError
 from neuronbuild.plan import Plan
 from neuronbuild.store.cas import Store
-from neuronbuild.store.records import Manifest
+from neuronbuild.store.records import Manifest, UnitRecord
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,26 @@ def check_distinct_names(plans: Sequence[Plan]) -> None:
         seen[name] = source
 
 
+def seal_plan(plan: Plan, records: Mapping[str, UnitRecord], store: Store, tag: str) -> str:
+    """Write ``plan``'s manifest (its recipe and the record of each of its units, from
+    ``records`` by unit key, in plan order) and move ``<name>/<tag>`` to it (compare-and-swap,
+    :meth:`~neuronbuild.store.cas.Store.set_ref`); returns the manifest's digest. The one place a
+    build is sealed: ``compile`` and ``seal`` both call it, once every unit is in the store.
+
+    Raises:
+        KeyError: a unit of the plan has no record (the caller checks first).
+        StoreError: the store failed.
+    """
+    manifest = Manifest(
+        plan.recipe.name,
+        plan.recipe.canonical(),
+        tuple(records[u.key.digest] for u in plan.units),
+    )
+    digest = store.put_manifest(manifest)
+    store.set_ref(plan.recipe.name, tag, digest)
+    return digest
+
+
 def seal_plans(
     plans: Sequence[Plan], store: Store, *, tag: str, shards: int | None = None
 ) -> SealReport:
@@ -115,13 +135,7 @@ def seal_plans(
         report.seconds = time.monotonic() - start
         return report
     for plan in plans:
-        manifest = Manifest(
-            plan.recipe.name,
-            plan.recipe.canonical(),
-            tuple(records[u.key.digest] for u in plan.units),
-        )
-        digest = store.put_manifest(manifest)
-        store.set_ref(plan.recipe.name, tag, digest)
+        digest = seal_plan(plan, records, store, tag)
         report.sealed.append(
             {"name": plan.recipe.name, "manifest": digest, "ref": f"{plan.recipe.name}/{tag}"}
         )

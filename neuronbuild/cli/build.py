@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -28,8 +28,15 @@ from neuronbuild.ui.options import (
     last_writer_wins_option,
     local_cache_option,
 )
-from neuronbuild.ui.verbosity import detail, key_text
-from neuronbuild_runtime.cli import echo_notes
+from neuronbuild.ui.verbosity import detail, echo_notes, key_text
+
+if TYPE_CHECKING:
+    from neuronbuild.build.report import CompileReport, UnitOutcome
+
+DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
+"""What ``compile --dry-run``'s text says the real run would do with a unit of each JSON
+``status``: compile it (``missing``), reuse the store's build (``cached``), or leave it to the
+shard that owns it (``skipped``); docs/json.md states the same mapping."""
 
 
 def invalid(path: str) -> dict[str, Any]:
@@ -169,6 +176,33 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
                 click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
 
 
+def dry_run_rows(report: CompileReport) -> list[list[str]]:
+    """``compile --dry-run``'s table for one recipe, header first: per unit what the real run
+    would do (:data:`DRY_RUN_ACTIONS`), its label and key (:func:`key_text`)."""
+    rows = [["WOULD", "UNIT", "KEY"]]
+    for unit in report.units:
+        action = DRY_RUN_ACTIONS.get(unit.status, unit.status)
+        if unit.shard is not None and unit.status == "skipped":
+            action = f"skip (shard {unit.shard})"
+        rows.append([action, unit.label, key_text(unit.key)])
+    return rows
+
+
+def echo_unit(unit: UnitOutcome) -> None:
+    """``compile``'s line for a unit worth a line: a failure (with its log's last lines under
+    ``-v``), or a compile that reused entries of the previous build."""
+    if unit.status == "failed":
+        click.echo(f"FAILED {unit.label} ({key_text(unit.key)}): {unit.error}", err=True)
+        for line in tail_lines(unit.log) if unit.log is not None else []:
+            detail(f"  | {line}", err=True)
+    elif unit.entries is not None and unit.entries.reused:
+        click.echo(
+            f"{key_text(unit.key)}: "
+            f"{count(unit.entries.compiled, 'entry', 'entries')} compiled, "
+            f"{unit.entries.reused} reused from the previous build"
+        )
+
+
 @click.command(name="compile")
 @click.argument(
     "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
@@ -251,6 +285,7 @@ def compile_(
     from neuronbuild.build.shard import parse_shard
     from neuronbuild.store.cas import LATEST, Store
     from neuronbuild.store.tiered import TieredStore
+    from neuronbuild.ui.progress import Progress
 
     shard = parse_shard(shard_text) if shard_text is not None else None
     if shard is not None and local_cache:
@@ -274,6 +309,7 @@ def compile_(
         dry_run=dry_run,
         shard=shard,
         executor=runner,
+        observe=Progress,
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)
@@ -291,26 +327,13 @@ def compile_(
             )
         for report in done.recipes:
             for unit in report.units:
-                if unit["status"] == "failed":
-                    label = unit["label"]
-                    key = key_text(unit["key"])
-                    click.echo(f"FAILED {label} ({key}): {unit['error']}", err=True)
-                    for line in tail_lines(unit["log"]) if "log" in unit else []:
-                        detail(f"  | {line}", err=True)
-                elif unit.get("n_entries_by_origin", {}).get("reused"):
-                    entries = unit["n_entries_by_origin"]
-                    click.echo(
-                        f"{key_text(unit['key'])}: "
-                        f"{count(entries['compiled'], 'entry', 'entries')} compiled, "
-                        f"{entries['reused']} reused from the previous build"
-                    )
-            by_status = report.to_json()["n_units_by_status"].items()
-            totals = ", ".join(f"{n} {s}" for s, n in by_status if n)
+                echo_unit(unit)
+            totals = ", ".join(f"{n} {s}" for s, n in report.by_status().items() if n)
             click.echo(
                 f"{report.name}: {count(len(report.units), 'unit')} ({totals}) "
                 f"in {duration(report.seconds)}"
             )
-            for line in format_table(report.dry_run_rows(), indent="  ") if dry_run else []:
+            for line in format_table(dry_run_rows(report), indent="  ") if dry_run else []:
                 click.echo(line)
             if report.manifest:
                 click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 
@@ -26,10 +26,6 @@ from neuronbuild.digest import short
 from neuronbuild.human import count, duration, size
 from neuronbuild.ui.logtail import tail_lines
 from neuronbuild.ui.verbosity import QUIET, verbosity
-
-if TYPE_CHECKING:
-    from neuronbuild.build.scheduler import UnitResult
-    from neuronbuild.graph import CompileUnit
 
 LIVE_REFRESH_SECONDS = 0.5
 """How often a terminal's bar is redrawn while nothing else happens (twice a second: no
@@ -93,7 +89,9 @@ class Ticker:
 
 @dataclass
 class _Running:
-    unit: CompileUnit
+    label: str
+    phase: str | None
+    log: Path | None
     start: float
     next_beat: float
 
@@ -104,10 +102,11 @@ class Progress:
     :data:`~neuronbuild.envs.HEARTBEAT_SECONDS` (default 60 s), one heartbeat line per running
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
-    ``logs``: each unit's log file by unit key (digest); a unit without one gets heartbeats
-    without a compiler line. ``-q`` (:data:`~neuronbuild.ui.verbosity.QUIET`) drops the bar and the
-    start and end lines but keeps the heartbeats in a log: ``-q`` is what CI jobs use, and a
-    silent hour-long Neuron phase is what gets a CI job killed.
+    The build's observer (:class:`neuronbuild.build.events.BuildObserver`): it prints the plain
+    fields it is told, and knows nothing of the scheduler's types. A unit started without a log
+    gets heartbeats without a compiler line. ``-q`` (:data:`~neuronbuild.ui.verbosity.QUIET`)
+    drops the bar and the start and end lines but keeps the heartbeats in a log: ``-q`` is what
+    CI jobs use, and a silent hour-long Neuron phase is what gets a CI job killed.
 
     Raises:
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (at creation).
@@ -118,12 +117,10 @@ class Progress:
         total: int,
         stream: TextIO | None = None,
         label: str = "compile",
-        logs: Mapping[str, Path] | None = None,
     ) -> None:
         self.stream = stream or sys.stderr
         self.total = total
         self.label = label
-        self.logs = dict(logs or {})
         self.start = time.monotonic()
         self.done = self.failed = 0
         self.units: dict[str, _Running] = {}
@@ -156,7 +153,7 @@ class Progress:
 
     def _update(self) -> None:
         now = time.monotonic()
-        running = ", ".join(f"{r.unit.label()} {clock(now - r.start)}" for r in self.units.values())
+        running = ", ".join(f"{r.label} {clock(now - r.start)}" for r in self.units.values())
         failed = f"{self.failed} failed; " if self.failed else ""
         self.bar.set_postfix_str(f"{failed}running: {running or '-'}", refresh=True)
 
@@ -166,50 +163,60 @@ class Progress:
                 self._update()
                 return
             now = time.monotonic()
-            for key, run in self.units.items():
+            for run in self.units.values():
                 if now >= run.next_beat:
                     run.next_beat += self.heartbeat
-                    beat = self._heartbeat(run, now - run.start, self.logs.get(key))
-                    self._line(beat, heartbeat=True)
+                    self._line(self._heartbeat(run, now - run.start), heartbeat=True)
 
     @staticmethod
-    def _heartbeat(run: _Running, seconds: float, log: Path | None) -> str:
-        phase = f"{run.unit.phase} phase, " if run.unit.phase else ""
-        line = last_line(log)
+    def _heartbeat(run: _Running, seconds: float) -> str:
+        phase = f"{run.phase} phase, " if run.phase else ""
+        line = last_line(run.log)
         said = f"; last line: {line}" if line else ""
-        return f"running  {run.unit.label()}: {phase}{duration(seconds)} so far{said}"
+        return f"running  {run.label}: {phase}{duration(seconds)} so far{said}"
 
-    def started(self, unit: CompileUnit) -> None:
-        """Count ``unit`` as running from now (its heartbeats are due from its start) and say so
-        (a ``started`` line; not under ``-q``). Thread-safe."""
+    def started(self, key: str, label: str, phase: str | None, log: Path | None) -> None:
+        """Count unit ``key`` (``sha256:<hex>``) as running from now (its heartbeats are due from
+        its start, naming ``label``, ``phase`` and the last line of ``log``) and say so (a
+        ``started`` line; not under ``-q``). Thread-safe."""
         with self._lock:
             now = time.monotonic()
-            self.units[unit.key.digest] = _Running(unit, now, now + self.heartbeat)
-            self._line(f"started  {unit.label()} ({short(unit.key.digest)})")
+            self.units[key] = _Running(label, phase, log, now, now + self.heartbeat)
+            self._line(f"started  {label} ({short(key)})")
             if self.live:
                 self._update()
 
-    def finished(self, result: UnitResult) -> None:
-        """Count ``result``'s unit done or failed and say so with its time and error and the
-        counts so far (a ``done``/``FAILED`` line; not under ``-q``). Thread-safe."""
+    def finished(self, key: str, label: str, seconds: float, error: str | None) -> None:
+        """Count unit ``key`` done (``error`` None) or failed and say so with its ``seconds`` and
+        error and the counts so far (a ``done``/``FAILED`` line; not under ``-q``). Thread-safe."""
         with self._lock:
-            self.units.pop(result.unit.key.digest, None)
-            if result.ok:
+            self.units.pop(key, None)
+            if error is None:
                 self.done += 1
                 status = "done   "
             else:
                 self.failed += 1
                 status = "FAILED "
-            detail = f" ({result.error})" if result.error else ""
+            detail = f" ({error})" if error else ""
             self._line(
-                f"{status}  {result.unit.label()} ({short(result.unit.key.digest)}) in "
-                f"{duration(result.seconds)}{detail}; "
+                f"{status}  {label} ({short(key)}) in "
+                f"{duration(seconds)}{detail}; "
                 f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
                 f"{self.failed} failed"
             )
             self.bar.update(1)
             if self.live:
                 self._update()
+
+    def note(self, text: str) -> None:
+        """Print ``neuronbuild: <text>`` (what a person should read before the units run),
+        above the bar on a terminal; under ``-q`` too, as a warning is."""
+        with self._lock:
+            line = f"neuronbuild: {text}"
+            if self.live:
+                self.bar.write(line, file=self.stream)
+            else:
+                print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
         """Stop the redraws and heartbeats and leave the bar as it is."""

@@ -34,6 +34,13 @@ def info(message: str, err: bool = False) -> None:
         click.echo(message, err=err)
 
 
+def echo_notes(notes: list[str]) -> None:
+    """Print what a tiered store did that a user should hear about, one ``note:`` line each on
+    stderr (:func:`info`: dropped by ``-q``)."""
+    for note in notes:
+        info(f"note: {note}", err=True)
+
+
 def detail(message: str, err: bool = False) -> None:
     """Print a line only ``-v`` asks for."""
     if _verbosity >= VERBOSE:

@@ -53,13 +53,13 @@ def test_every_unit_compiles_publishes_seals_and_moves_the_ref(
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_(recipe, store, tmp_path)
     assert sorted(compiler.started) == sorted(LABELS) and len(LABELS) >= 2
-    assert [u["status"] for u in report.units] == ["compiled"] * len(LABELS)  # type: ignore[attr-defined]
+    assert [u.status for u in report.units] == ["compiled"] * len(LABELS)  # type: ignore[attr-defined]
     assert store.get_ref("fake", "latest") == report.manifest  # type: ignore[attr-defined]
     manifest = store.get_manifest(report.manifest)  # type: ignore[attr-defined]
     assert [u.key for u in manifest.units] == [u.key.digest for u in build_plan(recipe).units]
     assert audit(store) == []
     again = compile_(recipe, store, tmp_path)
-    assert [u["status"] for u in again.units] == ["cached"] * len(LABELS)  # type: ignore[attr-defined]
+    assert [u.status for u in again.units] == ["cached"] * len(LABELS)  # type: ignore[attr-defined]
     assert again.manifest == report.manifest  # type: ignore[attr-defined]
     assert len(compiler.started) == len(LABELS)  # nothing compiled twice
 
@@ -78,23 +78,27 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
     bad = LABELS[-1]
     compiler.behaviour = {bad: failure}
     report = compile_(recipe, store, tmp_path, timeout=2.0)
-    status = {u["key"]: u for u in report.units}  # type: ignore[attr-defined]
+    status = {u.key: u for u in report.units}  # type: ignore[attr-defined]
     plan = build_plan(recipe)
     for unit in plan.units:
         entry = status[unit.key.digest]
         if unit.label() == bad:
-            assert entry["status"] == "failed"
+            assert entry.status == "failed"
             expected = {
                 "exit70": "engine exited with 70",
                 "incomplete": "no complete entry",
                 "hang": "timed out after 2.0 s",
             }[failure]
-            assert expected in entry["error"], entry["error"]
+            assert expected in entry.error, entry.error
             assert store.get_unit(unit.key.digest) is None
             log = tmp_path / "logs" / f"{unit.key.hex}.log"
             assert f"fake compile of {unit.key.hex[:16]}" in log.read_text()  # kept
+            # The log is named once at the end of the error line, and is a field of the outcome
+            # when the engine's run failed (an error after it, as a harvest, carries no fields).
+            assert entry.error.endswith(f"; log: {log}") and entry.error.count("log:") == 1
+            assert entry.log == (None if failure == "incomplete" else str(log))
         else:
-            assert entry["status"] == "compiled"
+            assert entry.status == "compiled"
             assert set(store.cached_units([unit.key.digest])) == {unit.key.digest}
             assert not (tmp_path / "logs" / f"{unit.key.hex}.log").exists()
     assert report.manifest is None and report.ref is None  # type: ignore[attr-defined]

@@ -39,7 +39,7 @@ from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.transfer import copy_manifest
-from neuronbuild.ui.progress import ByteProgress, last_line, retrying
+from neuronbuild.ui.progress import ByteProgress, Progress, last_line, retrying
 from tests.conftest import (
     REPO,
     cpu_recipe,
@@ -154,7 +154,9 @@ def test_without_a_terminal_each_running_unit_prints_a_heartbeat_at_the_set_inte
     compiler.behaviour = {DECODE: "sleep2.3", PREFILL: "exit1"}
     stream = io.StringIO()  # not a terminal, as a CI log
     store = Store(str(tmp_path / "store"), create=True)
-    compile_recipe(recipe, store, jobs=2, log_dir=tmp_path / "logs", stream=stream)
+    compile_recipe(
+        recipe, store, jobs=2, log_dir=tmp_path / "logs", observe=lambda n: Progress(n, stream)
+    )
     lines = stream.getvalue().splitlines()
     beats = [line for line in lines if f"running  {DECODE}:" in line]
     assert len(beats) >= 3, lines  # every 0.5 s of 2.3 s
@@ -180,7 +182,9 @@ def test_a_unit_that_ends_before_the_interval_prints_no_heartbeat(
 ) -> None:
     stream = io.StringIO()
     store = Store(str(tmp_path / "store"), create=True)
-    compile_recipe(recipe, store, jobs=2, log_dir=tmp_path / "logs", stream=stream)
+    compile_recipe(
+        recipe, store, jobs=2, log_dir=tmp_path / "logs", observe=lambda n: Progress(n, stream)
+    )
     text = stream.getvalue()
     assert "running  " not in text  # default interval: 60 s
     assert text.count("done     ") == 2

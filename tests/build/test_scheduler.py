@@ -34,7 +34,7 @@ def test_one_failing_unit_does_not_stop_the_others(tmp_path: Path) -> None:
         return result
 
     stream = io.StringIO()
-    results = run_units(UNITS, work, jobs=2, progress=Progress(len(UNITS), stream))
+    results = run_units(UNITS, work, jobs=2, observer=Progress(len(UNITS), stream))
     assert [r.ok for r in results] == [r.unit.key.digest != failing for r in results]
     assert results[1].error == "exited with 3"
     assert f"{len(UNITS)}/{len(UNITS)} finished" in stream.getvalue()
@@ -61,7 +61,7 @@ def test_a_timeout_ends_the_whole_process_group(tmp_path: Path) -> None:
         )
 
     start = time.monotonic()
-    [result] = run_units(UNITS[:1], work, jobs=1, progress=Progress(1, io.StringIO()))
+    [result] = run_units(UNITS[:1], work, jobs=1, observer=Progress(1, io.StringIO()))
     assert result.error == "timed out after 3.0 s"
     assert time.monotonic() - start < 30
     grandchild = int(pid_file.read_text())

@@ -20,12 +20,14 @@ import yaml
 from neuronbuild import start_env
 from neuronbuild.build import compile as build
 from neuronbuild.build.compile import compile_recipe
+from neuronbuild.build.report import CompileReport, UnitOutcome
 from neuronbuild.errors import UserError
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
+from neuronbuild.ui.progress import Progress
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import neuron_recipe
 from tests.neuron_double import SITE
@@ -92,7 +94,7 @@ def small_recipe(
     return load_recipe(path)
 
 
-def compile_small(recipe: Recipe, store: Store, tmp_path: Path, **kw: Any) -> build.CompileReport:
+def compile_small(recipe: Recipe, store: Store, tmp_path: Path, **kw: Any) -> CompileReport:
     options: dict[str, Any] = {"jobs": 3, "timeout": 60.0, "log_dir": tmp_path / "logs"}
     return compile_recipe(recipe, store, stream=io.StringIO(), **{**options, **kw})
 
@@ -117,7 +119,7 @@ def test_every_planned_graph_is_built_exactly_once_by_parallel_phase_units(
     start = time.monotonic()
     report = compile_small(recipe, store, tmp_path)
     assert report.failed == 0 and report.manifest is not None
-    assert [u["status"] for u in report.units] == ["compiled"] * 3
+    assert [u.status for u in report.units] == ["compiled"] * 3
     assert Counter(compiled_graphs(double)) == Counter(planned(recipe))
     assert len(planned(recipe)) == 3 + 4 + 2
     manifest = store.get_manifest(report.manifest)
@@ -174,7 +176,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     recipe = small_recipe(tmp_path)
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
-    [failed] = [u for u in report.units if u["status"] == "failed"]
+    [failed] = [u.to_json() for u in report.units if u.status == "failed"]
     assert failed["phase"] == "prefill"
     assert failed["code"] == "NCC_INLA001"
     assert failed["bucket"] == "prefill bucket 256"
@@ -188,7 +190,7 @@ def test_a_compiler_error_fails_its_unit_only_and_a_later_run_retries_it(
     assert report.manifest is None and store.get_ref("small", "latest") is None
     setenv(monkeypatch, "NEURON_DOUBLE_FAIL", None)
     again = compile_small(recipe, store, tmp_path)
-    assert [u["status"] for u in again.units] == ["compiled", "cached", "cached"]
+    assert [u.status for u in again.units] == ["compiled", "cached", "cached"]
     assert again.manifest is not None
 
 
@@ -235,7 +237,7 @@ def test_an_oom_kill_is_retried_with_fewer_workers(
     assert report.failed == 0, report.units
     setenv(monkeypatch, "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS", "8")  # 8, 4, 2: never enough
     report = compile_small(recipe, Store(str(tmp_path / "other"), create=True), tmp_path)
-    [unit] = report.units
+    [unit] = [u.to_json() for u in report.units]
     assert (unit["status"], unit["code"]) == ("failed", "SIGKILL")
 
 
@@ -250,7 +252,7 @@ def test_a_compile_that_never_ends_times_out_without_waiting_the_kill_grace(
         recipe, Store(str(tmp_path / "store"), create=True), tmp_path, timeout=2.0
     )
     assert report.failed == 3
-    assert all("timed out after 2.0 s" in u["error"] for u in report.units)
+    assert all("timed out after 2.0 s" in u.to_json()["error"] for u in report.units)
     assert time.monotonic() - start < 15  # 3 units, 2 at a time, no 10 s grace each
 
 
@@ -264,7 +266,10 @@ def test_an_added_bucket_recompiles_only_its_graph(double: Path, tmp_path: Path)
     second = compile_small(bigger, store, tmp_path)
     assert second.manifest is not None
     assert compiled_graphs(double) == ["prefill 512 0"]
-    entries = {u["graphs"][0]["kind"]: u["n_entries_by_origin"] for u in second.units}
+    entries = {
+        u["graphs"][0]["kind"]: u["n_entries_by_origin"]
+        for u in map(UnitOutcome.to_json, second.units)
+    }
     assert entries["prefill"] == {"compiled": 1, "reused": 3}
     assert entries["decode"] == {"compiled": 0, "reused": 4}
 
@@ -353,7 +358,7 @@ def test_serve_only_switches_in_the_start_environment_are_kept_from_the_compile_
     report = compile_recipe(
         recipe,
         Store(str(tmp_path / "store"), create=True),
-        stream=stream,
+        observe=lambda n: Progress(n, stream),
         jobs=2,
         timeout=60.0,
         log_dir=tmp_path / "logs",
@@ -442,7 +447,10 @@ def test_seeded_entries_the_configuration_no_longer_uses_are_dropped(
     got = sorted(f.path for f in store.get_manifest(last.manifest).files())
     want = sorted(f.path for f in fresh_store.get_manifest(fresh.manifest).files())
     assert got == want
-    entries = {u["graphs"][0]["kind"]: u["n_entries_by_origin"] for u in last.units}
+    entries = {
+        u["graphs"][0]["kind"]: u["n_entries_by_origin"]
+        for u in map(UnitOutcome.to_json, last.units)
+    }
     assert entries["prefill"] == {"compiled": 0, "reused": 2}
 
 

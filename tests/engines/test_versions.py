@@ -225,7 +225,7 @@ def test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entr
     patch_vllm_neuron(site)
     second = compile_small(load_recipe(recipe.source), store, tmp_path)
     assert second.manifest not in (None, first.manifest)
-    entries = [u["n_entries_by_origin"] for u in second.units]
+    entries = [u.to_json()["n_entries_by_origin"] for u in second.units]
     assert entries == [{"compiled": 3, "reused": 0}, {"compiled": 4, "reused": 0}]
 
 
