@@ -18,16 +18,18 @@ import math
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
-from neuronbuild.engines.neuron import speculative_tokens
+from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.neuron import PHASE_OF_KIND, speculative_tokens
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count, size
+from neuronbuild_runtime.vllm_args import vllm_cli_args
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
@@ -192,6 +194,14 @@ SERVE_ONLY = (
 COMPILATION_TIMEOUTS = ("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "VLLM_NEURON_COMPILATION_TIMEOUT")
 
 
+def compile_argv(recipe: Recipe) -> list[str]:
+    """The worker's command: the API server arguments serve passes for ``recipe``'s engine
+    arguments (:func:`neuronbuild_runtime.vllm_args.vllm_cli_args`, the one function both use),
+    so vLLM-Neuron resolves one configuration at compile and at serve (rows A5, B10)."""
+    args = json.dumps(vllm_cli_args(recipe.engine_args))
+    return [sys.executable, "-m", "neuronbuild.engines.neuron_compile_worker", args]
+
+
 class NeuronCompiler(UnitCompiler):
     """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
 
@@ -277,8 +287,9 @@ class NeuronCompiler(UnitCompiler):
                 envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS: str(workers),
             }
         )
+        built = {PHASE_OF_KIND[g.kind] for g in unit.graphs}
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
-            if phase != unit.phase:
+            if phase not in built:
                 env[switch] = "1"
         for name in SERVE_ONLY:
             env.pop(name, None)
@@ -289,7 +300,7 @@ class NeuronCompiler(UnitCompiler):
             for name in COMPILATION_TIMEOUTS:
                 if name not in started_with:
                     env[name] = str(max(1, math.ceil(timeout)))
-        return worker_command("neuronbuild.engines.neuron_compile_worker", recipe, env)
+        return EngineCommand(compile_argv(recipe), env, recipe.workdir)
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)
