@@ -289,7 +289,9 @@ def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Pat
         command, env=other_env, cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(here) == json.loads(there)
-    assert len(json.loads(here)) == 2 + 2 + 2  # phases of the three Neuron recipes (vision with prefill)
+    assert (
+        len(json.loads(here)) == 2 + 2 + 2
+    )  # phases of the three Neuron recipes (vision with prefill)
 
 
 def test_cpu_engine_environment_is_controlled_and_keyed(started_with: Any) -> None:

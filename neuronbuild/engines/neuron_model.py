@@ -101,7 +101,7 @@ def model_facts(config: Mapping[str, Any]) -> ModelFacts:
         merge = int(vc.get("spatial_merge_size", 1)) ** 2
         patch = int(vc["patch_size"]) if "patch_size" in vc else None
     elif arch in INTERNVL_ARCHITECTURES:
-        merge = int(round(1.0 / float(config.get("downsample_ratio", 0.5)) ** 2))
+        merge = round(1.0 / float(config.get("downsample_ratio", 0.5)) ** 2)
     return ModelFacts(
         vision="vision_config" in config,
         merge_factor=merge,

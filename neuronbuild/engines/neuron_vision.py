@@ -41,7 +41,7 @@ class VisionPlan:
 
 
 def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= ``n`` (1 for ``n <= 1``), as ``bucket_utils.next_power_of_2``."""
+    """The smallest power of two >= ``n`` (1 for ``n <= 1``): ``bucket_utils.next_power_of_2``."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
