@@ -1,6 +1,13 @@
 """Test double of vLLM-Neuron's platform, worker and compile cache (contract sections 2-6).
 
-Plans the graphs of the engine arguments with its own code, compiles each one that the local
+Written from the plugin's code, never from neuronbuild's: ``vllm_neuron/vllm/platform.py``
+(``apply_config_platform_defaults``, ``_resolve_vision_auto_config``, jinhuang12/vllm-neuron
+@25cf3c8c), ``vllm_neuron/model/neuron_config.py`` (``VisionNeuronConfig.resolve_tp_dp``,
+@289de16c), ``vllm_neuron/utils/vision_utils.py`` and ``bucket_utils.py`` (@10c6804d), and the
+worker's skip logic in ``vllm_neuron/vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``
+(@03bd80a2; AWShtokoyo/vllm-neuron @01c89e38 carries the same code).
+
+Resolves the configuration, plans the graphs of the engine arguments with its own code, compiles each one that the local
 cache lacks into ``$VLLM_CACHE_ROOT/neuron/compile_cache/<key>/`` (or fails like neuronx-cc when
 told to), and at serve with ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1`` loads every graph from the
 local cache or fails on the first miss.
