@@ -30,7 +30,9 @@ OURS = {
     "neuronbuild.engines.neuron",
     "neuronbuild.engines.neuron_buckets",
     "neuronbuild.engines.neuron_env",
+    "neuronbuild.engines.neuron_model",  # what the plan reads of a local model's config.json
     "neuronbuild.engines.neuron_node",
+    "neuronbuild.engines.neuron_vision",  # the vision plan's rules
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.folders",  # the store's dry-run write probe
