@@ -105,6 +105,17 @@ def test_the_compile_run_gets_the_arguments_serve_passes(double: Path, tmp_path:
     assert "--optimization-level" in json.loads(command.argv[-1])
 
 
+@pytest.mark.slow
+def test_the_compile_worker_stops_a_server_that_keeps_serving_once_it_is_healthy(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setenv(monkeypatch, "NEURON_DOUBLE_LISTEN", "1")  # the double's server never returns
+    recipe = small_recipe(tmp_path)
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
+    assert [u["status"] for u in report.units] == ["compiled", "compiled"], report.units
+    assert report.seconds < 30
+
+
 def test_an_explicit_optimization_level_is_keyed_apart_from_an_unset_one() -> None:
     def keys(**args: Any) -> list[str]:
         return [u.key.digest for u in build_plan(parse_recipe(neuron_recipe(**args))).units]

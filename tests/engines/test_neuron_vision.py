@@ -156,3 +156,25 @@ def test_the_double_extracts_the_vision_graphs_neuronbuild_plans(
     ]
     ours = [" ".join([g.kind, *(str(v) for _, v in g.dims)]) for g in build_plan(recipe).graphs]
     assert sorted(extracted) == sorted(ours)
+
+
+@pytest.mark.parametrize(
+    "vnc",
+    [
+        {"num_vision_tokens_buckets": [2048], "max_vision_seq_len": 4096},
+        {"num_vision_tokens_buckets": [1024]},
+        {"max_vision_seq_len": 1024},
+    ],
+)
+def test_the_double_refuses_at_start_what_the_plan_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vnc: dict[str, Any]
+) -> None:
+    errors_of(tmp_path, vnc)  # neuronbuild refuses it
+    args = {**neuron_recipe(model="./model", tensor_parallel_size=1), "additional_config": {}}
+    args["additional_config"]["vision_neuron_config"] = vnc
+    monkeypatch.syspath_prepend(str(SITE))
+    importlib.invalidate_caches()
+    platform = importlib.import_module("vllm_neuron.platform")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError):
+        platform.resolve_config(args)
