@@ -150,11 +150,12 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
-def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
+def check_manifest_plans(manifest: Manifest, digest: str, source: str | None = None) -> Recipe:
     """The manifest's own recipe, which must plan exactly the manifest's units: the same graphs,
     in order, with the same factors drawn from the recipe (engine, target, model, revision,
     engine arguments, toolchain). Factors drawn from the compile host (its environment, its
-    instruction set) are the node checks' business.
+    instruction set) are the node checks' business. ``source``: the recipe file being served,
+    whose folder a relative local model is read from (a Neuron plan reads its ``config.json``).
 
     Raises:
         UserError: the manifest was sealed under another unit key schema (compile again).
@@ -170,7 +171,7 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
             f"neuronbuild uses {SCHEMA}; compile the recipe again with this version"
         )
     try:
-        recipe = parse_recipe(manifest.recipe, source=what)
+        recipe = parse_recipe(manifest.recipe, source=source or what)
     except RecipeInvalid as exc:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
     plan: Plan = build_plan(recipe)
@@ -225,7 +226,9 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     manifest = tiers.get_manifest(digest)
     with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
         check_phases(recipe_file or parse_recipe(manifest.recipe, source=digest), manifest, digest)
-    sealed_recipe = check_manifest_plans(manifest, digest)
+    sealed_recipe = check_manifest_plans(
+        manifest, digest, recipe_file.source if recipe_file else None
+    )
     if recipe_file is not None:
         check_recipe_matches(recipe_file, manifest, digest)
         return recipe_file, manifest, digest

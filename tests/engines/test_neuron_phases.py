@@ -39,9 +39,7 @@ QWEN3_VL_CONFIG = {
 def serve_and_count(
     recipe: Recipe, store: Store, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> subprocess.CompletedProcess[str]:
-    """Serve ``recipe``'s latest build from ``store`` on a trn2 "node" (the double's API server),
-    from the recipe's folder (a sealed recipe's local model is found from there)."""
-    monkeypatch.chdir(recipe.workdir)
+    """Serve ``recipe``'s latest build from ``store`` on a trn2 "node" (the double's API server)."""
     setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
     prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
     env = {**prepared.env, "NEURON_DOUBLE_DEVICE": "trn2"}
