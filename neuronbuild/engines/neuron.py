@@ -241,8 +241,9 @@ class NeuronEngine(Engine):
     )
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     note: ClassVar[str] = (
-        "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
-        "configuration, since vLLM-Neuron compiles phases, never single buckets"
+        "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
+        "vision alone for mm_encoder_only) of the whole configuration, since vLLM-Neuron "
+        "compiles phases, never single buckets"
     )
     # A phase unit compiles each of its graphs' NEFFs (minutes of neuronx-cc each for a large
     # model) and needs several GiB of host memory per concurrent neuronx-cc process (users

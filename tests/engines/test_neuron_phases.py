@@ -144,6 +144,16 @@ def test_a_vision_only_engine_is_the_one_vision_unit() -> None:
 
 
 @pytest.mark.slow
+def test_a_vision_only_engine_compiles_its_vision_graphs_alone(
+    double: Path, tmp_path: Path
+) -> None:
+    recipe = small_recipe(tmp_path, mm_encoder_only=True)
+    report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path)
+    assert report.failed == 0, report.units
+    assert sorted(compiled_graphs(double)) == ["vision 2048", "vision 4096"]
+
+
+@pytest.mark.slow
 def test_a_vision_language_kv_consumer_compiles_and_serves_decode_only(
     double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
