@@ -201,6 +201,18 @@ def resolve_vision(
     none (no vision config, or ``mm_language_model_only``), with every problem found."""
     additional = args.get("additional_config") or {}
     vnc, errors = sub_mapping(additional, "vision_neuron_config")
+    if model is not None and not model.vision and "vision_neuron_config" in additional:
+        # The platform creates and resolves a vision config only for a model with a
+        # vision_config; what the runner makes of one given for another model is not in sources.
+        errors.append(
+            RecipeError(
+                VNC,
+                additional["vision_neuron_config"],
+                "the model's config.json has no vision_config, so it has no vision encoder to "
+                "compile; remove vision_neuron_config",
+            )
+        )
+        return None, errors
     if not has_vision(args, model) or additional.get("mm_language_model_only") is True:
         return None, errors
     block = vnc.get("vision_attention_block_size", DEFAULT_VISION_ATTENTION_BLOCK_SIZE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -75,7 +76,9 @@ def small_recipe(
     if not vision:
         del config["vision_neuron_config"]
     (tmp_path / "model").mkdir(exist_ok=True)
-    (tmp_path / "model" / "config.json").write_text("{}")  # the compile host needs the config
+    # The compile host needs the config; a vision section makes it a vision-language model.
+    hf = {"architectures": ["Qwen3VLForConditionalGeneration"], "vision_config": {}}
+    (tmp_path / "model" / "config.json").write_text(json.dumps(hf if vision else {}))
     data = neuron_recipe(
         name="small",
         model="./model",

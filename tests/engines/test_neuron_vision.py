@@ -178,3 +178,10 @@ def test_the_double_refuses_at_start_what_the_plan_refuses(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError):
         platform.resolve_config(args)
+
+
+def test_a_vision_config_for_a_local_model_without_a_vision_section_is_refused(
+    tmp_path: Path,
+) -> None:
+    [error] = errors_of(tmp_path, {"num_vision_tokens_buckets": [2048]}, config={"x": 1})
+    assert error.startswith(VNC) and "no vision_config" in error
