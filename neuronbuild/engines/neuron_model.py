@@ -89,22 +89,30 @@ def architecture_is_pooling(architecture: str) -> bool:
     return next((pool for suffix, pool in POOLING_SUFFIXES if architecture.endswith(suffix)), False)
 
 
+def _positive(value: Any) -> float | None:
+    """``value`` as a positive number, or None (a malformed config reads as the field absent)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
 def model_facts(config: Mapping[str, Any]) -> ModelFacts:
     """:class:`ModelFacts` of one ``config.json`` mapping (vLLM-Neuron looks at
-    ``architectures[0]`` only, ``vision_utils.py``)."""
-    architectures = config.get("architectures") or [""]
-    arch = str(architectures[0])
+    ``architectures[0]`` only, ``vision_utils.py``); a malformed field reads as absent."""
+    architectures = config.get("architectures")
+    arch = str(architectures[0]) if isinstance(architectures, list) and architectures else ""
     vision = config.get("vision_config")
     vc = vision if isinstance(vision, Mapping) else {}
     merge, patch = 1, None
     if arch in SPATIAL_MERGE_ARCHITECTURES:
-        merge = int(vc.get("spatial_merge_size", 1)) ** 2
-        patch = int(vc["patch_size"]) if "patch_size" in vc else None
+        merge = int(_positive(vc.get("spatial_merge_size")) or 1) ** 2
+        size = _positive(vc.get("patch_size"))
+        patch = int(size) if size else None
     elif arch in INTERNVL_ARCHITECTURES:
-        merge = round(1.0 / float(config.get("downsample_ratio", 0.5)) ** 2)
+        merge = round(1.0 / (_positive(config.get("downsample_ratio")) or 0.5) ** 2)
     return ModelFacts(
         vision="vision_config" in config,
-        merge_factor=merge,
+        merge_factor=max(1, merge),
         patch_size=patch,
         pooling=architecture_is_pooling(arch),
     )

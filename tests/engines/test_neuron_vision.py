@@ -185,3 +185,11 @@ def test_a_vision_config_for_a_local_model_without_a_vision_section_is_refused(
 ) -> None:
     [error] = errors_of(tmp_path, {"num_vision_tokens_buckets": [2048]}, config={"x": 1})
     assert error.startswith(VNC) and "no vision_config" in error
+
+
+def test_a_malformed_vision_section_reads_as_absent_fields_not_a_traceback(tmp_path: Path) -> None:
+    bad = {**QWEN3_VL_CONFIG, "vision_config": {"spatial_merge_size": "two", "patch_size": None}}
+    recipe = local(
+        tmp_path, {"max_vision_seq_len": 65536}, bad, mm_processor_kwargs={"max_pixels": 1}
+    )
+    assert vision_of(recipe) == [2048, 4096]  # merge factor 1, no max_pixels rule
