@@ -5,10 +5,11 @@ aws-neuron-sdk @81ce03ae ``vllm-neuron/docs/design/compilation/cpu_compilation.m
 ``compilation_cache.md``): the process runs with ``VLLM_NEURON_CPU_COMPILE=1`` and
 ``NEURON_PLATFORM_TARGET_OVERRIDE=<target>`` in its environment from the start (so before any Neuron
 import), never ``VLLM_NEURON_CPU_MODE``, a private scratch ``VLLM_CACHE_ROOT`` on local disk, the
-recipe's exact engine arguments and the unit's keyed variables, and the skip switches of the phases
-the unit does not build. vLLM-Neuron does not exit after compiling, so the worker
-(:mod:`neuronbuild.engines.neuron_compile_worker`) builds the engine and exits; the scheduler ends
-what is left of its process group.
+API server command line serve passes for the recipe (:func:`compile_argv`) and the unit's keyed
+variables, and the skip switches of the phases the unit's graphs do not need (vision graphs come
+with prefill, :data:`~neuronbuild.engines.neuron.PHASES`). vLLM-Neuron does not exit after
+compiling, so the worker (:mod:`neuronbuild.engines.neuron_compile_worker`) stops the server once
+it is healthy; the scheduler ends what is left of its process group.
 """
 
 from __future__ import annotations
