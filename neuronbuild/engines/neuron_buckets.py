@@ -26,14 +26,10 @@ MAX_MODEL_LEN_SINGLE_SHOT = 16384
 DEFAULT_BLOCK_SIZE = 32
 """vLLM's ``block_size`` default on Neuron (tokens), per the configuration reference."""
 
-DEFAULT_VISION_ATTENTION_BLOCK_SIZE = 2048
-"""``vision_attention_block_size`` default (vision tokens)."""
-
 DECODE_CONTEXT_MULTIPLE = 128
 """``decode_context_length_buckets`` entries must be multiples of this (tokens)."""
 
 NC = "additional_config.neuron_config"
-VNC = "additional_config.vision_neuron_config"
 
 
 def powers_of_two_then_max(start: int, maximum: int) -> list[int]:
@@ -90,9 +86,10 @@ class NeuronBuckets:
     language: bool
 
 
-def _sub_mapping(
+def sub_mapping(
     additional: Mapping[str, Any], key: str
 ) -> tuple[dict[str, Any], list[RecipeError]]:
+    """``additional_config[key]`` as a dict (``{}`` when absent), or an error if not a mapping."""
     value = additional.get(key)
     if value is None:
         return {}, []
@@ -101,7 +98,8 @@ def _sub_mapping(
     return dict(value), []
 
 
-def _positive_int(field: str, value: Any) -> list[RecipeError]:
+def positive_int(field: str, value: Any) -> list[RecipeError]:
+    """An error naming ``field`` unless ``value`` is a positive integer (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return [RecipeError(field, value, "must be a positive integer")]
     return []
@@ -386,46 +384,6 @@ def _resolve_decode(
     return num_seqs, list(ctx)
 
 
-def _resolve_vision(
-    args: Mapping[str, Any], vnc: Mapping[str, Any], errors: list[RecipeError]
-) -> list[int]:
-    given = vnc.get("num_vision_tokens_buckets")
-    if given is not None:
-        list_errors = check_bucket_list(f"{VNC}.num_vision_tokens_buckets", given)
-        errors += list_errors
-        return [] if list_errors else list(given)
-    block = vnc.get("vision_attention_block_size", DEFAULT_VISION_ATTENTION_BLOCK_SIZE)
-    block_errors = _positive_int(f"{VNC}.vision_attention_block_size", block)
-    errors += block_errors
-    ceiling = vnc.get("max_vision_seq_len")
-    if ceiling is None:
-        # "Model supports vision but num_vision_tokens_buckets is not configured": vLLM-Neuron
-        # derives the ceiling from the serving config at start, which a plan cannot know.
-        errors.append(
-            RecipeError(
-                f"{VNC}.num_vision_tokens_buckets",
-                MISSING,
-                "a multimodal recipe needs num_vision_tokens_buckets or max_vision_seq_len in "
-                "vision_neuron_config to plan its vision graphs; set one",
-            )
-        )
-        return []
-    ceiling_errors = _positive_int(f"{VNC}.max_vision_seq_len", ceiling)
-    errors += ceiling_errors
-    if ceiling_errors or block_errors:
-        return []
-    if ceiling < block:
-        errors.append(
-            RecipeError(
-                f"{VNC}.max_vision_seq_len",
-                ceiling,
-                f"is below vision_attention_block_size ({block}); raise it to at least {block}",
-            )
-        )
-        return []
-    return powers_of_two_then_max(block, ceiling)
-
-
 def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list[RecipeError]]:
     """Resolve every bucket list of a Neuron recipe's engine arguments, applying vLLM-Neuron's
     defaults and checks.
@@ -436,9 +394,8 @@ def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list
     """
     errors: list[RecipeError] = []
     additional = args.get("additional_config") or {}
-    nc, nc_errors = _sub_mapping(additional, "neuron_config")
-    vnc, vnc_errors = _sub_mapping(additional, "vision_neuron_config")
-    errors += nc_errors + vnc_errors
+    nc, nc_errors = sub_mapping(additional, "neuron_config")
+    errors += nc_errors
 
     encoder_only = bool(args.get("mm_encoder_only", False))
     language_only = additional.get("mm_language_model_only", False)
@@ -458,16 +415,12 @@ def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list
                 "language-only); drop one of them",
             )
         )
-    multimodal = "vision_neuron_config" in additional or encoder_only or language_only is True
 
     mnbt, nbt, kv = _resolve_prefill(args, nc, errors)
     if nbt:
         nbt = _align_for_dcp(args, nbt, errors)
     _check_prefix_caching(args, kv, errors)
     num_seqs, ctx = _resolve_decode(args, nc, errors)
-    vision = (
-        _resolve_vision(args, vnc, errors) if multimodal and language_only is not True else None
-    )
     if errors:
         return None, errors
     return (
@@ -477,7 +430,7 @@ def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list
             kv_segment_size=kv,
             num_seqs=num_seqs,
             decode_context_length=ctx,
-            vision=vision,
+            vision=None,  # resolved by neuron_vision.resolve_vision
             language=not encoder_only,
         ),
         [],

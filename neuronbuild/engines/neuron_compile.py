@@ -5,10 +5,11 @@ aws-neuron-sdk @81ce03ae ``vllm-neuron/docs/design/compilation/cpu_compilation.m
 ``compilation_cache.md``): the process runs with ``VLLM_NEURON_CPU_COMPILE=1`` and
 ``NEURON_PLATFORM_TARGET_OVERRIDE=<target>`` in its environment from the start (so before any Neuron
 import), never ``VLLM_NEURON_CPU_MODE``, a private scratch ``VLLM_CACHE_ROOT`` on local disk, the
-recipe's exact engine arguments and the unit's keyed variables, and the skip switches of the phases
-the unit does not build. vLLM-Neuron does not exit after compiling, so the worker
-(:mod:`neuronbuild.engines.neuron_compile_worker`) builds the engine and exits; the scheduler ends
-what is left of its process group.
+API server command line serve passes for the recipe (:func:`compile_argv`) and the unit's keyed
+variables, and the skip switches of the phases the unit's graphs do not need (vision graphs come
+with prefill, :data:`~neuronbuild.engines.neuron.PHASES`). vLLM-Neuron does not exit after
+compiling, so the worker (:mod:`neuronbuild.engines.neuron_compile_worker`) stops the server once
+it is healthy; the scheduler ends what is left of its process group.
 """
 
 from __future__ import annotations
@@ -18,18 +19,20 @@ import math
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler, worker_command
-from neuronbuild.engines.neuron import speculative_tokens
+from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.neuron import PHASE_OF_KIND, speculative_tokens
 from neuronbuild.engines.neuron_nki import (
     COMPILE_CACHE,
     SHARED_DIRS,
     kernel_files,
 )
+from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count, size
@@ -203,6 +206,14 @@ SERVE_ONLY = (
 COMPILATION_TIMEOUTS = ("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "VLLM_NEURON_COMPILATION_TIMEOUT")
 
 
+def compile_argv(recipe: Recipe) -> list[str]:
+    """The worker's command: the API server arguments serve passes for ``recipe``'s engine
+    arguments (:func:`neuronbuild.engines.vllm_args.vllm_cli_args`, the one function both use),
+    so vLLM-Neuron resolves one configuration at compile and at serve (rows A5, B10)."""
+    args = json.dumps(vllm_cli_args(recipe.engine_args))
+    return [sys.executable, "-m", "neuronbuild.engines.neuron_compile_worker", args]
+
+
 class NeuronCompiler(UnitCompiler):
     """Runs one phase of a recipe through vLLM-Neuron's CPU compile mode."""
 
@@ -311,8 +322,9 @@ class NeuronCompiler(UnitCompiler):
                 envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS: str(trace),
             }
         )
+        built = {PHASE_OF_KIND[g.kind] for g in unit.graphs}
         for phase, switch in envs.VLLM_NEURON_SKIP_WARMUP.items():
-            if phase != unit.phase:
+            if phase not in built:
                 env[switch] = "1"
         for name in SERVE_ONLY:
             env.pop(name, None)
@@ -323,7 +335,7 @@ class NeuronCompiler(UnitCompiler):
             for name in COMPILATION_TIMEOUTS:
                 if name not in started_with:
                     env[name] = str(max(1, math.ceil(timeout)))
-        return worker_command("neuronbuild.engines.neuron_compile_worker", recipe, env)
+        return EngineCommand(compile_argv(recipe), env, recipe.workdir)
 
     def classify(self, exit_code: int, log: str) -> Failure:
         return classify_failure(exit_code, log)

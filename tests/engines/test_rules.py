@@ -60,7 +60,7 @@ INVALID = [
     ("language-only-in-neuron-config", neuron_recipe({"mm_language_model_only": True}), f"{NC}.mm_language_model_only", "top level of additional_config"),
     ("language-only-in-vision-config", neuron_recipe(additional_config={"vision_neuron_config": {"num_vision_tokens_buckets": [2048], "mm_language_model_only": True}}), "additional_config.vision_neuron_config.mm_language_model_only", "silently ignored"),
     ("language-only-as-engine-arg", neuron_recipe(mm_language_model_only=True), "mm_language_model_only", "top level of additional_config"),
-    ("vision-without-buckets", neuron_recipe(additional_config={"vision_neuron_config": {}}), "additional_config.vision_neuron_config.num_vision_tokens_buckets", "max_vision_seq_len"),
+    ("vision-defaults-of-a-hub-model", neuron_recipe(additional_config={"vision_neuron_config": {"max_vision_seq_len": 65536}}), "additional_config.vision_neuron_config.num_vision_tokens_buckets", "merge factor"),
     ("vision-buckets-unsorted", neuron_recipe(additional_config={"vision_neuron_config": {"num_vision_tokens_buckets": [8192, 2048]}}), "additional_config.vision_neuron_config.num_vision_tokens_buckets", "ascending"),
     ("vision-ceiling-below-block", neuron_recipe(additional_config={"vision_neuron_config": {"max_vision_seq_len": 1024}}), "additional_config.vision_neuron_config.max_vision_seq_len", "vision_attention_block_size (2048)"),
     ("vision-tp-dp-world", neuron_recipe(additional_config={"vision_neuron_config": {"num_vision_tokens_buckets": [2048], "tp_size": 4, "dp_size": 4}}), "additional_config.vision_neuron_config.tp_size", "tensor_parallel_size (32)"),

@@ -1,8 +1,9 @@
 """A test double of vLLM + vLLM-Neuron (Neuron SDK 2.32.0) for the neuron engine's tests.
 
 How it is reached, and why: the real compile path is ``python -m
-neuronbuild.engines.neuron_compile_worker`` doing ``from vllm import LLM; LLM(**engine_args)``,
-after which vLLM loads vLLM-Neuron through its ``vllm.platform_plugins`` entry point; serve runs
+neuronbuild.engines.neuron_compile_worker`` running ``vllm.entrypoints.openai.api_server`` with the
+recipe's command line (``vllm.LLM`` stays for the offline API), after which vLLM loads vLLM-Neuron
+through its ``vllm.platform_plugins`` entry point; serve runs
 ``python -m vllm.entrypoints.openai.api_server``; ``compile`` reads the installed versions with
 ``importlib.metadata``. The Neuron SDK cannot be installed here (its PyPI names are placeholders)
 and vLLM's CPU build is not the vLLM 0.24.0 the SDK pairs with, so ``site/`` is a test-only
@@ -18,7 +19,13 @@ distribution metadata, which the real path passes through unchanged: no switch i
 knows about the double.
 
 The double follows reference/vllm-neuron-contract.md: it plans the graphs of the engine arguments
-itself (its own code, not neuronbuild's), honours the phase skip switches, KV roles and pooling,
+itself (its own code, not neuronbuild's, from the plugin's rules: each function names the one it
+follows), resolves the configuration as ``NeuronPlatform.check_and_update_config`` does (the O-level
+from ``sys.argv``, row B10; a vision config with default buckets for any model whose ``config.json``
+has a ``vision_config``, rows D13-D15, read from the model folder or the Hugging Face cache),
+honours the phase skip switches with the worker's coupling (vision only with prefill or for an
+``mm_encoder_only`` engine, none for a KV consumer, row A9), KV roles and pooling (``runner``,
+``convert`` or the architecture's suffix),
 writes one entry per graph in the real layout (``graph.hlo``, ``graph_<key>.neff``,
 ``.artifact_metadata_v0.json``, ``.compilation_complete`` last, plus a lock file, a temporary file
 and a rank capture folder that must not be harvested) under a key derived from the graph's shapes

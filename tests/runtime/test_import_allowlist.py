@@ -37,6 +37,9 @@ OURS = {
     "neuronbuild.engines.neuron_releases",  # the SDK release table (its install hint at serve)
     "neuronbuild.engines.versions",  # pins against installed builds, for the node check
     "neuronbuild.engines.registry",  # engines by name, imported when first asked for
+    "neuronbuild.engines.neuron_model",  # what the plan reads of a local model's config.json
+    "neuronbuild.engines.neuron_vision",  # the vision plan's rules
+    "neuronbuild.engines.vllm_args",  # a recipe as vLLM's command line (compile and serve alike)
     "neuronbuild.envs",
     "neuronbuild.errors",
     "neuronbuild.folders",  # the store's dry-run write probe
@@ -71,7 +74,6 @@ OURS = {
     "neuronbuild_runtime.node_checks",
     "neuronbuild_runtime.serve",
     "neuronbuild_runtime.serve_options",
-    "neuronbuild_runtime.vllm_args",
 }
 """Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
 

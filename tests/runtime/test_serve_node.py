@@ -302,7 +302,7 @@ def test_a_manifest_sealed_under_the_previous_key_schema_asks_for_a_compile(
 
 
 def test_boolean_options_are_spelled_as_vllms_parser_takes_them() -> None:
-    from neuronbuild_runtime.vllm_args import vllm_cli_args
+    from neuronbuild.engines.vllm_args import vllm_cli_args
 
     assert vllm_cli_args({"headless": False, "enforce_eager": False}) == ["--no-enforce-eager"]
     assert vllm_cli_args({"headless": True, "enable_auto_tool_choice": True}) == [

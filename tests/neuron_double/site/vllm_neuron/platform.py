@@ -1,6 +1,13 @@
 """Test double of vLLM-Neuron's platform, worker and compile cache (contract sections 2-6).
 
-Plans the graphs of the engine arguments with its own code, compiles each one that the local
+Written from the plugin's code, never from neuronbuild's: ``vllm_neuron/vllm/platform.py``
+(``apply_config_platform_defaults``, ``_resolve_vision_auto_config``, jinhuang12/vllm-neuron
+@25cf3c8c), ``vllm_neuron/model/neuron_config.py`` (``VisionNeuronConfig.resolve_tp_dp``,
+@289de16c), ``vllm_neuron/utils/vision_utils.py`` and ``bucket_utils.py`` (@10c6804d), and the
+worker's skip logic in ``vllm_neuron/vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``
+(@03bd80a2; AWShtokoyo/vllm-neuron @01c89e38 carries the same code).
+
+Resolves the configuration, plans the graphs of the engine arguments with its own code, compiles each one that the local
 cache lacks into ``$VLLM_CACHE_ROOT/neuron/compile_cache/<key>/`` (or fails like neuronx-cc when
 told to), and at serve with ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1`` loads every graph from the
 local cache or fails on the first miss.
@@ -35,11 +42,145 @@ def pow2_then(start: int, top: int) -> list[int]:
     return [*out, top]
 
 
-def plan(args: dict[str, Any]) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
-    """Graphs by phase, as the runner and worker build them."""
+def model_config(model: str) -> dict[str, Any]:
+    """The model's ``config.json`` as vLLM finds it: a folder (from the working directory), else
+    the Hugging Face cache snapshot (vLLM runs offline); ``{}`` when neither has one."""
+    folder = Path(model).expanduser()
+    path: Path | None = folder / "config.json" if folder.is_dir() else None
+    if path is None:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model, "config.json")
+        path = Path(found) if isinstance(found, str) else None
+    if path is None or not path.is_file():
+        return {}
+    config = json.loads(path.read_text())
+    return config if isinstance(config, dict) else {}
+
+
+def next_pow2(n: int) -> int:
+    """``bucket_utils.next_power_of_2``."""
+    power = 1
+    while power < n:
+        power *= 2
+    return power
+
+
+def merge_factor(config: dict[str, Any]) -> int:
+    """``vision_utils.get_vision_token_merge_factor``: the model class's own rule, else 1 (the
+    Qwen3-VL / Qwen3.5 classes: ``spatial_merge_size ** 2``; InternVL: ``1 / downsample_ratio**2``)."""
+    arch = (config.get("architectures") or [""])[0]
+    if arch.startswith(("Qwen3VL", "Qwen3_5")) and arch.endswith("ForConditionalGeneration"):
+        return int(config["vision_config"].get("spatial_merge_size", 1)) ** 2
+    if arch == "InternVLChatModel":
+        return round(1 / config.get("downsample_ratio", 0.5) ** 2)
+    return 1
+
+
+def max_pixels_tokens(config: dict[str, Any], max_pixels: int) -> int | None:
+    """``vision_utils.get_max_pixels_token_count``: ``max_pixels // patch_size ** 2`` for the
+    classes with a max_pixels rule (Qwen3-VL, Qwen3.5), None for the others."""
+    arch = (config.get("architectures") or [""])[0]
+    if arch.startswith(("Qwen3VL", "Qwen3_5")) and arch.endswith("ForConditionalGeneration"):
+        return max_pixels // int(config["vision_config"]["patch_size"]) ** 2
+    return None
+
+
+def auto_vision_config(args: dict[str, Any], config: dict[str, Any]) -> None:
+    """``NeuronPlatform._resolve_vision_auto_config``, run for a model whose config has a
+    ``vision_config``: creates ``vision_neuron_config`` when absent, raises the attention block
+    for ``max_pixels``, checks an explicit bucket list, else fills in the default buckets."""
+    additional = args.setdefault("additional_config", {})
+    vnc = additional.setdefault("vision_neuron_config", {})
+    block = vnc.get("vision_attention_block_size", 2048)
+    max_pixels = (args.get("mm_processor_kwargs") or {}).get("max_pixels")
+    if max_pixels:
+        tokens = max_pixels_tokens(config, max_pixels)
+        if tokens is not None and tokens > block:
+            block = vnc["vision_attention_block_size"] = next_pow2(tokens)
+    if vnc.get("num_vision_tokens_buckets"):
+        if vnc.get("max_vision_seq_len"):
+            raise ValueError(
+                "Cannot set both num_vision_tokens_buckets and max_vision_seq_len in "
+                "vision_neuron_config."
+            )
+        if max(vnc["num_vision_tokens_buckets"]) < block:
+            raise ValueError(
+                f"Largest bucket ({max(vnc['num_vision_tokens_buckets'])}) is smaller than "
+                f"vision_attention_block_size ({block})."
+            )
+        return
+    top = next_pow2(int(args["max_model_len"]) * merge_factor(config))
+    cap = vnc.get("max_vision_seq_len") or block
+    if cap < block:
+        raise ValueError(f"max_vision_seq_len ({cap}) must be >= vision_attention_block_size")
+    top = min(top, cap)
+    buckets, bucket = [], block
+    while bucket < top:
+        buckets.append(bucket)
+        bucket *= 2
+    vnc["num_vision_tokens_buckets"] = [*buckets, top]
+
+
+def vision_tp_dp(vnc: dict[str, Any], world: int) -> tuple[int, int]:
+    """``VisionNeuronConfig.resolve_tp_dp``: the size left at 1 is inferred from the world."""
+    tp, dp = vnc.get("tp_size", 1), vnc.get("dp_size", 1)
+    if tp == 1 and dp == 1:
+        return 1, world
+    if dp == 1 or tp == 1:
+        if world % (tp * dp):
+            raise ValueError(f"world_size ({world}) must be divisible by vision tp/dp size")
+        return (tp, world // tp) if dp == 1 else (world // dp, dp)
+    if tp * dp != world:
+        raise ValueError(f"vision tp_size ({tp}) * dp_size ({dp}) must equal world_size ({world})")
+    return tp, dp
+
+
+POOLING_SUFFIXES = [
+    *[(s, False) for s in ("ForCausalLM", "ForConditionalGeneration", "ChatModel", "LMHeadModel")],
+    *[(s, True) for s in ("ForTextEncoding", "EmbeddingModel", "ForSequenceClassification")],
+    *[(s, True) for s in ("ForTokenClassification", "ClassificationModel", "RewardModel")],
+    *[(s, True) for s in ("ForRewardModeling", "Model")],
+]
+"""vLLM's architecture suffix defaults (``vllm/config/model.py``), first match wins."""
+
+
+def is_pooling(args: dict[str, Any], config: dict[str, Any]) -> bool:
+    """vLLM's ``runner_type == "pooling"``: ``--runner pooling``, a pooling ``--convert``, or
+    ``--runner auto`` with a pooling architecture."""
+    if args.get("runner") == "pooling" or args.get("convert") in ("embed", "classify", "reward"):
+        return True
+    if args.get("runner", "auto") != "auto":
+        return False
+    arch = (config.get("architectures") or [""])[0]
+    return next((pool for suffix, pool in POOLING_SUFFIXES if arch.endswith(suffix)), False)
+
+
+def resolve_config(args: dict[str, Any]) -> dict[str, Any]:
+    """The engine arguments as the platform leaves them (``check_and_update_config``): the O-level
+    of ``apply_config_platform_defaults`` (vLLM's default O2 becomes O1 unless
+    ``--optimization-level`` is in ``sys.argv``: the offline ``LLM()`` never has it) and the
+    vision config every model with a ``vision_config`` gets."""
+    args = json.loads(json.dumps(args))
+    level = int(args.get("optimization_level", 2))
+    explicit = any(a.startswith("--optimization-level") for a in sys.argv)
+    args["optimization_level"] = 1 if level == 2 and not explicit else level
+    config = model_config(str(args["model"]))
+    if "vision_config" in config:
+        auto_vision_config(args, config)
+    args["_pooling"] = is_pooling(args, config)
+    return args
+
+
+def plan(args: dict[str, Any], honour_skips: bool) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
+    """Graphs by phase as the worker extracts them (``compile_or_warm_up_model``): a KV consumer
+    or a vision-only engine skips prefill, a KV producer, pooling runner or vision-only engine
+    skips decode, and vision is skipped without a vision config, for a language-only engine, or
+    whenever prefill is skipped unless the engine is vision-only. ``honour_skips``: the
+    ``VLLM_NEURON_SKIP_*_WARMUP`` switches count (compile runs)."""
     additional = args.get("additional_config") or {}
     nc = additional.get("neuron_config") or {}
-    vnc = additional.get("vision_neuron_config") or {}
+    vnc = additional.get("vision_neuron_config")
     mml = int(args["max_model_len"])
     kv = nc.get("kv_segment_size_buckets")
     nbt = nc.get("num_batched_tokens_buckets")
@@ -54,13 +195,35 @@ def plan(args: dict[str, Any]) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
     seqs = nc.get("num_seqs_buckets") or pow2_then(1, int(args["max_num_seqs"]))
     contexts = [*(nc.get("decode_context_length_buckets") or []), mml]
     role = (args.get("kv_transfer_config") or {}).get("kv_role")
-    pooling = args.get("runner") == "pooling"
+    encoder_only = bool(args.get("mm_encoder_only"))
+    if encoder_only and additional.get("mm_language_model_only"):
+        raise ValueError("mm_encoder_only and mm_language_model_only are mutually exclusive")
+    if vnc is not None:
+        vision_tp_dp(vnc, int(args.get("tensor_parallel_size", 1)))
+
+    def env(name: str) -> bool:
+        return honour_skips and flag(name)
+
+    skip_prefill = env("VLLM_NEURON_SKIP_PREFILL_WARMUP") or role == "kv_consumer" or encoder_only
+    skip_decode = (
+        env("VLLM_NEURON_SKIP_DECODE_WARMUP")
+        or role == "kv_producer"
+        or args["_pooling"]
+        or encoder_only
+    )
+    skip_vision = (
+        vnc is None
+        or not vnc.get("num_vision_tokens_buckets")
+        or env("VLLM_NEURON_SKIP_ENCODER_WARMUP")
+        or bool(additional.get("mm_language_model_only"))
+        or (skip_prefill and not encoder_only)
+    )
     phases: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
-    if not args.get("mm_encoder_only") and role != "kv_consumer":
+    if not skip_prefill:
         phases["prefill"] = [("prefill", (t, s)) for t in nbt for s in (kv or [0])]
-    if not args.get("mm_encoder_only") and role != "kv_producer" and not pooling:
+    if not skip_decode:
         phases["decode"] = [("decode", (b, c)) for b in seqs for c in contexts]
-    if vnc.get("num_vision_tokens_buckets") and not additional.get("mm_language_model_only"):
+    if not skip_vision:
         phases["vision"] = [("vision", (t,)) for t in vnc["num_vision_tokens_buckets"]]
     return phases
 
@@ -80,7 +243,7 @@ def num_blocks(args: dict[str, Any], target: str) -> int:
 
 def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: str) -> str:
     """md5[:32] over what vLLM-Neuron's ``create_cache_hash`` hashes (contract section 3)."""
-    cc_args = ["--auto-cast=none", f"-O{args.get('optimization_level', 2)}"]
+    cc_args = ["--auto-cast=none", f"-O{args['optimization_level']}"]
     if str(args.get("kv_cache_dtype", "auto")).startswith("fp8"):
         cc_args.append("--experimental-unsafe-fp8e4m3fn-as-fp8e4m3")
     cc_args.append(f"--target={target}")
@@ -284,12 +447,8 @@ class NeuronPlatform:
             raise RuntimeError(f"NEURON_PLATFORM_TARGET_OVERRIDE: unknown target {target!r}")
         root = compile_cache_dir()
         root.mkdir(parents=True, exist_ok=True)
-        skips = {
-            "prefill": flag("VLLM_NEURON_SKIP_PREFILL_WARMUP"),
-            "decode": flag("VLLM_NEURON_SKIP_DECODE_WARMUP"),
-            "vision": flag("VLLM_NEURON_SKIP_ENCODER_WARMUP"),
-        }
         serving = flag("VLLM_NEURON_DISABLE_WARMUP_COMPILE")
+        args = resolve_config(args)
         if not serving and capture_backend_disabled():
             print("Model warmup completed", flush=True)
             return 0
@@ -304,9 +463,7 @@ class NeuronPlatform:
                 with open(os.environ["NEURON_DOUBLE_HELPERS"], "a") as f:
                     f.write(f"{helper.pid}\n")
         loaded = 0
-        for phase, graphs in plan(args).items():
-            if skips[phase] and not serving:
-                continue
+        for graphs in plan(args, honour_skips=not serving).values():
             for graph in graphs:
                 key = cache_key(graph, args, target)
                 entry = root / key
