@@ -27,6 +27,12 @@ def set_retry_listener(listener: RetryListener | None) -> RetryListener | None:
     return previous
 
 
+def retry_listener() -> RetryListener | None:
+    """The listener this process's retry notices go to now (None: they are dropped), e.g. to
+    connect the same printer in a Ray task, whose worker never imports the terminal layer."""
+    return _listener
+
+
 def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Tell whoever listens that attempt ``attempt`` of ``attempts`` follows in ``seconds``
     because of ``reason``. Whether and when to retry is the caller's policy

@@ -37,14 +37,6 @@ idempotent, so a rerun is safe."""
 GIB = 1 << 30
 
 
-def retry_listener() -> notices.RetryListener | None:
-    """The listener this process's retry notices go to (the command line's printer), to connect
-    in each task: a Ray worker never imports the terminal layer that connects it here."""
-    listener = notices.set_retry_listener(None)
-    notices.set_retry_listener(listener)
-    return listener
-
-
 def run_in_task(
     work: Work, unit: CompileUnit, listener: notices.RetryListener | None = None
 ) -> tuple[Any, float]:
@@ -135,7 +127,7 @@ class RayExecutor(Executor):
         task = ray.remote(max_retries=TASK_RETRIES)(run_in_task)
         max_cpus, max_memory = self._largest_node()
         shared_work = ray.put(batch.work)
-        listener = retry_listener()
+        listener = notices.retry_listener()
         results: list[UnitResult | None] = [None] * len(units)
         outages: list[StoreError | StoreDataInvalid] = []
         pending = list(enumerate(units))

@@ -48,7 +48,8 @@ def test_a_row_whose_module_cannot_be_imported_names_its_install_command(
 
 def test_a_ray_task_sends_its_retry_notices_to_the_listener_it_was_given() -> None:
     pytest.importorskip("ray")
-    from neuronbuild.build.ray_executor import retry_listener, run_in_task
+    from neuronbuild.build.ray_executor import run_in_task
+    from neuronbuild.notices import retry_listener
 
     heard: list[tuple[int, int, float, str]] = []
 
@@ -68,7 +69,7 @@ def test_a_ray_task_sends_its_retry_notices_to_the_listener_it_was_given() -> No
 
 def test_the_driver_hands_its_own_listener_to_the_tasks() -> None:
     pytest.importorskip("ray")
-    from neuronbuild.build.ray_executor import retry_listener
+    from neuronbuild.notices import retry_listener
     from neuronbuild.ui import progress
 
     assert retry_listener() is progress.retrying  # connected when the terminal layer loads
