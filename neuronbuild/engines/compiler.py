@@ -52,6 +52,19 @@ class Failure:
     bucket: str | None = None
 
 
+@dataclass(frozen=True)
+class CompileRun:
+    """One engine run asked of a compiler: the ``recipe``, the ``unit``, the scratch
+    ``cache_root`` it compiles into, ``pressure`` (its runs killed for memory so far) and
+    ``timeout`` (its time limit in seconds, None: none)."""
+
+    recipe: Recipe
+    unit: CompileUnit
+    cache_root: Path
+    pressure: int = 0
+    timeout: float | None = None
+
+
 class UnitCompiler(ABC):
     """Runs one compile unit in a subprocess and harvests the complete entries it wrote.
 
@@ -97,7 +110,6 @@ class UnitCompiler(ABC):
         """Read a failed run (its exit code and the text it logged) as a :class:`Failure`."""
         return Failure(f"engine exited with {exit_code}")
 
-    @abstractmethod
     def command(
         self,
         recipe: Recipe,
@@ -109,7 +121,13 @@ class UnitCompiler(ABC):
     ) -> EngineCommand:
         """The process that compiles ``unit`` into the scratch ``cache_root``; ``pressure`` counts
         the runs of this unit killed for memory so far (an engine lowers its parallelism);
-        ``timeout``: the unit's time limit in seconds (None: none), for engines with their own."""
+        ``timeout``: the unit's time limit in seconds (None: none), for engines with their own.
+        Each engine says how in :meth:`run_command`."""
+        return self.run_command(CompileRun(recipe, unit, cache_root, pressure, timeout))
+
+    @abstractmethod
+    def run_command(self, run: CompileRun) -> EngineCommand:
+        """The process that compiles ``run.unit`` (:meth:`command`'s arguments, as one value)."""
 
     @abstractmethod
     def harvest(self, cache_root: Path) -> list[Path]:

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 from neuronbuild import envs, start_env
 from neuronbuild.engines import cpu_isa
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, UnitCompiler, worker_command
+from neuronbuild.engines.compiler import CompileRun, EngineCommand, UnitCompiler, worker_command
 from neuronbuild.errors import UserError
-from neuronbuild.graph import CompileUnit
 
 if TYPE_CHECKING:
     from neuronbuild.recipe import Recipe
@@ -59,15 +58,8 @@ class CpuCompiler(UnitCompiler):
                 f"with -march=native, so compile on a {wanted} host or set cpu_isa: {host}"
             )
 
-    def command(
-        self,
-        recipe: Recipe,
-        unit: CompileUnit,
-        cache_root: Path,
-        *,
-        pressure: int = 0,
-        timeout: float | None = None,
-    ) -> EngineCommand:
+    def run_command(self, run: CompileRun) -> EngineCommand:
+        recipe, unit, cache_root = run.recipe, run.unit, run.cache_root
         env = self.engine.engine_env(start_env.environ(), unit.key.factors["env"])
         env.update(
             {

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.compiler import EngineCommand, Failure, UnitCompiler
+from neuronbuild.engines.compiler import CompileRun, EngineCommand, Failure, UnitCompiler
 from neuronbuild.engines.neuron import PHASE_OF_KIND, speculative_tokens
 from neuronbuild.engines.neuron_nki import (
     COMPILE_CACHE,
@@ -294,15 +294,9 @@ class NeuronCompiler(UnitCompiler):
         self.trace_workers = user or max(1, min(DEFAULT_TRACE_WORKERS, spare))
         return at_once
 
-    def command(
-        self,
-        recipe: Recipe,
-        unit: CompileUnit,
-        cache_root: Path,
-        *,
-        pressure: int = 0,
-        timeout: float | None = None,
-    ) -> EngineCommand:
+    def run_command(self, run: CompileRun) -> EngineCommand:
+        recipe, unit, cache_root = run.recipe, run.unit, run.cache_root
+        pressure, timeout = run.pressure, run.timeout
         started_with = start_env.environ()
         env = self.engine.engine_env(started_with, unit.key.factors["env"])
         workers = int(started_with.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)

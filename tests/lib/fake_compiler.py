@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from neuronbuild.engines.compiler import EngineCommand, UnitCompiler
-from neuronbuild.graph import CompileUnit
+from neuronbuild.engines.compiler import CompileRun, EngineCommand, UnitCompiler
 
 if TYPE_CHECKING:
     import pytest
 
-    from neuronbuild.recipe import Recipe
 
 MARKER = ".compilation_complete"
 
@@ -62,15 +60,8 @@ class FakeCompiler(UnitCompiler):
 
         return {d: NEURON_TOOLCHAIN.get(d) for d in distributions}
 
-    def command(
-        self,
-        recipe: Recipe,
-        unit: CompileUnit,
-        cache_root: Path,
-        *,
-        pressure: int = 0,
-        timeout: float | None = None,
-    ) -> EngineCommand:
+    def run_command(self, run: CompileRun) -> EngineCommand:
+        recipe, unit, cache_root = run.recipe, run.unit, run.cache_root
         label = unit.label()
         self.started.append(label)
         behaviour = self.behaviour.get(label, "ok")
