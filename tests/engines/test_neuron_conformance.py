@@ -108,9 +108,7 @@ def vision(draw: st.DrawFn, mml: int) -> tuple[dict[str, Any] | None, dict[str, 
         vnc["max_vision_seq_len"] = draw(st.sampled_from([1024, 2048, 8192, 65536]))
     elif choice == "list":
         vnc["num_vision_tokens_buckets"] = draw(
-            st.lists(st.sampled_from([1024, 2048, 4096, 8192]), min_size=1, unique=True).map(
-                sorted
-            )
+            st.lists(st.sampled_from([1024, 2048, 4096, 8192]), min_size=1, unique=True).map(sorted)
         )
     if draw(st.booleans()):
         vnc[draw(st.sampled_from(["tp_size", "dp_size"]))] = draw(st.sampled_from([1, 2, 4]))
