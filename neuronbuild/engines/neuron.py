@@ -248,7 +248,22 @@ class NeuronEngine(Engine):
                 errors += found[0]
                 warnings += found[1]
         _, bucket_errors = self._resolve(recipe)
-        return errors + bucket_errors, warnings
+        errors += bucket_errors
+        if not errors and not self.phase_graphs(recipe):
+            errors.append(self._builds_nothing(recipe))
+        return errors, warnings
+
+    @staticmethod
+    def _builds_nothing(recipe: Recipe) -> RecipeError:
+        """The error for a recipe whose engine extracts no graph, so that compile seals nothing
+        and serve has nothing to load: a ``kv_consumer`` skips prefill and a pooling runner decode
+        (worker ``compile_or_warm_up_model``, rows D17, D19; found by the conformance property)."""
+        return RecipeError(
+            "kv_transfer_config.kv_role",
+            kv_role(recipe) or MISSING,
+            "this engine builds no graph (a kv_consumer skips prefill, a pooling model has no "
+            "decode); remove kv_transfer_config or use a generating model",
+        )
 
     @staticmethod
     def _check_speculative(recipe: Recipe) -> list[RecipeError]:

@@ -213,7 +213,8 @@ def resolve_vision(
             )
         )
         return None, errors
-    if not has_vision(args, model) or additional.get("mm_language_model_only") is True:
+    language_only = additional.get("mm_language_model_only") is True
+    if not has_vision(args, model) or (language_only and model is None):
         return None, errors
     block = vnc.get("vision_attention_block_size", DEFAULT_VISION_ATTENTION_BLOCK_SIZE)
     block_errors = positive_int(f"{VNC}.vision_attention_block_size", block)
@@ -223,4 +224,10 @@ def resolve_vision(
     block = _block(args, block, model, errors)
     buckets = _buckets(args, vnc, block, model, errors)
     tp, dp = _tp_dp(args, vnc, errors)
+    if language_only:
+        # A language-only engine builds no vision graph, but the platform still resolves the
+        # vision config of a local VL model (``_resolve_vision_auto_config``, called for any
+        # ``hf_config.vision_config``) and the worker its tp/dp (``resolve_tp_dp`` in
+        # ``init_device``), so their refusals stand (fidelity rows D15, D16, D20).
+        return None, errors
     return (None if errors else VisionPlan(buckets, block, tp, dp)), errors

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from neuronbuild.engines.vllm_args import vllm_cli_args
+from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import Store
@@ -176,6 +177,16 @@ def test_a_local_pooling_architecture_plans_no_decode(tmp_path: Path) -> None:
     # An explicit runner wins over the architecture.
     forced = local_recipe(tmp_path, {"architectures": ["LlamaForCausalLM"]}, runner="pooling")
     assert [u.phase for u in build_plan(forced).units] == ["prefill"]
+
+
+def test_a_pooling_kv_consumer_that_builds_no_graph_is_refused_in_one_line(tmp_path: Path) -> None:
+    # A consumer skips prefill and pooling skips decode: compile would seal an empty manifest that
+    # serve then calls hostile (found by tests/engines/test_neuron_conformance.py).
+    consumer = {"kv_connector": "NeuronNixlConnector", "kv_role": "kv_consumer"}
+    with pytest.raises(RecipeInvalid) as info:
+        local_recipe(tmp_path, {"architectures": ["BertModel"]}, kv_transfer_config=consumer)
+    [error] = map(str, info.value.errors)
+    assert error.startswith('kv_transfer_config.kv_role="kv_consumer": this engine builds no graph')
 
 
 @pytest.mark.slow

@@ -193,3 +193,17 @@ def test_a_malformed_vision_section_reads_as_absent_fields_not_a_traceback(tmp_p
         tmp_path, {"max_vision_seq_len": 65536}, bad, mm_processor_kwargs={"max_pixels": 1}
     )
     assert vision_of(recipe) == [2048, 4096]  # merge factor 1, no max_pixels rule
+
+
+@pytest.mark.parametrize(
+    "vnc",
+    [{"max_vision_seq_len": 1024}, {"tp_size": 2}],
+    ids=["cap-below-block", "tp-over-world"],
+)
+def test_a_language_only_engine_on_a_local_vl_model_keeps_the_vision_refusals(
+    tmp_path: Path, vnc: dict[str, Any]
+) -> None:
+    # The platform resolves a VL model's vision config and the worker its tp/dp whatever the
+    # EPD role (found by tests/engines/test_neuron_conformance.py; rows D15, D16, D20).
+    [error] = errors_of(tmp_path, vnc, additional_config={"mm_language_model_only": True})
+    assert error.startswith(f"{VNC}.")
