@@ -8,6 +8,11 @@ entry away and starts vLLM as ``serve`` would, for at most ``timeout`` seconds.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -79,77 +84,114 @@ def fetch_small_files(store: Store, files: list[FileRecord], dest: Path) -> dict
     return out
 
 
-def manifest_checks(recipe: Recipe, store: Store, manifest: Manifest, work: Path) -> list[Check]:
-    """Rows B2, B10 and B7, judged from the manifest's own files."""
-    import json
+def metadata_key(file: Path) -> str:
+    """The ``cache_key`` an entry's metadata file records; empty when it is not a JSON object
+    with one (a malformed file, which the plugin would refuse too)."""
+    try:
+        data = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return str(data.get("cache_key", "")) if isinstance(data, dict) else ""
 
-    prefix = COMPILE_CACHE.as_posix()
+
+def manifest_checks(recipe: Recipe, store: Store, manifest: Manifest, work: Path) -> list[Check]:
+    """Rows B2, B10 and B7, judged from the manifest's own files (those of :data:`READ` and the
+    metadata, fetched verified into ``work``)."""
+    prefix = PurePosixPath(COMPILE_CACHE.as_posix())
     paths = [f.path for f in manifest.files()]
-    local = fetch_small_files(store, manifest.files(), work)
     by_entry: dict[str, dict[str, Path]] = {}
-    for path, file in local.items():
-        parts = PurePosixPath(path).relative_to(prefix).parts
-        if len(parts) == 2:
-            by_entry.setdefault(parts[0], {})[parts[1]] = file
-    keys: dict[str, str] = {}
-    for entry, files in by_entry.items():
-        for name, file in files.items():
-            if name.startswith(".artifact_metadata"):
-                data = json.loads(file.read_text())
-                keys[entry] = str(data.get("cache_key")) if isinstance(data, dict) else ""
+    for path, file in fetch_small_files(store, manifest.files(), work).items():
+        rel = PurePosixPath(path)
+        if rel.is_relative_to(prefix) and len(rel.relative_to(prefix).parts) == 2:
+            entry, name = rel.relative_to(prefix).parts
+            by_entry.setdefault(entry, {})[name] = file
+    keys = {
+        e: metadata_key(file)
+        for e, files in by_entry.items()
+        for name, file in files.items()
+        if name.startswith(".artifact_metadata")
+    }
     commands = {e: f["command.txt"].read_text() for e, f in by_entry.items() if "command.txt" in f}
     level = int(recipe.engine_args.get("optimization_level", NEURON_OPTIMIZATION_LEVEL))
     root = intermediate_root()
     refs = {e: kernel_refs(f["graph.hlo"], root) for e, f in by_entry.items() if "graph.hlo" in f}
-    carried_prefix = PurePosixPath(prefix, CARRIED)
+    carried_prefix = prefix / CARRIED
     carried = {
         PurePosixPath(p).relative_to(carried_prefix).as_posix()
         for p in paths
         if PurePosixPath(p).is_relative_to(carried_prefix)
     }
     return [
-        check_layout(paths, prefix, keys),
+        check_layout(paths, prefix.as_posix(), keys),
         check_optimization_level(level, commands),
         check_nki_paths(refs, carried, str(root)),
     ]
 
 
+def start_for(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float
+) -> tuple[int | None, str]:
+    """Run ``argv`` in a session of its own for at most ``timeout`` seconds; its exit status
+    (None: still running, then its whole process group is killed, vLLM's engine and worker
+    processes with it) and its stdout and stderr together."""
+    with subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+            return process.returncode, output
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            return None, output
+
+
 def start_without_one_entry(
     recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
-) -> StartOutcome:
-    """Lay the manifest out under ``work`` as serve does, remove its first complete entry and
-    start vLLM with serve's argv and environment; a start still running after ``timeout``
-    seconds is stopped and reported as such (None exit).
+) -> StartOutcome | None:
+    """Lay the manifest out under ``work`` as serve does (through a local tier under ``work``,
+    so the user's store is only read), remove its first complete entry and start vLLM with
+    serve's argv and environment for at most ``timeout`` seconds (:func:`start_for`). None when
+    the build holds no complete entry to remove.
 
     Raises:
         UserError: serve refuses this node before vLLM starts (the refusal says why).
     """
+    complete = sorted(complete_entries(f.path for f in manifest.files()))
+    if not complete:
+        return None
+    tiers = TieredStore(Store(str(work / "local-tier"), create=True), store)
     root = work / "serve-cache"
-    prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
-    removed = sorted(complete_entries(f.path for f in manifest.files()))[0]
-    entry = root / COMPILE_CACHE / removed
-    for file in sorted(entry.rglob("*"), reverse=True):
-        file.unlink() if file.is_file() or file.is_symlink() else file.rmdir()
-    entry.rmdir()
+    prepared = prepare(ServeSource(recipe=recipe.source), tiers, cache_root=root)
+    shutil.rmtree(root / COMPILE_CACHE / complete[0])
     start = time.monotonic()
+    code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout)
+    return StartOutcome(code, output, time.monotonic() - start, complete[0])
+
+
+C1_WHAT = "serve with one entry removed fails at start instead of compiling"
+
+
+def node_check(
+    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
+) -> Check:
+    """Row C1 on a node: :func:`start_without_one_entry`, judged; a FAIL when serve refuses the
+    node first, a SKIP when there is no entry to remove."""
     try:
-        run = subprocess.run(
-            prepared.argv,
-            env=prepared.env,
-            cwd=prepared.cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        output = (
-            (exc.stdout or b"").decode(errors="replace")
-            if isinstance(exc.stdout, bytes)
-            else exc.stdout or ""
-        )
-        return StartOutcome(None, output, time.monotonic() - start, removed)
-    return StartOutcome(run.returncode, run.stdout + run.stderr, time.monotonic() - start, removed)
+        outcome = start_without_one_entry(recipe, store, manifest, work, timeout)
+    except UserError as exc:
+        return Check("C1", C1_WHAT, "FAIL", f"serve refused this node: {exc}")
+    if outcome is None:
+        return skipped("C1", C1_WHAT, "the build holds no complete entry to remove (see B2)")
+    return check_removed_entry(outcome)
 
 
 def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str, list[Check]]:
@@ -172,19 +214,9 @@ def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str
     with tempfile.TemporaryDirectory(prefix="neuronbuild-kit-") as tmp:
         checks += manifest_checks(recipe, store, manifest, Path(tmp) / "files")
         if host == "node":
-            try:
-                outcome = start_without_one_entry(recipe, store, manifest, Path(tmp), timeout)
-                checks.append(check_removed_entry(outcome))
-            except UserError as exc:
-                what = "serve with one entry removed fails at start instead of compiling"
-                checks.append(Check("C1", what, "FAIL", f"serve refused this node: {exc}"))
+            checks.append(node_check(recipe, store, manifest, Path(tmp), timeout))
         else:
-            checks.append(
-                skipped(
-                    "C1",
-                    "serve with one entry removed fails at start instead of compiling",
-                    "needs a Neuron node: run the kit there with --host node",
-                )
-            )
+            why = "needs a Neuron node: run the kit there with --host node"
+            checks.append(skipped("C1", C1_WHAT, why))
     checks.append(skipped("B15", "KV block count at compile equals the device's", KV_WHY))
     return digest, checks

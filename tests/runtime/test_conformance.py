@@ -8,9 +8,11 @@ import dataclasses
 import io
 import json
 import tempfile
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import psutil
 import pytest
 
 from neuronbuild.cli.main import cli
@@ -192,18 +194,46 @@ def test_a_node_that_compiles_instead_of_failing_fails_c1(
     recipe, store = built
     setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
     setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    without_never_compile(monkeypatch)
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    c1 = by_row(checks)["C1"]
+    assert c1.status == "FAIL" and c1.why == "serve started without the entry"
+
+
+def without_never_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the product forget serve's "never compile" switches, so the double compiles a miss."""
     serve_env = NeuronEngine.serve_env
 
     def compiles(self: NeuronEngine, cache_root: str) -> dict[str, str]:
-        env = serve_env(self, cache_root)  # the "never compile" switches lost
-        for name in ("VLLM_NEURON_DISABLE_WARMUP_COMPILE", "NEURON_LIBTORCH_ASSERT_CACHE_HIT"):
+        env = serve_env(self, cache_root)
+        for name in (
+            "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+            "NEURON_LIBTORCH_ASSERT_CACHE_HIT",
+            "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+        ):
             env.pop(name)
         return env
 
     monkeypatch.setattr(NeuronEngine, "serve_env", compiles)
-    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+
+
+def test_a_node_start_still_compiling_at_the_limit_fails_and_leaves_no_process(
+    built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    recipe, store = built
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "hang")  # a compile that takes an hour
+    helpers = tmp_path / "helpers.txt"
+    helpers.unlink(missing_ok=True)
+    without_never_compile(monkeypatch)
+    start = time.monotonic()
+    _, checks = run_kit(recipe, store.url, "node", timeout=3)
+    assert time.monotonic() - start < 30
     c1 = by_row(checks)["C1"]
-    assert c1.status == "FAIL" and c1.why == "serve started without the entry"
+    assert c1.status == "FAIL" and c1.evidence["exit"] == "still running", c1
+    [helper] = [int(pid) for pid in helpers.read_text().split()]  # vLLM's engine helper
+    assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == "zombie"
 
 
 def test_labels_differing_from_the_pins_fail_b12(
