@@ -256,11 +256,14 @@ def test_a_store_that_lost_a_marker_a_kernel_binary_or_holds_another_level_fails
     marker = next(p for p in paths if p.endswith("/.compilation_complete"))
     binary = next(p for p in paths if "/.nki-intermediate-cache/" in p)
     command = next(p for p in paths if p.endswith("/command.txt"))
+    moved = next(p for p in paths if "artifact_metadata" in p and p.split("/")[2] not in marker)
     text = b"neuronx-cc compile --framework=XLA graph.hlo --auto-cast=none -O2 --target=trn2\n"
-    republish(store, recipe, lambda p: p not in (marker, binary), {command: text})
+    foreign = json.dumps({"cache_key": "f" * 32}).encode()
+    republish(store, recipe, lambda p: p not in (marker, binary), {command: text, moved: foreign})
     _, checks = run_kit(recipe, store.url, "compile", timeout=60)
     rows = by_row(checks)
     assert rows["B2"].status == "FAIL" and marker.split("/")[2] in rows["B2"].why
+    assert f"cache_key differs from its folder: {moved.split('/')[2]}" in rows["B2"].why
     assert rows["B7"].status == "FAIL" and binary.split("/", 3)[3] in rows["B7"].why
     assert rows["B10"].status == "FAIL" and rows["B10"].evidence["seen"] == "-O1, -O2"
     assert exit_code(checks) == 1
