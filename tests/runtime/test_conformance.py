@@ -137,6 +137,14 @@ def built(double: Path, tmp_path: Path) -> tuple[Recipe, Store]:
     return recipe, store
 
 
+@pytest.fixture
+def on_node(built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch) -> tuple[Recipe, Store]:
+    """``built``, with this process and the double's vLLM taking this host for a trn2 node."""
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    return built
+
+
 def republish(store: Store, recipe: Recipe, keep: object, replace: dict[str, bytes]) -> None:
     """Move ``<name>/latest`` to a copy of its manifest without the files ``keep(path)`` refuses
     and with the bytes of each path in ``replace`` changed (a store that lost or altered them)."""
@@ -177,11 +185,9 @@ def test_a_compile_host_passes_or_skips_every_row_on_the_doubles_build(
 
 
 def test_a_node_passes_when_serve_without_one_entry_fails_on_the_miss(
-    built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch
+    on_node: tuple[Recipe, Store],
 ) -> None:
-    recipe, store = built
-    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
-    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    recipe, store = on_node
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
     c1 = by_row(checks)["C1"]
     assert c1.status == "PASS", c1
@@ -189,11 +195,9 @@ def test_a_node_passes_when_serve_without_one_entry_fails_on_the_miss(
 
 
 def test_a_node_that_compiles_instead_of_failing_fails_c1(
-    built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch
+    on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recipe, store = built
-    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
-    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    recipe, store = on_node
     without_never_compile(monkeypatch)
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
     c1 = by_row(checks)["C1"]
@@ -218,11 +222,9 @@ def without_never_compile(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_node_start_still_compiling_at_the_limit_fails_and_leaves_no_process(
-    built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    recipe, store = built
-    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
-    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    recipe, store = on_node
     setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "hang")  # a compile that takes an hour
     helpers = tmp_path / "helpers.txt"
     helpers.unlink(missing_ok=True)
