@@ -30,6 +30,7 @@ takes minutes, compiling one graph takes longer, so a start still running is com
 )
 @click.option(
     "--timeout",
+    metavar="SECONDS",
     type=click.IntRange(1, 86400),
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
