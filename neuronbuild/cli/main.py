@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from neuronbuild import __version__
-from neuronbuild.cli import build, diagnose, store
+from neuronbuild.cli import build, conformance, diagnose, store
 from neuronbuild.ui.console import run
 from neuronbuild.ui.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
 from neuronbuild.ui.verbosity import set_verbosity
@@ -72,6 +72,7 @@ for command in (
     store.status,
     diagnose.doctor,
     diagnose.isa,
+    conformance.conformance,
     serve,
     pull,
 ):

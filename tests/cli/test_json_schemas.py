@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 import jsonschema
@@ -22,6 +24,9 @@ from neuronbuild.cli.main import cli
 from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
 from tests.build.test_shards import double_env, double_recipe, write_recipes
+from tests.conftest import NKI_INTERMEDIATE_VARS
+from tests.engines.test_neuron_engine import small_recipe
+from tests.neuron_double import SITE
 
 
 @dataclass(frozen=True)
@@ -35,12 +40,19 @@ class Case:
     shape: str
     code: int = 0
     process: bool = False
+    neuron: bool = False
 
 
 def case(
-    command: str, *args: str, shape: str | None = None, code: int = 0, process: bool = False
+    command: str,
+    *args: str,
+    shape: str | None = None,
+    code: int = 0,
+    process: bool = False,
+    neuron: bool = False,
 ) -> Case:
-    return Case(command, args, shape or command, code, process)
+    """``neuron``: run in a process of its own with the neuron test double installed."""
+    return Case(command, args, shape or command, code, process or neuron, neuron)
 
 
 ERROR = schemas.ERROR
@@ -90,6 +102,8 @@ CASES = [
         "serve", "--manifest", "{short}", "--cache", "{store}", "--dry-run", "--workdir", "{root}"
     ),
     case("serve", "--manifest", "sha256:f", "--cache", "{store}", "--dry-run", shape=ERROR, code=2),
+    case("conformance", "{n}", "--cache", "{store}", neuron=True),  # neuron recipe {n}'s build
+    case("conformance", "{a}", "--cache", "{store}", shape=ERROR, code=2),  # not a neuron recipe
 ]
 """Each command with --json: at least one success and one failure (exits 1 and 2 print the
 command's own report where it has one, others print ``neuronbuild.error/1``)."""
@@ -103,8 +117,21 @@ class Ran:
     stderr: str
 
 
+def neuron_env(root: Path) -> dict[str, str]:
+    """The environment of a process that finds the neuron test double (and no real /var/tmp)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["NEURONBUILD_NEURON_COMPILE_GIB"] = "0.5"
+    env["XDG_CACHE_HOME"] = str(root / "xdg")
+    for name in NKI_INTERMEDIATE_VARS:
+        env[name] = str(root / "nki-intermediate")
+    return env
+
+
 def run_case(c: Case, places: dict[str, str], env: dict[str, str]) -> Ran:
     args = [a.format(**places) for a in (c.command, *c.args)] + ["--json"]
+    if c.neuron:
+        env = neuron_env(Path(places["root"]))
     if c.process:
         done = subprocess.run(
             [sys.executable, "-m", "neuronbuild", *args],
@@ -143,10 +170,20 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
         env=env,
     )
     assert built.returncode == 0, built.stderr
+    (root / "neuron").mkdir()
+    neuron = small_recipe(root / "neuron").source
+    done = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "compile", neuron, "--cache", str(store)],
+        capture_output=True,
+        text=True,
+        env=neuron_env(root),
+    )
+    assert done.returncode == 0, done.stderr
     (root / "bad.yaml.txt").write_text("name: [\n")
     places = {
         "root": str(root),
         "a": a,
+        "n": neuron,
         "bad": bad,
         "bad_yaml": str(root / "bad.yaml.txt"),
         "store": str(store),

@@ -81,6 +81,7 @@ ENTRY_ONLY = {
     "neuronbuild.cli",
     "neuronbuild.cli.build",  # the build commands; they import the compile side when they run
     "neuronbuild.cli.common",
+    "neuronbuild.cli.conformance",  # the kit; it imports its checks when it runs
     "neuronbuild.cli.diagnose",
     "neuronbuild.cli.main",  # the command group
     "neuronbuild.cli.store",

@@ -241,12 +241,20 @@ def num_blocks(args: dict[str, Any], target: str) -> int:
     return int(HBM_GIB[target] * 2**30 * fraction) // (block * 2**20)
 
 
-def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: str) -> str:
-    """md5[:32] over what vLLM-Neuron's ``create_cache_hash`` hashes (contract section 3)."""
+def compiler_args(args: dict[str, Any], target: str) -> list[str]:
+    """neuronx-cc's extra arguments as ``load_model`` builds them ("Build compile options":
+    ``--auto-cast=none``, ``-O<optimization level>``; vllm-project/vllm-neuron
+    ``vllm_neuron/vllm/worker/neuron_model_runner.py`` ``load_model`` @9fc042ea), fp8's flag and
+    the target."""
     cc_args = ["--auto-cast=none", f"-O{args['optimization_level']}"]
     if str(args.get("kv_cache_dtype", "auto")).startswith("fp8"):
         cc_args.append("--experimental-unsafe-fp8e4m3fn-as-fp8e4m3")
-    cc_args.append(f"--target={target}")
+    return [*cc_args, f"--target={target}"]
+
+
+def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: str) -> str:
+    """md5[:32] over what vLLM-Neuron's ``create_cache_hash`` hashes (contract section 3)."""
+    cc_args = compiler_args(args, target)
     factors = {
         "fx_graph": [graph[0], list(graph[1]), args["model"], args.get("dtype", "auto")],
         "inputs": {"kv_blocks": num_blocks(args, target), "block": args.get("block_size") or 32},
@@ -353,11 +361,17 @@ def fail_like_neuronx_cc(graph: tuple[str, tuple[int, ...]]) -> None:
 
 
 def write_entry(
-    root: Path, key: str, graph: tuple[str, tuple[int, ...]], kernel_refs: str = ""
+    root: Path,
+    key: str,
+    graph: tuple[str, tuple[int, ...]],
+    kernel_refs: str = "",
+    cc_args: tuple[str, ...] = (),
 ) -> None:
     """One entry as ``_store_local`` leaves it: artifacts, then the marker last; beside it the
     lock file at the root, a temporary file and a rank capture folder. ``kernel_refs``: the
-    HLO text that references the graph's NKI kernel binaries (:func:`compile_nki_kernels`)."""
+    HLO text that references the graph's NKI kernel binaries (:func:`compile_nki_kernels`);
+    ``cc_args``: neuronx-cc's extra arguments, saved in ``command.txt`` as ``neuroncc_compile``
+    saves the command it ran (vllm-neuron ``compile/backend.py``)."""
     entry = root / key
     (entry / "rank0").mkdir(parents=True, exist_ok=True)
     (root / f".{key}.compilation_metadata.lock").write_text("")
@@ -365,7 +379,8 @@ def write_entry(
     (entry / f"graph_{key}.neff.tmp.123").write_bytes(b"partial")
     (entry / "graph.hlo").write_text(f"HloModule {graph[0]} {graph[1]}\n{kernel_refs}")
     (entry / f"graph_{key}.neff").write_bytes(hashlib.sha256(key.encode()).digest() * 64)
-    (entry / "command.txt").write_text("neuronx-cc compile --framework=XLA graph.hlo\n")
+    command = ["neuronx-cc", "compile", "--framework=XLA", "graph.hlo", *cc_args]
+    (entry / "command.txt").write_text(" ".join(command) + "\n")
     meta = {"cache_key": key, "io_map": {}, "unused_input_indices": [], "output_count": 1}
     (entry / ".artifact_metadata_v0.json").write_text(json.dumps(meta))
     (entry / ".compilation_complete").write_text(f"completed:{time.time()}\nneff_size:2048\n")
@@ -482,7 +497,8 @@ class NeuronPlatform:
                     )
                 fail_like_neuronx_cc(graph)
                 time.sleep(float(os.environ.get("NEURON_DOUBLE_GRAPH_SECONDS", "0")))
-                write_entry(root, key, graph, compile_nki_kernels(root, graph))
+                refs, cc_args = compile_nki_kernels(root, graph), compiler_args(args, target)
+                write_entry(root, key, graph, refs, tuple(cc_args))
                 record = os.environ.get("NEURON_DOUBLE_RECORD")
                 if record:
                     with open(record, "a") as f:

@@ -1,0 +1,78 @@
+"""``neuronbuild conformance``: the kit a user with hardware runs on a real compile host or Neuron
+node, printing the pass/fail table to paste into a bug report (issue 18 item 10)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import click
+
+from neuronbuild import __version__
+from neuronbuild.cli.common import load_or_exit
+from neuronbuild.human import format_table
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.options import cache_option, json_option
+
+DEFAULT_TIMEOUT_S = 900
+"""How long the node's start without one entry may run (seconds): loading a 70B model's graphs
+takes minutes, compiling one graph takes longer, so a start still running is compiling."""
+
+
+@click.command()
+@click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
+@click.option(
+    "--host",
+    type=click.Choice(["compile", "node"]),
+    default="compile",
+    show_default=True,
+    help="Where this runs: the CPU compile host, or a Neuron node (also starts vLLM once).",
+)
+@click.option(
+    "--timeout",
+    metavar="SECONDS",
+    type=click.IntRange(1, 86400),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds the node's start without one entry may run before it counts as compiling.",
+)
+@cache_option
+@json_option()
+def conformance(recipe_path: str, host: str, timeout: int, cache: str, as_json: bool) -> None:
+    """Check what only real hardware settles about RECIPE's latest build in --cache: installed
+    versions, entry layout and markers, the optimization level, NKI binary paths and (with
+    --host node) that serve with one entry removed fails at start. Prints one row per check
+    (PASS, FAIL or SKIP with why); exits 1 when one failed.
+
+    \b
+    Examples:
+      neuronbuild conformance recipe.yaml --cache s3://bucket/store
+      neuronbuild conformance recipe.yaml --cache s3://bucket/store --host node --json
+    """
+    from neuronbuild.engines.neuron_conformance import exit_code
+    from neuronbuild_runtime.conformance import run_kit
+
+    recipe = load_or_exit(recipe_path)
+    digest, checks = run_kit(recipe, cache, "node" if host == "node" else "compile", timeout)
+    about = {
+        "neuronbuild": __version__,
+        "host": host,
+        "machine": platform.machine(),
+        "recipe": recipe.name,
+        "manifest": digest,
+    }
+    if as_json:
+        echo_json("conformance", {**about, "checks": [c.to_json() for c in checks]})
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in about.items()))
+        rows = [["ROW", "STATUS", "CHECK"]] + [[c.row, c.status, c.what] for c in checks]
+        header, *lines = format_table(rows)
+        click.echo(header)
+        for line, check in zip(lines, checks, strict=True):
+            click.echo(line)
+            if check.why:
+                click.echo(f"      why: {check.why}")
+            for name, seen in check.evidence.items():
+                click.echo(f"      {name}: {seen}")
+    if exit_code(checks):
+        sys.exit(exit_code(checks))

@@ -1,0 +1,222 @@
+"""The conformance kit: gather what a real compile host or Neuron node shows about a recipe's
+latest build and judge it with :mod:`neuronbuild.engines.neuron_conformance` (issue 18 item 10).
+
+On a compile host it reads the store's manifest (a few small files of each entry, fetched
+verified) and this host's installed versions; on a node it also lays the manifest out, takes one
+entry away and starts vLLM as ``serve`` would, for at most ``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+from neuronbuild.engines.neuron import NEURON_OPTIMIZATION_LEVEL
+from neuronbuild.engines.neuron_conformance import (
+    Check,
+    StartOutcome,
+    check_layout,
+    check_nki_paths,
+    check_optimization_level,
+    check_removed_entry,
+    check_versions,
+    skipped,
+)
+from neuronbuild.engines.neuron_coverage import complete_entries
+from neuronbuild.engines.neuron_nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
+from neuronbuild.engines.versions import installed_version
+from neuronbuild.errors import UserError
+from neuronbuild.recipe import Recipe
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.store.tiered import TieredStore
+
+from .serve import ServeSource, prepare
+
+Host = Literal["compile", "node"]
+
+READ = ("graph.hlo", "command.txt")
+"""The small files of each entry the kit reads (with its ``.artifact_metadata_v*.json``)."""
+
+KV_WHY = (
+    "not automated yet: compare the KV block count vLLM logs at compile with the one it logs on "
+    "the device (they must be equal for any graph to hit)"
+)
+
+
+def latest_manifest(recipe: Recipe, store: Store) -> tuple[str, Manifest]:
+    """The digest and manifest of ``recipe``'s ``<name>/latest``.
+
+    Raises:
+        UserError: nothing was compiled for the recipe in ``store``.
+    """
+    digest = store.get_ref(recipe.name, "latest")
+    if digest is None:
+        raise UserError(
+            f"{store.url} holds no {recipe.name}/latest; run `neuronbuild compile "
+            f"{recipe.source} --cache {store.url}` first"
+        )
+    return digest, store.get_manifest(digest)
+
+
+def fetch_small_files(store: Store, files: list[FileRecord], dest: Path) -> dict[str, Path]:
+    """Fetch (verified) each entry's :data:`READ` files and metadata into ``dest``; returns
+    manifest path -> local file."""
+    wanted = [
+        f
+        for f in files
+        if PurePosixPath(f.path).name in READ
+        or PurePosixPath(f.path).name.startswith(".artifact_metadata")
+    ]
+    out = {}
+    for file in wanted:
+        local = dest / file.path
+        store.fetch_blob(file, local)
+        out[file.path] = local
+    return out
+
+
+def metadata_key(file: Path) -> str:
+    """The ``cache_key`` an entry's metadata file records; empty when it is not a JSON object
+    with one (a malformed file, which the plugin would refuse too)."""
+    try:
+        data = json.loads(file.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return str(data.get("cache_key", "")) if isinstance(data, dict) else ""
+
+
+def manifest_checks(recipe: Recipe, store: Store, manifest: Manifest, work: Path) -> list[Check]:
+    """Rows B2, B10 and B7, judged from the manifest's own files (those of :data:`READ` and the
+    metadata, fetched verified into ``work``)."""
+    prefix = PurePosixPath(COMPILE_CACHE.as_posix())
+    paths = [f.path for f in manifest.files()]
+    by_entry: dict[str, dict[str, Path]] = {}
+    for path, file in fetch_small_files(store, manifest.files(), work).items():
+        rel = PurePosixPath(path)
+        if rel.is_relative_to(prefix) and len(rel.relative_to(prefix).parts) == 2:
+            entry, name = rel.relative_to(prefix).parts
+            by_entry.setdefault(entry, {})[name] = file
+    keys = {
+        e: metadata_key(file)
+        for e, files in by_entry.items()
+        for name, file in files.items()
+        if name.startswith(".artifact_metadata")
+    }
+    commands = {e: f["command.txt"].read_text() for e, f in by_entry.items() if "command.txt" in f}
+    level = int(recipe.engine_args.get("optimization_level", NEURON_OPTIMIZATION_LEVEL))
+    root = intermediate_root()
+    refs = {e: kernel_refs(f["graph.hlo"], root) for e, f in by_entry.items() if "graph.hlo" in f}
+    carried_prefix = prefix / CARRIED
+    carried = {
+        PurePosixPath(p).relative_to(carried_prefix).as_posix()
+        for p in paths
+        if PurePosixPath(p).is_relative_to(carried_prefix)
+    }
+    return [
+        check_layout(paths, prefix.as_posix(), keys),
+        check_optimization_level(level, commands),
+        check_nki_paths(refs, carried, str(root)),
+    ]
+
+
+def start_for(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float
+) -> tuple[int | None, str]:
+    """Run ``argv`` in a session of its own for at most ``timeout`` seconds; its exit status
+    (None: still running, then its whole process group is killed, vLLM's engine and worker
+    processes with it) and its stdout and stderr together."""
+    with subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+            return process.returncode, output
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            return None, output
+
+
+def start_without_one_entry(
+    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
+) -> StartOutcome | None:
+    """Lay the manifest out under ``work`` as serve does (through a local tier under ``work``,
+    so the user's store is only read), remove its first complete entry and start vLLM with
+    serve's argv and environment for at most ``timeout`` seconds (:func:`start_for`). None when
+    the build holds no complete entry to remove.
+
+    Raises:
+        UserError: serve refuses this node before vLLM starts (the refusal says why).
+    """
+    complete = sorted(complete_entries(f.path for f in manifest.files()))
+    if not complete:
+        return None
+    tiers = TieredStore(Store(str(work / "local-tier"), create=True), store)
+    root = work / "serve-cache"
+    prepared = prepare(ServeSource(recipe=recipe.source), tiers, cache_root=root)
+    shutil.rmtree(root / COMPILE_CACHE / complete[0])
+    start = time.monotonic()
+    code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout)
+    return StartOutcome(code, output, time.monotonic() - start, complete[0])
+
+
+C1_WHAT = "serve with one entry removed fails at start instead of compiling"
+
+
+def node_check(
+    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
+) -> Check:
+    """Row C1 on a node: :func:`start_without_one_entry`, judged; a FAIL when serve refuses the
+    node first, a SKIP when there is no entry to remove."""
+    try:
+        outcome = start_without_one_entry(recipe, store, manifest, work, timeout)
+    except UserError as exc:
+        return Check("C1", C1_WHAT, "FAIL", f"serve refused this node: {exc}")
+    if outcome is None:
+        return skipped("C1", C1_WHAT, "the build holds no complete entry to remove (see B2)")
+    return check_removed_entry(outcome)
+
+
+def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str, list[Check]]:
+    """The manifest digest of ``recipe``'s latest build in store ``cache`` and every check of the
+    kit on it, on a ``compile`` host or a Neuron ``node``, in a fixed order (B12, B2, B10, B7,
+    C1, B15); ``timeout``: seconds the C1 start may run.
+
+    Raises:
+        UserError: the recipe is invalid or not a neuron recipe, or nothing was compiled for
+            it in the store.
+    """
+    if recipe.engine != "neuron":
+        raise UserError(
+            f"{recipe.source}: engine is {recipe.engine}; the conformance kit checks neuron "
+            "recipes (target trn1, trn2, trn3 or inf2)"
+        )
+    store = Store(cache)
+    digest, manifest = latest_manifest(recipe, store)
+    checks = [check_versions(recipe.toolchain, {d: installed_version(d) for d in recipe.toolchain})]
+    with tempfile.TemporaryDirectory(prefix="neuronbuild-kit-") as tmp:
+        checks += manifest_checks(recipe, store, manifest, Path(tmp) / "files")
+        if host == "node":
+            checks.append(node_check(recipe, store, manifest, Path(tmp), timeout))
+        else:
+            why = "needs a Neuron node: run the kit there with --host node"
+            checks.append(skipped("C1", C1_WHAT, why))
+    checks.append(skipped("B15", "KV block count at compile equals the device's", KV_WHY))
+    return digest, checks

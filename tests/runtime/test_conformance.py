@@ -1,0 +1,310 @@
+"""The conformance kit (``neuronbuild conformance``, issue 18 item 10): every check passes or
+skips on a build of the neuron test double, and fails when the double, the store or the product
+is made to misbehave where that check looks."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import tempfile
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import psutil
+import pytest
+
+from neuronbuild.cli.main import cli
+from neuronbuild.engines.neuron import NeuronEngine
+from neuronbuild.engines.neuron_conformance import (
+    Check,
+    StartOutcome,
+    check_layout,
+    check_nki_paths,
+    check_optimization_level,
+    check_removed_entry,
+    check_versions,
+    exit_code,
+)
+from neuronbuild.recipe import Recipe
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.ui.console import run
+from neuronbuild_runtime.conformance import run_kit
+from tests.engines.test_neuron_engine import compile_small, double, setenv, small_recipe
+
+__all__ = ["double"]  # the fixture, used by name
+
+PREFIX = "neuron/compile_cache"
+ENTRY = "0" * 32
+
+
+def entry_files(entry: str = ENTRY, *names: str) -> list[str]:
+    names = names or ("graph.hlo", f"graph_{entry}.neff", ".compilation_complete")
+    return [f"{PREFIX}/{entry}/{n}" for n in (*names, ".artifact_metadata_v0.json")]
+
+
+def command_exit(args: list[str], out: io.StringIO) -> int:
+    """Run ``neuronbuild ARGS`` in this process (its stdout into ``out``); its exit code."""
+    try:
+        with redirect_stdout(out):
+            run(cli, args)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def by_row(checks: list[Check]) -> dict[str, Check]:
+    return {c.row: c for c in checks}
+
+
+# The rules, one by one.
+
+
+def test_a_base_pin_passes_a_labelled_install_and_shows_the_label() -> None:
+    check = check_versions({"neuronx-cc": "2.27.5334.0"}, {"neuronx-cc": "2.27.5334.0+f702b353"})
+    assert check.status == "PASS"
+    assert check.evidence == {"neuronx-cc": "2.27.5334.0+f702b353"}
+
+
+def test_a_differing_or_missing_install_fails_naming_both_versions() -> None:
+    check = check_versions(
+        {"neuronx-cc": "2.27.5334.0+f702b353", "nki": "0.6.0"},
+        {"neuronx-cc": "2.27.5334.0+0badc0de", "nki": None},
+    )
+    assert check.status == "FAIL"
+    assert "neuronx-cc pinned 2.27.5334.0+f702b353, installed 2.27.5334.0+0badc0de" in check.why
+    assert "nki pinned 0.6.0, installed (not installed)" in check.why
+
+
+def test_an_entry_without_its_marker_or_with_a_foreign_key_fails_the_layout() -> None:
+    assert check_layout(entry_files(), PREFIX, {ENTRY: ENTRY}).status == "PASS"
+    no_marker = entry_files(ENTRY, "graph.hlo", f"graph_{ENTRY}.neff")
+    check = check_layout(no_marker, PREFIX, {})
+    assert check.status == "FAIL" and f"incomplete: {ENTRY}" in check.why
+    moved = check_layout(entry_files(), PREFIX, {ENTRY: "1" * 32})
+    assert moved.status == "FAIL" and "cache_key differs from its folder" in moved.why
+    assert check_layout([], PREFIX, {}).status == "FAIL"
+
+
+def test_an_entry_compiled_at_another_level_fails_and_no_record_skips() -> None:
+    assert check_optimization_level(1, {ENTRY: "neuronx-cc -O1 --target=trn2"}).status == "PASS"
+    check = check_optimization_level(2, {ENTRY: "neuronx-cc -O1 --target=trn2"})
+    assert check.status == "FAIL" and check.evidence == {"expected": "-O2", "seen": "-O1"}
+    assert check_optimization_level(1, {ENTRY: "neuronx-cc compile"}).status == "SKIP"
+
+
+def test_a_kernel_binary_named_but_not_carried_fails_with_its_absolute_path() -> None:
+    root = "/var/tmp/nki-intermediate-cache"
+    assert check_nki_paths({ENTRY: ["k/a.klir"]}, {"k/a.klir"}, root).status == "PASS"
+    check = check_nki_paths({ENTRY: ["k/a.klir", "k/b.klir"]}, {"k/a.klir"}, root)
+    assert check.status == "FAIL" and check.why == f"not carried: {root}/k/b.klir"
+    assert check_nki_paths({ENTRY: []}, set(), root).status == "SKIP"
+
+
+@pytest.mark.parametrize(
+    ("code", "output", "status"),
+    [
+        (1, "RuntimeError: VLLM_NEURON_DISABLE_WARMUP_COMPILE: local compile cache miss", "PASS"),
+        (0, "server ready", "FAIL"),  # started without the entry
+        (None, "compiling graph 3", "FAIL"),  # still running: compiling
+        (1, "CUDA out of memory", "FAIL"),  # failed, but for another reason
+    ],
+)
+def test_only_a_start_that_fails_on_the_miss_passes(
+    code: int | None, output: str, status: str
+) -> None:
+    check = check_removed_entry(StartOutcome(code, output, 2.0, ENTRY))
+    assert check.status == status
+    assert check.evidence["removed"] == ENTRY
+
+
+def test_the_exit_code_is_one_only_when_a_check_failed() -> None:
+    assert exit_code([Check("B7", "x", "PASS"), Check("C1", "y", "SKIP", "no device")]) == 0
+    assert exit_code([Check("B7", "x", "PASS"), Check("B2", "z", "FAIL", "bad")]) == 1
+
+
+# Against the double.
+
+
+@pytest.fixture
+def built(double: Path, tmp_path: Path) -> tuple[Recipe, Store]:
+    """A small multimodal trn2 recipe compiled by the double into a folder store."""
+    recipe = small_recipe(tmp_path)
+    store = Store(str(tmp_path / "store"), create=True)
+    assert compile_small(recipe, store, tmp_path).manifest is not None
+    return recipe, store
+
+
+@pytest.fixture
+def on_node(built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch) -> tuple[Recipe, Store]:
+    """``built``, with this process and the double's vLLM taking this host for a trn2 node."""
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    return built
+
+
+def republish(store: Store, recipe: Recipe, keep: object, replace: dict[str, bytes]) -> None:
+    """Move ``<name>/latest`` to a copy of its manifest without the files ``keep(path)`` refuses
+    and with the bytes of each path in ``replace`` changed (a store that lost or altered them)."""
+    digest = store.get_ref(recipe.name, "latest")
+    assert digest is not None
+    manifest = store.get_manifest(digest)
+    units = []
+    for unit in manifest.units:
+        files = []
+        for f in unit.files:
+            if not keep(f.path):  # type: ignore[operator]
+                continue
+            if f.path in replace:
+                tmp = Path(tempfile.mkdtemp()) / "replaced"
+                tmp.write_bytes(replace[f.path])
+                digest_new, size = store.put_file(tmp)
+                f = FileRecord(f.path, digest_new, size, f.executable)
+            files.append(f)
+        units.append(dataclasses.replace(unit, files=tuple(files)))
+    new = store.put_manifest(Manifest(manifest.name, manifest.recipe, tuple(units)))
+    store.set_ref(recipe.name, "latest", new)
+
+
+def test_a_compile_host_passes_or_skips_every_row_on_the_doubles_build(
+    built: tuple[Recipe, Store],
+) -> None:
+    recipe, store = built
+    _, checks = run_kit(recipe, store.url, "compile", timeout=60)
+    rows = by_row(checks)
+    assert [c.row for c in checks] == ["B12", "B2", "B10", "B7", "C1", "B15"]
+    assert {r: c.status for r, c in rows.items()} == {
+        "B12": "PASS", "B2": "PASS", "B10": "PASS", "B7": "PASS", "C1": "SKIP", "B15": "SKIP",
+    }  # fmt: skip
+    assert rows["B12"].evidence["neuronx-cc"] == "2.27.5334.0+f702b353"
+    assert rows["B10"].evidence == {"expected": "-O1", "seen": "-O1"}
+    assert int(rows["B7"].evidence["named"]) > 0
+    assert "--host node" in rows["C1"].why
+
+
+def test_a_node_passes_when_serve_without_one_entry_fails_on_the_miss(
+    on_node: tuple[Recipe, Store],
+) -> None:
+    recipe, store = on_node
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    c1 = by_row(checks)["C1"]
+    assert c1.status == "PASS", c1
+    assert c1.evidence["exit"] != "0"
+
+
+def test_a_node_that_compiles_instead_of_failing_fails_c1(
+    on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe, store = on_node
+    without_never_compile(monkeypatch)
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    c1 = by_row(checks)["C1"]
+    assert c1.status == "FAIL" and c1.why == "serve started without the entry"
+
+
+def without_never_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the product forget serve's "never compile" switches, so the double compiles a miss."""
+    serve_env = NeuronEngine.serve_env
+
+    def compiles(self: NeuronEngine, cache_root: str) -> dict[str, str]:
+        env = serve_env(self, cache_root)
+        for name in (
+            "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
+            "NEURON_LIBTORCH_ASSERT_CACHE_HIT",
+            "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+        ):
+            env.pop(name)
+        return env
+
+    monkeypatch.setattr(NeuronEngine, "serve_env", compiles)
+
+
+def test_a_node_start_still_compiling_at_the_limit_fails_and_leaves_no_process(
+    on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    recipe, store = on_node
+    setenv(monkeypatch, "NEURON_DOUBLE_FAIL", "hang")  # a compile that takes an hour
+    helpers = tmp_path / "helpers.txt"
+    helpers.unlink(missing_ok=True)
+    without_never_compile(monkeypatch)
+    start = time.monotonic()
+    _, checks = run_kit(recipe, store.url, "node", timeout=3)
+    assert time.monotonic() - start < 30
+    c1 = by_row(checks)["C1"]
+    assert c1.status == "FAIL" and c1.evidence["exit"] == "still running", c1
+    [helper] = [int(pid) for pid in helpers.read_text().split()]  # vLLM's engine helper
+    assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == "zombie"
+
+
+def test_labels_differing_from_the_pins_fail_b12(
+    built: tuple[Recipe, Store], tmp_path: Path
+) -> None:
+    recipe, store = built
+    pinned = dataclasses.replace(recipe, toolchain={**recipe.toolchain, "nki": "0.6.0+0badc0de"})
+    _, checks = run_kit(pinned, store.url, "compile", timeout=60)
+    b12 = by_row(checks)["B12"]
+    assert b12.status == "FAIL" and "installed 0.6.0+31049202112.g85070674" in b12.why
+
+
+def test_a_store_that_lost_a_marker_a_kernel_binary_or_holds_another_level_fails_its_row(
+    built: tuple[Recipe, Store],
+) -> None:
+    recipe, store = built
+    digest = store.get_ref(recipe.name, "latest")
+    assert digest is not None
+    paths = [f.path for f in store.get_manifest(digest).files()]
+    marker = next(p for p in paths if p.endswith("/.compilation_complete"))
+    binary = next(p for p in paths if "/.nki-intermediate-cache/" in p)
+    command = next(p for p in paths if p.endswith("/command.txt"))
+    moved = next(p for p in paths if "artifact_metadata" in p and p.split("/")[2] not in marker)
+    text = b"neuronx-cc compile --framework=XLA graph.hlo --auto-cast=none -O2 --target=trn2\n"
+    foreign = json.dumps({"cache_key": "f" * 32}).encode()
+    republish(store, recipe, lambda p: p not in (marker, binary), {command: text, moved: foreign})
+    _, checks = run_kit(recipe, store.url, "compile", timeout=60)
+    rows = by_row(checks)
+    assert rows["B2"].status == "FAIL" and marker.split("/")[2] in rows["B2"].why
+    assert f"cache_key differs from its folder: {moved.split('/')[2]}" in rows["B2"].why
+    assert rows["B7"].status == "FAIL" and binary.split("/", 3)[3] in rows["B7"].why
+    assert rows["B10"].status == "FAIL" and rows["B10"].evidence["seen"] == "-O1, -O2"
+    assert exit_code(checks) == 1
+
+
+def test_the_command_prints_a_table_and_json_with_the_same_rows(
+    built: tuple[Recipe, Store],
+) -> None:
+    recipe, store = built
+    for as_json in (False, True):
+        out = io.StringIO()
+        args = [
+            "conformance",
+            recipe.source,
+            "--cache",
+            store.url,
+            *(["--json"] if as_json else []),
+        ]
+        assert command_exit(args, out) == 0
+        if as_json:
+            document = json.loads(out.getvalue())
+            assert [c["status"] for c in document["checks"]] == ["PASS"] * 4 + ["SKIP"] * 2
+            assert document["host"] == "compile" and document["manifest"].startswith("sha256:")
+        else:
+            lines = out.getvalue().splitlines()
+            assert lines[1].split() == ["ROW", "STATUS", "CHECK"]
+            assert lines[2].startswith("B12  PASS")
+            assert "      neuronx-cc: 2.27.5334.0+f702b353" in lines
+
+
+def test_a_cpu_recipe_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.build.test_shards import double_recipe, write_recipes
+
+    [path] = write_recipes(tmp_path, [double_recipe("cpu")])
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = command_exit(
+            ["conformance", path, "--cache", str(tmp_path / "store")], io.StringIO()
+        )
+    assert code == 2
+    [line] = err.getvalue().strip().splitlines()
+    assert "engine is cpu; the conformance kit checks neuron recipes" in line
