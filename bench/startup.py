@@ -23,9 +23,8 @@ import yaml
 from neuronbuild.demo.flow import neuronbuild
 from neuronbuild.demo.model import build_demo_model
 from neuronbuild.demo.server import Server, free_port
-from neuronbuild.engines.vllm_args import vllm_cli_args
+from neuronbuild.engines.vllm_args import API_SERVER, vllm_cli_args
 from neuronbuild.recipe import load_recipe
-from neuronbuild_runtime.serve import API_SERVER
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Hello, my name is"

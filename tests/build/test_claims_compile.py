@@ -110,3 +110,17 @@ def test_a_failed_unit_never_blocks_the_others_and_nothing_is_sealed_until_it_co
     assert compiler.started == [bad]
     assert store.get_ref("fake", "latest") == rerun.manifest is not None  # type: ignore[attr-defined]
     assert audit(store) == []
+
+
+def test_compile_recompiles_a_unit_whose_record_it_cannot_read(
+    compiler: FakeCompiler, recipe: Recipe, tmp_path: Path
+) -> None:
+    """A unit record that cannot be read (here: not canonical JSON) is a miss for compile, which
+    compiles the unit again and replaces the record, never exit 2 (``cached_records``)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    first = compile_(recipe, store, tmp_path)
+    key = first.units[0].key  # type: ignore[attr-defined]
+    Path(store.layout.unit(key)).write_text("{not json")
+    again = compile_(recipe, store, tmp_path)
+    assert [u.status for u in again.units] == ["compiled"] + ["cached"] * (len(LABELS) - 1)  # type: ignore[attr-defined]
+    assert store.get_unit(key) is not None and audit(store) == []

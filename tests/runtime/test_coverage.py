@@ -127,3 +127,21 @@ def test_serve_refuses_an_uncovered_manifest_first_in_one_line_with_exit_2(
 def test_a_manifest_without_units_is_left_to_the_manifest_checks(tmp_path: Path) -> None:
     recipe = parse_recipe(cpu_recipe(name="cover"), "<recipe>")
     check(recipe, ())  # refused by check_manifest_plans as malformed, not as uncovered
+
+
+def test_an_edited_recipe_is_named_as_edited_before_any_coverage_gap(tmp_path: Path) -> None:
+    """A recipe changed since its build plans other graphs, so its coverage has gaps; serve says
+    what the user did (the recipe differs from the manifest, and how to serve that build)."""
+    import yaml
+
+    store = Store(str(tmp_path / "store"), create=True)
+    recipe, _, digest = neuron_build(store, tmp_path)
+    store.set_ref(recipe.name, "latest", digest)
+    data = neuron_recipe(name="cover")
+    data["max_num_seqs"] = 2 * data.get("max_num_seqs", 8)
+    path = tmp_path / "cover.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = serve_without_vllm(str(path), "--cache", str(tmp_path / "store"))
+    assert result.returncode == 2, result.stderr
+    assert "does not match manifest" in result.stderr and "max_num_seqs" in result.stderr
+    assert "does not cover" not in result.stderr

@@ -64,7 +64,7 @@ OURS = {
     "neuronbuild.store.transfer",
     "neuronbuild.ui",
     "neuronbuild.ui.console",
-    "neuronbuild.ui.formatting",  # tables and colour of human output
+    "neuronbuild.ui.formatting",  # whether human output is coloured
     "neuronbuild.ui.logtail",  # the last lines of a log (progress's heartbeat reads one)
     "neuronbuild.ui.options",  # the options commands share
     "neuronbuild.ui.progress",  # byte progress of serve's fetch and of pull (tqdm)
