@@ -8,7 +8,9 @@ Written from the plugin's code as read in jinhuang12/vllm-neuron ``vllm_neuron/u
 bucket block of the model runner's ``__init__`` (vllm-project/vllm-neuron
 ``vllm_neuron/vllm/worker/neuron_model_runner.py`` @9fc042eaa7e50fbfda292b75c980bf56a9a0e8b6:
 explicit kv segments first, "Auto-setting num_batched_tokens_buckets to match
-kv_segment_size_buckets", then the APC check). Messages are the plugin's where the source shows
+kv_segment_size_buckets", then the APC check); the DCP alignment as the scheduler's ``__init__``
+(``NeuronAsyncScheduler``, index copy without a path) calls ``resolve_num_batched_tokens_buckets``
+with ``dcp_stride = dcp * block_size`` only when ``dcp > 1``. Messages are the plugin's where the source shows
 them. Not modelled: D11 (needs the model's head counts).
 """
 
