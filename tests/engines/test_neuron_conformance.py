@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -148,7 +149,42 @@ def recipes(draw: st.DrawFn) -> dict[str, Any]:
         if vnc is not None:
             additional["vision_neuron_config"] = vnc
     args["additional_config"] = additional
+    if draw(st.booleans()):
+        broken(draw(st.sampled_from(sorted(BREAKS))), args, nc)
     return neuron_recipe(**args)
+
+
+BREAKS: dict[str, tuple[str, Any]] = {
+    "nbt last": ("nc", {"num_batched_tokens_buckets": [128]}),
+    "nbt order": ("nc", {"num_batched_tokens_buckets": [256, 128]}),
+    "nbt empty": ("nc", {"num_batched_tokens_buckets": []}),
+    "single-shot too long": ("top", {"max_model_len": 32768, "max_num_batched_tokens": 32768}),
+    "unsupported chunk": ("top", {"max_num_batched_tokens": 768}),
+    "kv size": ("nc", {"kv_segment_size_buckets": [768]}),
+    "kv two sizes": ("nc", {"kv_segment_size_buckets": [512, 1024]}),
+    "kv vs nbt": ("nc", {"kv_segment_size_buckets": [512], "num_batched_tokens_buckets": [1024]}),
+    "apc": ("top", {"enable_prefix_caching": True}),
+    "seqs last": ("nc", {"num_seqs_buckets": [32]}),
+    "seqs empty": ("nc", {"num_seqs_buckets": []}),
+    "ctx tile": ("nc", {"decode_context_length_buckets": [100]}),
+    "ctx at mml": ("nc", {"decode_context_length_buckets": [8192]}),
+    "dcp 2": ("top", {"decode_context_parallel_size": 2}),
+    "dcp 8": ("top", {"decode_context_parallel_size": 8}),
+    "dcp 32": ("top", {"decode_context_parallel_size": 32}),
+}
+"""One rule-breaking edit per name (rows D3-D8, D10), applied to half of the recipes: to
+the top-level engine arguments or to ``neuron_config``. Some edits break nothing for a given
+recipe (APC with segmented prefill, DCP whose stride divides every bucket)."""
+
+
+def broken(name: str, args: dict[str, Any], nc: dict[str, Any]) -> None:
+    where, edit = BREAKS[name]
+    (nc if where == "nc" else args).update(edit)
+    if name.startswith("single-shot"):
+        for key in ("kv_segment_size_buckets", "num_batched_tokens_buckets"):
+            nc.pop(key, None)
+    if name == "unsupported chunk":
+        nc.pop("kv_segment_size_buckets", None)
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +219,45 @@ def the_double() -> Iterator[tuple[ModuleType, ModuleType]]:
         for name in [n for n in sys.modules if n.split(".")[0] in ("vllm", "vllm_neuron")]:
             del sys.modules[name]
         sys.modules.update(saved)
+
+
+MODELLED = {
+    "D3-D5 prefill buckets": ("max_num_batched_tokens", "max_model_len", "num_batched_tokens_"),
+    "D5 kv segments": ("kv_segment_size_buckets",),
+    "D6 APC": ("enable_prefix_caching",),
+    "D7 num_seqs": ("num_seqs_buckets",),
+    "D8 decode contexts": ("decode_context_length_buckets",),
+    "D10 DCP": ("decode_context_parallel_size",),
+    "D14-D16 vision": ("vision_neuron_config",),
+}
+"""Rule families the double refuses at start (``vllm_neuron/buckets.py``, ``platform.py``), by
+the field neuronbuild names. Every other refusal is one the double cannot model and is skipped:
+D11 (the model's head counts), LoRA, speculative decoding, "builds no graph" (checked below)."""
+
+DOUBLE_SAYS = {
+    "D6 APC": ("Automatic Prefix Caching",),
+    "D7 num_seqs": ("num_seqs_buckets",),
+    "D8 decode contexts": ("decode_context_length_buckets",),
+    "D10 DCP": ("DCP shard stride",),
+    "D5 kv segments": ("kv_segment_size_buckets", "segment size"),
+    "D3-D5 prefill buckets": ("num_batched_tokens_buckets", "Single-shot", "chunked prefill"),
+    "D14-D16 vision": ("vision", "Largest bucket", "world_size"),
+}
+"""The family of the double's ValueError, by its message (first match wins)."""
+
+
+def family_of_refusal(refusal: str) -> str | None:
+    """The :data:`MODELLED` family of one neuronbuild refusal (``field=value: message``)."""
+    field = refusal.split(":")[0].split("=")[0]
+    if field.endswith(".num_batched_tokens_buckets") and "kv_segment_size_buckets" in refusal:
+        return "D5 kv segments"
+    return next((f for f, names in MODELLED.items() if any(n in field for n in names)), None)
+
+
+def family_of_error(error: Exception) -> str | None:
+    """The :data:`MODELLED` family of the double's start-up error, None for an unknown one."""
+    said = str(error)
+    return next((f for f, words in DOUBLE_SAYS.items() if any(w in said for w in words)), None)
 
 
 def words(graph: Graph) -> str:
@@ -234,17 +309,23 @@ def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
             args = {k: v for k, v in data.items() if k not in ("name", "target", "toolchain")}
             resolved = resolve(platform, server, recipe.engine_args if recipe else args, mp)
             everything = extracted(platform, resolved, set(), mp)
-        except (ValueError, KeyError, TypeError):
-            # The plugin refuses it at start: neuronbuild must refuse it before compiling.
-            assert recipe is None, data
-            event("refused by both")
+        except (ValueError, KeyError, TypeError) as error:
+            # The plugin refuses it at start: neuronbuild must refuse it before compiling, for
+            # the same rule (neuronbuild lists every refusal, the plugin stops at its first).
+            assert recipe is None, (error, data)
+            family = family_of_error(error)
+            assert family in {family_of_refusal(r) for r in refusals}, (error, refusals)
+            event(f"refused by both: {family}")
             reject()
+        families = {family_of_refusal(r) for r in refusals} - {None}
+        # A rule the double models that neuronbuild enforces: the double must refuse it too.
+        assert not families, f"the double starts what neuronbuild refuses: {refusals} {data}"
         if recipe is None:
             # "Builds no graph" is a claim about the plugin: the double must extract none.
             if any("builds no graph" in r for r in refusals):
                 assert everything == Counter(), data
-            event("refused by neuronbuild only")
-            reject()  # neuronbuild is stricter than the double (row E9 covers the rest)
+            event("refused by neuronbuild only, for a rule the double does not model")
+            reject()
         plan = build_plan(recipe)
         kinds = ["+".join(sorted({PHASE_OF_KIND[g.kind] for g in u.graphs})) for u in plan.units]
         event(f"{data['model']} units: {' '.join(kinds)}")
@@ -256,6 +337,64 @@ def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
         # One configuration at compile and serve (row B10): the O-level comes from the argv.
         level = data.get("optimization_level")
         assert resolved["optimization_level"] == (1 if level is None else level)
+
+
+START_REFUSALS = {
+    "D3 last": ({"nbt": [128, 1024]}, "Last bucket in num_batched_tokens_buckets must equal"),
+    "D3 order": ({"nbt": [1024, 128, 2048]}, "num_batched_tokens_buckets must be in strictly"),
+    "D4 single-shot": ({"max_model_len": 32768, "max_num_batched_tokens": 32768}, "Single-shot"),
+    "D4 chunk": ({"max_num_batched_tokens": 768}, "is not a supported chunked prefill size"),
+    "D5 size": ({"kv": [768]}, "is not a supported segment size"),
+    "D5 one size": ({"kv": [512, 1024]}, "Only one segment size is currently supported"),
+    "D5 match": ({"kv": [512], "nbt": [2048]}, "num_batched_tokens_buckets must match"),
+    "D6 APC": ({"enable_prefix_caching": True}, "Automatic Prefix Caching (APC) requires"),
+    "D7 last": ({"seqs": [1, 2]}, "Last bucket in num_seqs_buckets must equal max_num_seqs (4)"),
+    "D8 tile": ({"ctx": [100]}, "must be divisible by 128"),
+    "D8 below": ({"ctx": [2048]}, "must be strictly less than max_model_len=2048"),
+    "D10 none": (
+        {"decode_context_parallel_size": 32, "max_num_batched_tokens": 512},
+        "No prefill buckets are divisible by the DCP shard stride",
+    ),
+    "D10 largest": (
+        {"decode_context_parallel_size": 32, "max_model_len": 1536, "max_num_batched_tokens": 1536},
+        "The largest prefill bucket (max_num_batched_tokens = 1536) is not divisible",
+    ),
+}
+"""One refusal per rule of rows D3-D8 and D10: edits to a single-shot text recipe (max_model_len
+2048, 4 sequences, APC off; ``nbt``/``kv``/``seqs``/``ctx`` name ``neuron_config``'s bucket
+lists) and a fragment of the plugin's message (``bucket_utils.py`` @10c6804d; the runner's APC
+ValueError @9fc042ea)."""
+
+LISTS = {
+    "nbt": "num_batched_tokens_buckets",
+    "kv": "kv_segment_size_buckets",
+    "seqs": "num_seqs_buckets",
+    "ctx": "decode_context_length_buckets",
+}
+
+
+@pytest.mark.parametrize("case", sorted(START_REFUSALS))
+def test_the_double_refuses_at_start_what_the_plugin_refuses(
+    models: Path, the_double: tuple[ModuleType, ModuleType], case: str
+) -> None:
+    """The double raises the plugin's ValueError at config resolution, and neuronbuild refuses
+    the same recipe for a rule of the same family (fidelity rows D3-D8, D10; E9)."""
+    platform, server = the_double
+    edits, message = START_REFUSALS[case]
+    top = {k: v for k, v in edits.items() if k not in LISTS}
+    nc = {LISTS[k]: v for k, v in edits.items() if k in LISTS}
+    args = {"model": "./text", "max_model_len": 2048, "max_num_batched_tokens": 2048}
+    args |= {"max_num_seqs": 4, "enable_prefix_caching": False, **top}
+    data = neuron_recipe(**args, additional_config={"neuron_config": nc})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(models)
+        engine_args = {k: v for k, v in data.items() if k not in ("name", "target", "toolchain")}
+        with pytest.raises(ValueError, match=re.escape(message)) as raised:
+            resolve(platform, server, engine_args, mp)
+        with pytest.raises(RecipeInvalid) as refused:
+            parse_recipe(data, source=str(models / "r.yaml"))
+    families = {family_of_refusal(str(e)) for e in refused.value.errors}
+    assert family_of_error(raised.value) in families, refused.value.errors
 
 
 def write_recipe(folder: Path, data: dict[str, Any]) -> Recipe | None:

@@ -26,20 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vllm_neuron.buckets import resolve_buckets
+
 HBM_GIB = {"trn1": 32, "inf2": 32, "trn2": 96, "trn3": 144}
 """Static HBM per target that sizes the KV cache in CPU compile (determine_available_memory)."""
 
 
 def flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
-
-
-def pow2_then(start: int, top: int) -> list[int]:
-    out, v = [], start
-    while v < top:
-        out.append(v)
-        v *= 2
-    return [*out, top]
 
 
 def model_config(model: str) -> dict[str, Any]:
@@ -169,6 +163,7 @@ def resolve_config(args: dict[str, Any]) -> dict[str, Any]:
     if "vision_config" in config:
         auto_vision_config(args, config)
     args["_pooling"] = is_pooling(args, config)
+    args["_buckets"] = resolve_buckets(args)
     return args
 
 
@@ -179,21 +174,9 @@ def plan(args: dict[str, Any], honour_skips: bool) -> dict[str, list[tuple[str, 
     whenever prefill is skipped unless the engine is vision-only. ``honour_skips``: the
     ``VLLM_NEURON_SKIP_*_WARMUP`` switches count (compile runs)."""
     additional = args.get("additional_config") or {}
-    nc = additional.get("neuron_config") or {}
     vnc = additional.get("vision_neuron_config")
-    mml = int(args["max_model_len"])
-    kv = nc.get("kv_segment_size_buckets")
-    nbt = nc.get("num_batched_tokens_buckets")
-    mnbt = args.get("max_num_batched_tokens") or (nbt or kv)[-1]
-    mnbt = min(int(mnbt), mml)
-    if kv:
-        nbt = nbt or list(kv)
-    elif mnbt >= mml:
-        nbt = nbt or pow2_then(128, mnbt)
-    else:
-        nbt = kv = [mnbt]
-    seqs = nc.get("num_seqs_buckets") or pow2_then(1, int(args["max_num_seqs"]))
-    contexts = [*(nc.get("decode_context_length_buckets") or []), mml]
+    buckets = args["_buckets"]
+    nbt, kv, seqs, contexts = buckets["nbt"], buckets["kv"], buckets["seqs"], buckets["contexts"]
     role = (args.get("kv_transfer_config") or {}).get("kv_role")
     encoder_only = bool(args.get("mm_encoder_only"))
     if encoder_only and additional.get("mm_language_model_only"):
