@@ -30,7 +30,7 @@ from neuronbuild.build.report import (
 )
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names, seal_plan
-from neuronbuild.build.seeds import keep_finished, seed_files
+from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.engines.compiler import UnitCompiler
 from neuronbuild.engines.registry import engine_for
@@ -138,11 +138,10 @@ def seed_scratch(
         return set()
     # An entry of another build of a distribution (a patched plugin or kernel with the same
     # version) would be hit by the platform's own key, which ignores the source: never seed it.
-    same = ("engine", "target", "toolchain", "installed", "phase")
     files = {
         f.path: f
         for record in (manifest.units if manifest is not None else ())
-        if all(record.factors.get(k) == unit.key.factors.get(k) for k in same)
+        if all(record.factors.get(k) == unit.key.factors.get(k) for k in SAME)
         for f in record.files
         if Path(f.path).is_relative_to(compiler.cache_dir)
     }
