@@ -9,7 +9,9 @@ path); 128 + N on signal N (:class:`Interrupted`). Anything else is a bug and ke
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import os
 import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -89,6 +91,40 @@ class StoreError(Exception):
     exit_code = 3
 
 
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""What a local write meets on a full disk, past a quota or a file-size limit, or on a read-only
+mount: never a fault of the store being read, always of the place being written."""
+
+
+class NoRoom(StoreError):
+    """A local write was refused for room or write access (:data:`NO_ROOM_ERRNOS`, or too little
+    free space for a copy): exit code 3, as the node's own condition, retryable once space is
+    freed. ``path`` is the folder that refused, ``role`` what it is to the command (``layout
+    root``, ``local tier``, ``destination store``, ``temporary folder``), ``why`` the system's
+    words."""
+
+    def __init__(self, path: str, why: str, role: str = "") -> None:
+        self.path, self.why, self.role = path, why, role
+        where = f"{path} ({role})" if role else path
+        super().__init__(
+            f"{where}: {why}; free space there (or raise its quota, or mount it writable), "
+            "then run the command again"
+        )
+
+    @classmethod
+    def of(cls, exc: OSError, path: object, doing: str = "") -> NoRoom | None:
+        """The NoRoom an OSError of a write under ``path`` means (``doing``: what was being
+        written, for the message), or None for any other error."""
+        if exc.errno not in NO_ROOM_ERRNOS:
+            return None
+        why = exc.strerror or os.strerror(exc.errno or 0)
+        return cls(str(path), f"{doing}: {why}" if doing else why)
+
+    def as_role(self, role: str) -> NoRoom:
+        """The same refusal, naming the role the caller knows ``path`` has (kept if known)."""
+        return self if self.role else NoRoom(self.path, self.why, role)
+
+
 class StoreDataInvalid(UserError):
     """Data read from a store is malformed, hostile or incomplete: exit code 2."""
 
@@ -122,6 +158,8 @@ def message_lines(exc: BaseException) -> list[str]:
     if isinstance(exc, RecipeInvalid):
         return [f"{exc.source}: {error}" for error in exc.errors]
     if isinstance(exc, UserError):
+        return [f"error: {exc}"]
+    if isinstance(exc, NoRoom):  # the node's disk, not the store: no "store error"
         return [f"error: {exc}"]
     if isinstance(exc, StoreError):
         return [f"store error: {exc}"]

@@ -31,7 +31,7 @@ from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST
 from neuronbuild.store.layout import node_layout_root
-from neuronbuild.store.node import lay_out, register
+from neuronbuild.store.node import check_apart, lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
@@ -254,6 +254,7 @@ def prepare(
     allowed = check_node(recipe, engine, factors, cwd, environ, allow_mismatch)
     check_model_present(recipe.model, recipe.engine_args.get("revision"), cwd)
     root = cache_root or node_layout_root(digest)
+    check_apart(root, tiers)
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
         tiers.check_complete(manifest, digest)

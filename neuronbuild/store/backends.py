@@ -27,7 +27,7 @@ from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
 from fsspec.implementations.local import LocalFileSystem
 
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
 from neuronbuild.store.retry import body_retried, watch_s3
 
@@ -104,6 +104,10 @@ class Backend(ABC):
             raise
         except RecursionError:  # a path nested deeper than the interpreter recurses
             raise StoreDataInvalid(f"{self.url}: {what}: nested too deeply") from None
+        except OSError as exc:
+            raise NoRoom.of(exc, self.url, what) or StoreError(
+                f"{self.url}: {what}: {type(exc).__name__}: {exc}"
+            ) from None
         except Exception as exc:  # s3fs/botocore raise their own types (no credentials, ...)
             raise StoreError(f"{self.url}: {what}: {type(exc).__name__}: {exc}") from None
 

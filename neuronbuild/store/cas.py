@@ -21,7 +21,7 @@ import fsspec
 
 from neuronbuild import envs
 from neuronbuild.digest import check_digest, copy_verified, hash_file
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.notices import retrying
 from neuronbuild.store import retry
@@ -286,8 +286,8 @@ class Store:
             raise StoreDataInvalid(f"{url} is missing") from None
         except (StoreDataInvalid, StoreError):
             raise
-        except OSError as exc:
-            raise StoreError(f"{url}: {exc}") from None
+        except OSError as exc:  # a full or read-only ``dest`` is the node's, not the store's
+            raise NoRoom.of(exc, dest.parent) or StoreError(f"{url}: {exc}") from None
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()

@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from neuronbuild.digest import canonical_json, hash_file, parse_canonical
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
 from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.tiered import TieredStore
+from neuronbuild.store.transfer import blame
+
+LAYOUT_ROOT = "layout root"
+"""The role of the folder ``serve`` lays out in, as messages name it."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,28 @@ class LaidOut:
     bytes: int
     linked: int
     cheap: bool
+
+
+def check_apart(root: Path, tiers: TieredStore) -> None:
+    """Refuse a layout root inside the root of a folder store of ``tiers`` (the local tier or
+    a folder remote), or one holding such a store: its files would be taken for the store's
+    (``gc`` lists them as strays) or the store's for its own. Both paths are compared with
+    their symlinks resolved.
+
+    Raises:
+        UserError: naming the layout root, the store and the fix (exit code 2).
+    """
+    where = root.resolve()
+    for store in (tiers.local, tiers.remote):
+        if store is None or not store.is_folder:
+            continue
+        home = Path(store.root).resolve()
+        if where.is_relative_to(home) or home.is_relative_to(where):
+            how = "is inside" if where.is_relative_to(home) else "holds"
+            raise UserError(
+                f"layout root {root} {how} the store {store.url}: lay out in a folder apart "
+                "from every store (--vllm-cache-root, or $VLLM_CACHE_ROOT)"
+            )
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -135,10 +161,15 @@ def lay_out(
     from the local tier of ``tiers`` (linked or copied), which must hold every blob.
 
     Raises:
+        UserError: ``root`` is inside a store of ``tiers``, or holds one (:func:`check_apart`),
+            or this user may not write there.
         StoreDataInvalid: a blob is missing or corrupt in every tier, or a path escapes ``root``;
             nothing of that file is written.
+        NoRoom: ``root`` (the layout root) or the local tier, fetching a blob again, is full,
+            over quota or read-only; the message names which (exit code 3).
         StoreError: ``root`` cannot be written.
     """
+    check_apart(root, tiers)
     files = manifest.files()
     total = sum(e.size for e in files)
     stamp = None if deep else _read_stamp(root, digest)
@@ -173,6 +204,8 @@ def lay_out(
                     tmp.replace(dest)
                 dest.chmod(dest.stat().st_mode | 0o111)
         _write_stamp(root, manifest, digest)
+    except NoRoom as exc:  # a blob fetched into the layout root, or again into the local tier
+        raise blame(exc, {str(root): LAYOUT_ROOT, tiers.local.root: "local tier"}, LAYOUT_ROOT)
     except PermissionError as exc:
         raise UserError(
             f"cannot lay out under {root}: {exc.strerror}; pass --vllm-cache-root with a "
@@ -181,6 +214,9 @@ def lay_out(
     except OSError as exc:
         if isinstance(exc, FileNotFoundError | NotADirectoryError | IsADirectoryError):
             raise StoreDataInvalid(f"cannot lay out under {root}: {exc}") from None
+        room = NoRoom.of(exc, exc.filename or root, "cannot lay out")
+        if room is not None:
+            raise blame(room, {tiers.local.root: "local tier"}, LAYOUT_ROOT) from None
         raise StoreError(f"cannot lay out under {root}: {exc}") from None
     return LaidOut(root, len(files), total, linked, False)
 

@@ -136,6 +136,7 @@ class TieredStore:
             recheck=recheck,
             progress=self.progress,
             what=what,
+            role="local tier",
         )
         self.notes += report.notes
         return report

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Protocol
 
 from neuronbuild.digest import hex_of
-from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.errors import NoRoom, StoreDataInvalid
 from neuronbuild.human import size
 from neuronbuild.store.cas import Store
-from neuronbuild.store.records import FileRecord
+from neuronbuild.store.records import FileRecord, UnitRecord
 
 DISK_MARGIN_BYTES = 64 << 20
 """Free space (bytes) a pull keeps beyond what the blobs need."""
@@ -65,16 +65,30 @@ class CopyReport:
         }
 
 
-def check_free_space(store: Store, needed: int) -> None:
-    """Raise UserError when the folder store lacks ``needed`` bytes (plus a margin)."""
-    if not store.is_folder:
+def check_free_space(store: Store, needed: int, role: str) -> None:
+    """Raise NoRoom when the folder store (``role`` to the command, e.g. ``local tier``) lacks
+    ``needed`` bytes plus :data:`DISK_MARGIN_BYTES`; nothing needed is never refused (a full
+    or read-only tier that holds everything already)."""
+    if not store.is_folder or needed == 0:
         return
     free = shutil.disk_usage(store.root).free
     if free < needed + DISK_MARGIN_BYTES:
-        raise UserError(
-            f"{store.url}: {size(needed)} of blobs to fetch but only {size(free)} free (keeping "
-            f"{size(DISK_MARGIN_BYTES)} spare); free space or pick another --local-cache"
+        raise NoRoom(
+            store.url,
+            f"{size(needed)} of blobs to copy but only {size(free)} free (keeping "
+            f"{size(DISK_MARGIN_BYTES)} spare)",
+            role,
         )
+
+
+def blame(exc: NoRoom, roles: dict[str, str], other: str) -> NoRoom:
+    """``exc`` naming the role of the folder of ``roles`` (path -> role) that holds its path,
+    else ``other``: the one place that says which folder of a command ran out of room."""
+    where = Path(exc.path).resolve()
+    for folder, role in roles.items():
+        if where.is_relative_to(Path(folder).resolve()):
+            return exc.as_role(role)
+    return exc.as_role(other)
 
 
 def scratch_folder(dst: Store) -> tempfile.TemporaryDirectory[str]:
@@ -108,62 +122,99 @@ def copy_blob(
         tmp.unlink(missing_ok=True)
 
 
+def unsound_held(dst: Store, held: list[FileRecord], jobs: int) -> list[tuple[FileRecord, str]]:
+    """The blobs of ``held`` (present in ``dst`` with their recorded size) whose bytes do not
+    hash to their digest, each with a one-line problem: a size alone never proves a copy.
+    Reads every byte back (locally on a folder store)."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        problems = list(pool.map(dst.check_blob, held))
+    return [(f, p) for f, p in zip(held, problems, strict=True) if p is not None]
+
+
+def holds_unit(dst: Store, unit: UnitRecord) -> bool:
+    """Whether ``dst`` already holds a readable record for ``unit``'s key with every blob of it
+    (the one a publish adopts), so nothing needs writing: a read-only tier is then enough."""
+    try:
+        stored = dst.get_unit(unit.key)
+    except StoreDataInvalid:
+        return False
+    return stored is not None and not dst.missing_blobs(stored.files)
+
+
 def copy_manifest(
     src: Store,
     dst: Store,
     digest: str,
     *,
     jobs: int = 8,
-    recheck: bool = False,
+    recheck: bool = True,
     progress: MeterFactory | None = None,
     what: str = "copy",
+    role: str = "destination store",
 ) -> CopyReport:
     """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``.
 
-    ``recheck``: re-hash the blobs ``dst`` already holds and re-read its copy of the manifest;
-    a corrupt one is replaced from ``src`` (and noted). ``progress``: makes the meter told the
-    bytes the blobs' copy moves, named ``what`` (:data:`MeterFactory`; called only when blobs
-    are missing); None tells nobody.
+    ``recheck``: re-hash the blobs ``dst`` already holds (:func:`unsound_held`) instead of
+    trusting their size; a corrupt one is replaced from ``src`` (and noted). ``dst``'s copy of
+    the manifest is always re-read and replaced when corrupt. What ``dst`` already holds is not
+    written again, so a read-only ``dst`` that holds everything is copied into without a write.
+    ``progress``: makes the meter told the bytes the blobs' copy moves, named ``what``
+    (:data:`MeterFactory`; called only when blobs are missing); None tells nobody. ``role``:
+    what ``dst`` is to the command (``destination store``, ``local tier``), named when it
+    runs out of room.
 
     Raises:
-        UserError: no such manifest, or not enough disk space on a folder ``dst``.
+        UserError: no such manifest.
+        NoRoom: ``dst`` (or the temporary folder a copy to a remote store goes through) is
+            full, over quota or read-only, or a folder ``dst`` lacks the free space the blobs
+            need: exit code 3, naming the folder and its role.
         StoreDataInvalid: a blob in ``src`` is corrupt or a record malformed; nothing of it is
             written to ``dst``.
         StoreError: either store failed after retries.
     """
+    try:
+        return _copy(src, dst, digest, jobs, recheck, progress, what, role)
+    except NoRoom as exc:
+        raise blame(exc, {dst.root: role} if dst.is_folder else {}, "temporary folder") from None
+    except OSError as exc:  # the scratch folder, made before any store call
+        room = NoRoom.of(exc, exc.filename or dst.root)
+        if room is None:
+            raise
+        raise blame(room, {dst.root: role} if dst.is_folder else {}, "temporary folder") from None
+
+
+def _copy(
+    src: Store,
+    dst: Store,
+    digest: str,
+    jobs: int,
+    recheck: bool,
+    progress: MeterFactory | None,
+    what: str,
+    role: str,
+) -> CopyReport:
     manifest = src.get_manifest(digest)
     notes: list[str] = []
     files = manifest.blobs()
     missing = dst.missing_blobs(files)
     if recheck:
-        held = [e for e in files if e not in missing]
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            problems = list(pool.map(dst.check_blob, held))
-        for file, problem in zip(held, problems, strict=True):
-            if problem is not None:
-                notes.append(f"{problem}; fetching it again from {src.url}")
-                dst.delete_blob(file)
-                missing.append(file)
-        if dst.has_manifest(digest):
-            try:
-                dst.get_manifest(digest)
-            except StoreDataInvalid as exc:
-                notes.append(f"{exc}; replacing it with the copy of {src.url}")
-                dst.delete_manifest(digest)
-    check_free_space(dst, sum(e.size for e in missing))
-    meter = None
-    if progress is not None and missing:
-        meter = progress(what, sum(e.size for e in missing), len(missing))
-    on_bytes = meter.advance if meter is not None else None
-    try:
-        with scratch_folder(dst) as scratch, ThreadPoolExecutor(max(1, jobs)) as pool:
-            list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch), on_bytes), missing))
-    finally:
-        if meter is not None:
-            meter.close()
+        for file, problem in unsound_held(dst, [e for e in files if e not in missing], jobs):
+            notes.append(f"{problem}; fetching it again from {src.url}")
+            dst.delete_blob(file)
+            missing.append(file)
+    if dst.has_manifest(digest):
+        try:
+            dst.get_manifest(digest)
+        except StoreDataInvalid as exc:
+            notes.append(f"{exc}; replacing it with the copy of {src.url}")
+            dst.delete_manifest(digest)
+    if missing:
+        _copy_blobs(src, dst, missing, jobs, progress, what, role)
     for unit in manifest.units:
-        dst.put_unit(unit)
-    dst.put_manifest(manifest)
+        if not holds_unit(dst, unit):
+            dst.put_unit(unit)
+    if not dst.has_manifest(digest):
+        dst.put_manifest(manifest)
     return CopyReport(
         digest,
         len(missing),
@@ -171,3 +222,24 @@ def copy_manifest(
         sum(e.size for e in missing),
         tuple(notes),
     )
+
+
+def _copy_blobs(
+    src: Store,
+    dst: Store,
+    missing: list[FileRecord],
+    jobs: int,
+    progress: MeterFactory | None,
+    what: str,
+    role: str,
+) -> None:
+    total = sum(e.size for e in missing)
+    check_free_space(dst, total, role)
+    meter = progress(what, total, len(missing)) if progress is not None else None
+    on_bytes = meter.advance if meter is not None else None
+    try:
+        with scratch_folder(dst) as scratch, ThreadPoolExecutor(max(1, jobs)) as pool:
+            list(pool.map(lambda e: copy_blob(src, dst, e, Path(scratch), on_bytes), missing))
+    finally:
+        if meter is not None:
+            meter.close()
