@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
-from neuronbuild.errors import StoreError, UserError
+from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.names import MIN_PREFIX_HEX
@@ -68,7 +68,10 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     ref = found.ref_text
     if found.ref:
-        tiers.local.set_ref(*found.ref, digest)
+        try:  # a ref the tier already holds is not written: a read-only tier is enough
+            tiers.local.set_ref(*found.ref, digest)
+        except NoRoom as exc:
+            raise exc.as_role("local tier") from None
     echo_notes(tiers.notes)
     if as_json:
         echo_json(

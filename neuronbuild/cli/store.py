@@ -75,6 +75,7 @@ def push(
     Examples:
       neuronbuild push app/latest --from ./ci-store --cache s3://bucket/store
     """
+    from neuronbuild.errors import NoRoom
     from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
     from neuronbuild.ui.progress import ByteProgress
@@ -85,7 +86,10 @@ def push(
     report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
     ref = found.ref_text
     if found.ref:
-        dst.set_ref(*found.ref, report.manifest)
+        try:
+            dst.set_ref(*found.ref, report.manifest)
+        except NoRoom as exc:
+            raise exc.as_role("destination store") from None
     if as_json:
         echo_json("push", {"from": src.url, "store": dst.url, "ref": ref, **report.to_json()})
     else:

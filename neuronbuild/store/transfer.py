@@ -82,12 +82,15 @@ def check_free_space(store: Store, needed: int, role: str) -> None:
 
 
 def blame(exc: NoRoom, roles: dict[str, str], other: str) -> NoRoom:
-    """``exc`` naming the role of the folder of ``roles`` (path -> role) that holds its path,
-    else ``other``: the one place that says which folder of a command ran out of room."""
+    """``exc`` naming the folder of ``roles`` (folder -> its role) that holds its path, with
+    that role, else ``other``: the one place that says which folder of a command ran out of
+    room. A refusal that already names its role is kept."""
+    if exc.role:
+        return exc
     where = Path(exc.path).resolve()
     for folder, role in roles.items():
         if where.is_relative_to(Path(folder).resolve()):
-            return exc.as_role(role)
+            return NoRoom(folder, exc.why, role)
     return exc.as_role(other)
 
 
