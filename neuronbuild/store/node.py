@@ -205,7 +205,8 @@ def lay_out(
                 dest.chmod(dest.stat().st_mode | 0o111)
         _write_stamp(root, manifest, digest)
     except NoRoom as exc:  # a blob fetched into the layout root, or again into the local tier
-        raise blame(exc, {str(root): LAYOUT_ROOT, tiers.local.root: "local tier"}, LAYOUT_ROOT)
+        roles = {str(root): LAYOUT_ROOT, tiers.local.root: "local tier"}
+        raise blame(exc, roles, LAYOUT_ROOT) from None
     except PermissionError as exc:
         raise UserError(
             f"cannot lay out under {root}: {exc.strerror}; pass --vllm-cache-root with a "
