@@ -79,11 +79,13 @@ def push(
     from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
     from neuronbuild.ui.progress import ByteProgress
+    from neuronbuild.ui.verbosity import echo_notes
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
     found = src.resolve_target(target)
     # ByteProgress shows on stderr: stdout keeps --json.
     report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
+    echo_notes(list(report.notes))  # a corrupt copy the destination held, replaced
     ref = found.ref_text
     if found.ref:
         try:

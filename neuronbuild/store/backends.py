@@ -13,6 +13,7 @@ object in a shared store is bad store data, not a hang.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import stat
@@ -198,6 +199,11 @@ class Backend(ABC):
         with self._errors(f"cannot delete {path}"), contextlib.suppress(FileNotFoundError):
             self.fs.rm_file(path)
 
+    def stored_sha256(self, path: str) -> str | None:
+        """The sha256 (hex) the storage itself computed of the object's bytes, or None where it
+        keeps none (folders: reading the bytes is as cheap)."""
+        return None
+
     def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
         """Abort unfinished multipart uploads under the root started before ``older_than``
         (seconds since the epoch); returns their keys. Only object stores have them."""
@@ -377,6 +383,10 @@ def _connection_refused(exc: BaseException) -> bool:
     return False
 
 
+SINGLE_PUT_BYTES = 100 << 20
+"""Files below this many bytes go up in one PUT (s3fs: under twice its 50 MiB default part)."""
+
+
 class ObjectBackend(Backend):
     """S3 through s3fs: every PUT is atomic; create and swap are conditional requests; each
     request is retried, with a line on stderr, by :mod:`neuronbuild.store.retry`."""
@@ -475,9 +485,22 @@ class ObjectBackend(Backend):
 
     def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         # One PUT for small files; parallel multipart parts for large ones, which s3fs aborts
-        # on error.
+        # on error. A single PUT asks S3 to check and keep the bytes' SHA-256 (botocore sends
+        # it, S3 refuses a body that differs), so a later presence check reads it with a HEAD.
+        one_put = os.path.getsize(local) < SINGLE_PUT_BYTES
+        extra = {"ChecksumAlgorithm": "SHA256"} if one_put else {}
         with self._errors(f"cannot upload {path}"):
-            self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
+            self.fs.put_file(str(local), path, callback=_Counted(on_bytes), **extra)
+
+    def stored_sha256(self, path: str) -> str | None:
+        # A multipart object's checksum is of its parts' checksums ("<b64>-<parts>"): no use.
+        bucket, _, key = path.partition("/")
+        with self._errors(f"cannot stat {path}"):
+            head = self.fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        value = head.get("ChecksumSHA256")
+        if not isinstance(value, str) or "-" in value:
+            return None
+        return base64.b64decode(value).hex()
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         with self._errors(f"cannot write {path}"):
@@ -556,6 +579,9 @@ class ReadOnly(Backend):
 
     def open_read(self, path: str) -> IO[bytes]:
         return self.inner.open_read(path)
+
+    def stored_sha256(self, path: str) -> str | None:
+        return self.inner.stored_sha256(path)
 
     def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
         found = self.inner.abort_abandoned_uploads(older_than, dry_run=True)

@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 
 from neuronbuild import envs
-from neuronbuild.digest import check_digest, copy_verified, hash_file
+from neuronbuild.digest import check_digest, copy_verified, hash_file, hex_of
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.notices import retrying
@@ -234,11 +234,18 @@ class Store:
 
     def put_files(self, paths: list[Path], jobs: int = 8) -> list[tuple[str, int]]:
         """Store many local files as blobs: hashed, one batched presence check, then only the
-        missing ones uploaded, ``jobs`` at a time. Returns ``(digest, size)`` per path."""
+        missing ones uploaded, ``jobs`` at a time; a held blob whose bytes differ
+        (:meth:`check_held`) is replaced. Returns ``(digest, size)`` per path."""
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             hashed = list(pool.map(hash_file, paths))
             files = [FileRecord(str(p), d, s) for p, (d, s) in zip(paths, hashed, strict=True)]
             missing = {e.digest for e in self.missing_blobs(files)}
+            held = list({e.digest: e for e in files if e.digest not in missing}.values())
+            # A blob of the right size but other bytes would be sealed as this file: replace it.
+            for file, problem in zip(held, pool.map(self.check_held, held), strict=True):
+                if problem is not None:
+                    self.delete_blob(file)
+                    missing.add(file.digest)
             todo = {e.digest: Path(e.path) for e in files if e.digest in missing}
             list(pool.map(self.put_file, todo.values()))
         return hashed
@@ -303,6 +310,18 @@ class Store:
         except StoreDataInvalid as exc:
             return str(exc)
         return None
+
+    def check_held(self, file: FileRecord) -> str | None:
+        """Whether a blob the store holds with its recorded size has the right bytes: None
+        when intact, else a one-line problem naming its URL. The storage's own SHA-256 where it
+        keeps one (one HEAD on S3, for blobs uploaded in one PUT), else :meth:`check_blob`,
+        which reads every byte (locally on a folder store). A size alone proves nothing."""
+        stored = self.backend.stored_sha256(self.layout.blob(file.digest))
+        if stored is None:
+            return self.check_blob(file)
+        if stored == hex_of(file.digest):
+            return None
+        return f"{self.blob_url(file.digest)} is corrupt (expected {file.digest}; the store holds sha256:{stored})"
 
     # Unit records.
 

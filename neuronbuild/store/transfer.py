@@ -127,10 +127,10 @@ def copy_blob(
 
 def unsound_held(dst: Store, held: list[FileRecord], jobs: int) -> list[tuple[FileRecord, str]]:
     """The blobs of ``held`` (present in ``dst`` with their recorded size) whose bytes do not
-    hash to their digest, each with a one-line problem: a size alone never proves a copy.
-    Reads every byte back (locally on a folder store)."""
+    hash to their digest, each with a one-line problem (:meth:`~.cas.Store.check_held`: S3's
+    stored SHA-256, else the bytes read back)."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        problems = list(pool.map(dst.check_blob, held))
+        problems = list(pool.map(dst.check_held, held))
     return [(f, p) for f, p in zip(held, problems, strict=True) if p is not None]
 
 
