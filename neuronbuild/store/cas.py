@@ -321,7 +321,8 @@ class Store:
             return self.check_blob(file)
         if stored == hex_of(file.digest):
             return None
-        return f"{self.blob_url(file.digest)} is corrupt (expected {file.digest}; the store holds sha256:{stored})"
+        url = self.blob_url(file.digest)
+        return f"{url} is corrupt (expected {file.digest}; the store holds sha256:{stored})"
 
     # Unit records.
 

@@ -4,6 +4,7 @@ the root is named (``--vllm-cache-root``, ``$VLLM_CACHE_ROOT``, a symlink), befo
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,9 @@ from tests.lib.commands import neuronbuild as nb
 from tests.lib.commands import serve_without_vllm
 
 
-def refused(result: object, root: Path | str, store: str) -> None:
-    assert getattr(result, "returncode") == 2, getattr(result, "stderr")
-    line = getattr(result, "stderr").strip().splitlines()[-1]
+def refused(result: subprocess.CompletedProcess[str], root: Path | str, store: str) -> None:
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
     assert line.startswith(f"error: layout root {root} "), line
     assert f"the store {store}: lay out in a folder apart from every store" in line
 
