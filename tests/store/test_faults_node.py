@@ -152,3 +152,17 @@ def test_a_read_only_local_tier_lacking_blobs_is_named_with_its_role(tmp_path: P
     line = last_line(result.stderr)
     assert line.startswith(f"error: {tier}") and "(local tier)" in line, line
     assert "Read-only file system" in line and "store error" not in line
+
+
+def test_a_full_local_tier_that_holds_the_manifest_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, digest = published_with_model(tmp_path)
+    tier = Store(str(tmp_path / "tier"), create=True)
+    TieredStore(tier, store).fill(digest)
+    real = shutil.disk_usage
+    monkeypatch.setattr(
+        "neuronbuild.store.transfer.shutil.disk_usage", lambda p: real(p)._replace(free=0)
+    )
+    report = TieredStore(tier, store).fill(digest, recheck=True)
+    assert report is not None and (report.copied, report.skipped) == (0, 2)
