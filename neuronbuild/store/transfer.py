@@ -67,9 +67,9 @@ class CopyReport:
 
 def check_free_space(store: Store, needed: int, role: str) -> None:
     """Raise NoRoom when the folder store (``role`` to the command, e.g. ``local tier``) lacks
-    ``needed`` bytes plus :data:`DISK_MARGIN_BYTES`; nothing needed is never refused (a full
-    or read-only tier that holds everything already)."""
-    if not store.is_folder or needed == 0:
+    ``needed`` bytes plus :data:`DISK_MARGIN_BYTES` (asked only when blobs are missing: a full
+    tier that holds everything already is never refused)."""
+    if not store.is_folder:
         return
     free = shutil.disk_usage(store.root).free
     if free < needed + DISK_MARGIN_BYTES:
