@@ -244,7 +244,9 @@ def prepare(
 
     Raises:
         UserError: see :func:`resolve`; this node differs from the build (a table) or would
-            compile; the model is not on this node.
+            compile; the model is not on this node; the layout root is inside a folder store
+            of ``tiers`` or holds one (:func:`~neuronbuild.store.node.check_apart`).
+        NoRoom: the layout root or the local tier is full, over quota or read-only (exit 3).
     """
     environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers)

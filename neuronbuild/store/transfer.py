@@ -3,8 +3,11 @@ local tier's read-through and write-through).
 
 Copies in publish order (blobs the target lacks, unit records, the manifest), so an interrupted
 copy leaves the target consistent, and a rerun resumes: blobs already present are skipped. Every
-blob is verified against its digest on the way; with ``recheck``, so are the blobs and the
-manifest the target already holds (a local tier never reports success it cannot back).
+blob is verified against its digest on the way; with ``recheck`` (the default) so are the blobs
+the target already holds, by their bytes or the SHA-256 the storage kept, never by size alone,
+and the target's copy of the manifest always is. What the target holds is not written again, so a
+read-only target that holds everything needs no write. A target that runs out of room (full,
+over quota, read-only) is named with its role, exit code 3 (:class:`~neuronbuild.errors.NoRoom`).
 """
 
 from __future__ import annotations
