@@ -166,8 +166,9 @@ def serve(
     Any option of vLLM's OpenAI server that cannot change what was compiled (--host, --port,
     --chat-template, --log-level, ...) is passed to vLLM. Exits 2 before vLLM starts when the
     manifest is missing or incomplete, when RECIPE no longer matches it, when this node differs
-    from the build (installed versions, target, instruction set, model files), or when an
-    option would change what was compiled.
+    from the build (installed versions, target, instruction set, model files), when an
+    option would change what was compiled, or when the layout root is inside a store (or holds
+    one); exits 3 when the layout root or the local tier has no room.
 
     \b
     Examples:
