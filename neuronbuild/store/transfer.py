@@ -27,6 +27,9 @@ from neuronbuild.human import size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, UnitRecord
 
+TEMPORARY = "temporary folder, $TMPDIR"
+"""The role of the system's temporary folder, which a copy to a remote store goes through."""
+
 DISK_MARGIN_BYTES = 64 << 20
 """Free space (bytes) a pull keeps beyond what the blobs need."""
 
@@ -180,13 +183,13 @@ def copy_manifest(
     """
     try:
         return _copy(src, dst, digest, jobs, recheck, progress, what, role)
-    except NoRoom as exc:
-        raise blame(exc, {dst.root: role} if dst.is_folder else {}, "temporary folder") from None
-    except OSError as exc:  # the scratch folder, made before any store call
-        room = NoRoom.of(exc, exc.filename or dst.root)
+    except (NoRoom, OSError) as exc:  # OSError: making the scratch folder, before any store call
+        room = exc if isinstance(exc, NoRoom) else NoRoom.of(exc, exc.filename or dst.root)
         if room is None:
             raise
-        raise blame(room, {dst.root: role} if dst.is_folder else {}, "temporary folder") from None
+        # A copy to a remote store goes through the system's temporary folder (scratch_folder).
+        roles = {dst.root: role} if dst.is_folder else {tempfile.gettempdir(): TEMPORARY}
+        raise blame(room, roles, TEMPORARY) from None
 
 
 def _copy(

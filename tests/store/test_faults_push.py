@@ -6,6 +6,7 @@ or read back where it kept none."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from neuronbuild.store.transfer import copy_manifest
 from tests.lib.builders import cpu_recipe, publish_build
 from tests.lib.claims import fresh_url
 from tests.lib.commands import neuronbuild as nb
+from tests.lib.faults import with_file_size_limit
 from tests.lib.s3 import moto_s3
 
 BUCKET = "faults-push"
@@ -97,3 +99,16 @@ def test_compile_ingest_replaces_a_same_size_corrupt_blob_instead_of_sealing_it(
     same_size_other_bytes(store, file, s3_checksum=False)
     store.put_files([local])
     assert store.check_blob(file) is None
+
+
+def test_a_push_to_s3_whose_temporary_folder_refuses_a_write_names_that_folder(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    src, _ = published(tmp_path)
+    url = fresh_url("s3", tmp_path, f"s3://{BUCKET}")
+    result = with_file_size_limit(1024, "push", "tiny/latest", "--from", src.url, "--cache", url)
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    expected = f"error: {tempfile.gettempdir()} (temporary folder, $TMPDIR): File too large"
+    assert line.startswith(expected), line
+    assert "store error" not in line and src.root not in line
