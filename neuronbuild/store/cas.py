@@ -584,10 +584,11 @@ class Store:
         """The moves of ``<name>/<tag>`` that happened, oldest first, with their paths, and the
         paths of entries of moves that never happened.
 
-        The chain is walked back from where the ref points now by ``previous`` links: the newest
-        entry naming that manifest, then the newest older one naming its ``previous``, and so on
-        ("newest" by the store's clock, :meth:`history_entries`, so that no writer's clock
-        decides; it matters only where a manifest comes back, A -> B -> A). An entry off the
+        The chain is walked back from where the ref points now by ``previous`` links alone: the
+        newest entry naming that manifest, then the newest other one naming its ``previous``,
+        and so on, wherever they sort ("newest" by the store's clock, :meth:`history_entries`,
+        decides only between entries naming one manifest, A -> B -> A; so a writer whose clock
+        is slow, which names its entry early, still lands on the chain). An entry off the
         chain was written by a writer that failed or died before moving the ref. Where no older
         entry names the manifest wanted, the ref got there without a recorded move (written by
         hand, or by a version that kept no history) and the walk resumes at the next entry.
@@ -602,17 +603,20 @@ class Store:
         """:meth:`ref_chain`'s walk back from manifest ``want`` (None: an absent ref) through
         ``entries`` (oldest first, as :meth:`history_entries` gives them): the entries on the
         chain and those off it, each oldest first."""
-        chain: list[tuple[str, RefMove]] = []
-        off: list[tuple[str, RefMove]] = []
         newest_first = entries[::-1]
-        for i, (path, move) in enumerate(newest_first):
-            gap = want is not None and all(m.manifest != want for _, m in newest_first[i:])
-            if want is not None and (move.manifest == want or gap):
-                chain.append((path, move))
-                want = move.previous
-            else:
-                off.append((path, move))
-        return chain[::-1], off[::-1]
+        left = list(range(len(newest_first)))  # off the chain so far
+        walked: list[int] = []
+        while want is not None and left:
+            named = [i for i in left if newest_first[i][1].manifest == want]
+            older = [i for i in left if not walked or i > walked[-1]]
+            if not named and not older:
+                break
+            # No entry names it: the ref got there without a recorded move (a gap).
+            i = named[0] if named else older[0]
+            walked.append(i)
+            left.remove(i)
+            want = newest_first[i][1].previous
+        return [newest_first[i] for i in walked][::-1], [newest_first[i] for i in left][::-1]
 
     def ref_history(self, name: str, tag: str) -> list[RefMove]:
         """Every move of ``<name>/<tag>`` that happened, oldest first (see :meth:`ref_chain`)."""

@@ -206,9 +206,11 @@ def collect_garbage(
     step("deleted")
     for path in store.backend.find(layout.tmp("condemned")):
         marked = layout.condemned_of(path)
-        gone = marked is None or marked not in kept
+        # Another run's marker goes once its manifest is gone, is reached (a ref or a move
+        # needs it: that run, killed, left it behind), or the marker is stale.
+        done = marked is None or marked not in kept or marked in live | spared
         stale = (store.backend.modified(path) or 0.0) < now - CONDEMNED_SECONDS
-        if path.endswith("/" + run) or gone or stale:  # another run's: it is done or dead
+        if path.endswith("/" + run) or done or stale:
             if not path.endswith("/" + run):
                 report.deleted.setdefault("tmp", []).append(path)
             if not dry_run:
