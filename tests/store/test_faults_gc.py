@@ -331,3 +331,38 @@ def test_a_move_by_a_host_a_minute_slow_stays_in_history_and_keeps_its_manifest(
     assert moves == [(None, first), (first, second)]
     collect_garbage(store, now=time.time() + 10 * DAY)
     assert store.has_manifest(first) and audit(store) == []
+
+
+@pytest.mark.parametrize("command", ["tag", "push", "pull"])
+def test_every_command_that_moves_a_ref_refuses_a_manifest_a_killed_gc_condemned(
+    tmp_path: Path, command: str
+) -> None:
+    """``tag``, ``push`` (into the store) and ``pull`` (into the local tier) move refs through
+    the one protocol: onto a manifest a gc killed after condemning it, each fails with one line,
+    exit 3, and moves nothing; once that gc's rerun has swept it, the same command succeeds."""
+    store, _, orphan = orphaned_store(tmp_path)
+    source = tmp_path / "source"
+    shutil.copytree(store.root, source)
+    Store(str(source)).set_ref("old", "latest", orphan)
+    script = (
+        "import os, signal, sys; from neuronbuild.store.cas import Store; "
+        "from neuronbuild.store.gc import collect_garbage; "
+        "collect_garbage(Store(sys.argv[1]), at_step=lambda s: s == 'condemned' and "
+        "os.kill(os.getpid(), signal.SIGKILL))"
+    )
+    subprocess.run([sys.executable, "-c", script, store.root], check=False)
+    args = {
+        "tag": ["tag", orphan, "old/latest", "--cache", store.root],
+        "push": ["push", "old/latest", "--from", str(source), "--cache", store.root],
+        "pull": ["pull", "old/latest", "--cache", str(source), "--local-cache", store.root],
+    }[command]
+    refused = nb(*args)
+    assert refused.returncode == 3, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].endswith(f"gc is sweeping {orphan}; retry")
+    assert store.get_ref("old", "latest") is None and audit(store) == []
+    collect_garbage(store)
+    assert not store.has_manifest(orphan) and markers(store) == []
+    if command != "tag":  # the manifest is gone: only a copy brings it back
+        landed = nb(*args)
+        assert landed.returncode == 0, landed.stderr
+        assert store.get_ref("old", "latest") == orphan and audit(store) == []
