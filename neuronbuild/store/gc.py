@@ -156,9 +156,9 @@ def collect_garbage(
 ) -> GcReport:
     """Sweep what no ref (or ref history within ``keep_last`` moves) reaches and is older than
     ``older_than_days`` (days; the grace period), by the store's clock (:func:`store_now`;
-    ``now``, seconds since the epoch, stands in for it where given: tests age a store so). ``at_step`` is told each step as it is reached
-    (``marked``, ``condemned``, ``spared``, ``deleted``, ``swept``): tests hold or kill gc
-    there while writers race it.
+    ``now``, seconds since the epoch, stands in for it where given: tests age a store so).
+    ``at_step`` is told each step as it is reached (``marked``, ``condemned``, ``spared``,
+    ``deleted``, ``swept``): tests hold or kill gc there while writers race it.
 
     Raises:
         StoreError: the store failed; what was already deleted stays deleted, nothing live is.
