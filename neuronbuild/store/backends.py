@@ -161,10 +161,7 @@ class Backend(ABC):
                 info = self.fs.info(path)
             except FileNotFoundError:
                 return None
-        value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
-        if hasattr(value, "timestamp"):
-            return float(value.timestamp())
-        return float(value) if value is not None else None
+        return _modified_of(info)
 
     def exists(self, path: str) -> bool:
         with self._errors(f"cannot stat {path}"):
@@ -186,6 +183,16 @@ class Backend(ABC):
             except FileNotFoundError:
                 return {}
         return {str(path): int(info.get("size") or 0) for path, info in found.items()}
+
+    def list_modified(self, prefix: str) -> dict[str, float | None]:
+        """Every object path under ``prefix`` and its modification time by the store's clock
+        (seconds since the epoch; None where the file system keeps none), from one listing."""
+        with self._errors(f"cannot list {prefix}"):
+            try:
+                found = self.fs.find(prefix, detail=True)
+            except FileNotFoundError:
+                return {}
+        return {str(path): _modified_of(info) for path, info in found.items()}
 
     def open_read(self, path: str) -> IO[bytes]:
         """A binary file object for reading a regular file (FileNotFoundError when absent;
@@ -229,6 +236,15 @@ class Backend(ABC):
         Raises:
             SwapConflict: it changed in between.
         """
+
+
+def _modified_of(info: dict[str, Any]) -> float | None:
+    """An fsspec info's modification time: a folder's ``mtime``, S3's ``LastModified`` (the
+    server's clock), seconds since the epoch; None when it has none."""
+    value: Any = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    return float(value) if value is not None else None
 
 
 def _fsync_dir(path: str) -> None:
@@ -576,6 +592,9 @@ class ReadOnly(Backend):
 
     def list_sizes(self, prefix: str) -> dict[str, int]:
         return self.inner.list_sizes(prefix)
+
+    def list_modified(self, prefix: str) -> dict[str, float | None]:
+        return self.inner.list_modified(prefix)
 
     def open_read(self, path: str) -> IO[bytes]:
         return self.inner.open_read(path)

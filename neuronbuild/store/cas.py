@@ -66,6 +66,12 @@ def s3_options() -> dict[str, Any]:
     }
 
 
+CONDEMNED_SECONDS = 3600.0
+"""How long a gc run's condemned marker holds ref moves off its manifest (seconds, by the
+store's clock); an older marker is one a killed gc left behind, and no longer counts. A gc
+stops deleting once half of it has passed since it wrote its markers."""
+
+
 class RefConflict(StoreError):
     """A compare-and-swap ref move found another manifest than expected."""
 
@@ -493,15 +499,19 @@ class Store:
         """Point ``<name>/<tag>`` at ``digest`` if it still points at ``expected`` (None: absent),
         by compare-and-swap.
 
-        The move's history entry is written first, then the manifest's presence is checked, then
-        the ref swapped: a crash or a failed write in between leaves an entry of a move that never
-        happened, which :meth:`ref_history` skips, never a move without its entry; and ``gc``,
-        which re-reads history after its sweep, sees every move that may land (see
+        The move's history entry (its intent) is written first; then the manifest is refused if
+        a gc run has condemned it (a marker younger than :data:`CONDEMNED_SECONDS` by the
+        store's clock than the intent) or if it is missing, in that order; then the ref is
+        swapped. gc writes its markers before it reads the intents and deletes only after, and
+        removes a marker only after its manifest is gone or spared: so either gc sees the intent
+        and keeps the manifest, or this move sees the marker (or the manifest gone) and fails
+        cleanly. A crash in between leaves an entry of a move that never happened, which
+        :meth:`ref_history` skips, never a move without its entry (see
         :mod:`neuronbuild.store.gc`).
 
         Raises:
             RefConflict: the ref points elsewhere (another builder moved it first).
-            StoreError: ``digest`` is not a manifest of this store.
+            StoreError: ``digest`` is not a manifest of this store, or gc is deleting it.
         """
         path = self.layout.ref(name, tag)
         data, token = self.backend.read_versioned(path, MAX_SMALL_BYTES)
@@ -514,6 +524,8 @@ class Store:
         intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
         self.backend.create(intent, move.to_bytes())
         try:
+            if self._condemned(digest, intent):
+                raise StoreError(f"{self.url}: {name}/{tag}: gc is sweeping {digest}; retry")
             if not self.has_manifest(digest):
                 raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
             self.backend.swap(path, (digest + "\n").encode(), token)
@@ -523,6 +535,21 @@ class Store:
         except StoreError:
             self._forget(intent)
             raise
+
+    def _condemned(self, digest: str, intent: str) -> bool:
+        """Whether a gc run's marker on ``digest`` holds: written less than
+        :data:`CONDEMNED_SECONDS` before ``intent`` by the store's clock (an unknown time holds)."""
+        markers = self.backend.find(self.layout.condemned(digest))
+        if not markers:
+            return False
+        written = self.backend.modified(intent)
+        for marker in markers:
+            since = self.backend.modified(marker)
+            if since is not None and written is not None and written - since >= CONDEMNED_SECONDS:
+                continue  # left by a gc killed long ago
+            if since is not None or self.backend.exists(marker):
+                return True
+        return False
 
     def _forget(self, intent: str) -> None:
         """Best effort: remove the history entry of a move that did not happen (readers skip it
@@ -560,17 +587,13 @@ class Store:
         return out
 
     def history_entries(self, name: str, tag: str) -> list[tuple[str, RefMove]]:
-        """Every history object of ``<name>/<tag>`` with its path, oldest first, including
-        entries of moves that never happened."""
-        return self._entries(self.backend.find(self.layout.history(name, tag)))
-
-    def history_entries_at(self, path: str) -> list[tuple[str, RefMove]]:
-        """The history object at ``path`` (as :meth:`history_entries` returns it)."""
-        return self._entries([path])
-
-    def _entries(self, paths: list[str]) -> list[tuple[str, RefMove]]:
+        """Every history object of ``<name>/<tag>`` with its path, oldest first by the store's
+        clock (the modification times it reports: the file system's, S3's server's; the name,
+        which holds the writer's clock, breaks ties only), including entries of moves that never
+        happened. One listing, then one read per entry."""
+        times = self.backend.list_modified(self.layout.history(name, tag))
         moves = []
-        for path in paths:
+        for path in sorted(times, key=lambda p: (times[p] or 0.0, p)):
             data = self.backend.read(path, MAX_SMALL_BYTES)
             if data is not None:
                 what = f"{self.url}: ref history {path}"
@@ -581,24 +604,39 @@ class Store:
         """The moves of ``<name>/<tag>`` that happened, oldest first, with their paths, and the
         paths of entries of moves that never happened.
 
-        The chain is walked back from where the ref points now: the newest entry naming that
-        manifest, then the newest older one naming its ``previous``, and so on. An entry off the
+        The chain is walked back from where the ref points now by ``previous`` links alone: the
+        newest entry naming that manifest, then the newest other one naming its ``previous``,
+        and so on, wherever they sort ("newest" by the store's clock, :meth:`history_entries`,
+        decides only between entries naming one manifest, A -> B -> A; so a writer whose clock
+        is slow, which names its entry early, still lands on the chain). An entry off the
         chain was written by a writer that failed or died before moving the ref. Where no older
         entry names the manifest wanted, the ref got there without a recorded move (written by
         hand, or by a version that kept no history) and the walk resumes at the next entry.
         """
-        want = self.get_ref(name, tag)
-        newest_first = self.history_entries(name, tag)[::-1]
-        chain: list[tuple[str, RefMove]] = []
-        off: list[str] = []
-        for i, (path, move) in enumerate(newest_first):
-            gap = want is not None and all(m.manifest != want for _, m in newest_first[i:])
-            if want is not None and (move.manifest == want or gap):
-                chain.append((path, move))
-                want = move.previous
-            else:
-                off.append(path)
-        return chain[::-1], off[::-1]
+        chain, off = self.walk_chain(self.get_ref(name, tag), self.history_entries(name, tag))
+        return chain, [path for path, _ in off]
+
+    @staticmethod
+    def walk_chain(
+        want: str | None, entries: list[tuple[str, RefMove]]
+    ) -> tuple[list[tuple[str, RefMove]], list[tuple[str, RefMove]]]:
+        """:meth:`ref_chain`'s walk back from manifest ``want`` (None: an absent ref) through
+        ``entries`` (oldest first, as :meth:`history_entries` gives them): the entries on the
+        chain and those off it, each oldest first."""
+        newest_first = entries[::-1]
+        left = list(range(len(newest_first)))  # off the chain so far
+        walked: list[int] = []
+        while want is not None and left:
+            named = [i for i in left if newest_first[i][1].manifest == want]
+            older = [i for i in left if not walked or i > walked[-1]]
+            if not named and not older:
+                break
+            # No entry names it: the ref got there without a recorded move (a gap).
+            i = named[0] if named else older[0]
+            walked.append(i)
+            left.remove(i)
+            want = newest_first[i][1].previous
+        return [newest_first[i] for i in walked][::-1], [newest_first[i] for i in left][::-1]
 
     def ref_history(self, name: str, tag: str) -> list[RefMove]:
         """Every move of ``<name>/<tag>`` that happened, oldest first (see :meth:`ref_chain`)."""

@@ -4,29 +4,38 @@ Live: every manifest a ref points at or pointed at (its last ``keep_last`` moves
 their unit records and blobs; every unit record, blob, manifest or temporary object younger than
 the grace period, so that shards still being published (blobs before their unit record, unit
 records before their manifest) survive; and the unit records and blobs of young unit records.
+Ages are read off the store's clock (the modification time of a probe object gc writes), never
+this host's: a gc host whose clock runs days ahead sweeps nothing younger than the grace period.
 
-Racing writers: a ref move writes its history entry before it checks that the manifest exists and
-swaps the ref (:meth:`~neuronbuild.store.cas.Store.move_ref`). The sweep deletes manifests first,
-keeping their bytes, then re-reads refs and every history entry written since the mark: a manifest
-one of them names is put back before any unit record or blob is swept, and everything it uses is
-marked live again. So a move either finds its manifest gone (and fails cleanly) or is seen by gc
-and keeps it. Then unit records, blobs, temporary files, stale locks, history entries of moves
-that never happened, and node layouts of dead manifests are swept. On S3, multipart uploads
-abandoned before the grace period (a publisher killed mid-upload) are aborted too.
+Racing writers and kills: a ref move writes its history entry (its intent), then refuses a
+manifest some gc run has condemned, or one that is missing, then swaps the ref
+(:meth:`~neuronbuild.store.cas.Store.move_ref`). gc, after its mark, (1) writes a condemned
+marker per manifest it means to delete (``tmp/condemned/<manifest>/<run>``), (2) re-reads every
+intent younger than :data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (each ref's history, off
+its chain or at its head) and then every ref, and spares the manifests they name, (3) deletes
+the rest, (4) then removes its markers. A mover either wrote its intent before (2), and gc spares
+its manifest, or checks after (1), and sees the marker, or after (3), and sees the manifest gone.
+No manifest is deleted before its marker is durable, so a gc killed anywhere leaves every ref on
+a manifest that exists; its leftover markers stop moves to their manifests for at most
+:data:`~neuronbuild.store.cas.CONDEMNED_SECONDS`, and the next run removes them. Then unit
+records, blobs, temporary files, stale locks, history entries of moves that never happened, and
+node layouts of dead manifests are swept. On S3, multipart uploads abandoned before the grace
+period (a publisher killed mid-upload) are aborted too.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronbuild import envs
 from neuronbuild.digest import hex_of, parse_canonical
-from neuronbuild.errors import StoreDataInvalid
-from neuronbuild.store.cas import Store
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
 from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
 
 DAY = 86400.0
@@ -47,8 +56,8 @@ KIND_NOUNS = {
 
 @dataclass
 class GcReport:
-    """What was (or, in a dry run, would be) deleted, by kind, and the bytes freed; manifests a
-    racing ref move needed and that were put back."""
+    """What was (or, in a dry run, would be) deleted, by kind, and the bytes freed; manifests gc
+    meant to delete and spared because a racing ref move named them (``restored``)."""
 
     dry_run: bool
     live_manifests: int = 0
@@ -98,8 +107,42 @@ class _Sweep:
         return units, blobs
 
 
-def _history_paths(store: Store) -> set[str]:
-    return set(store.backend.find(store.layout.folder("history")))
+def store_now(store: Store, *, dry_run: bool = False) -> float:
+    """The store's clock (seconds since the epoch): the modification time of a probe object
+    written under ``tmp/`` and deleted (a folder's file system's time, S3's server's time).
+    This host's clock where the store keeps no times, or, in a dry run, where it cannot be
+    written (a read-only store).
+
+    Raises:
+        StoreError: the probe could not be written (outside a dry run).
+    """
+    probe = store.layout.tmp(f"clock-{uuid.uuid4().hex}")
+    try:
+        store.backend.put(probe, b"")
+    except (StoreError, UserError):
+        if dry_run:
+            return time.time()
+        raise
+    try:
+        when = store.backend.modified(probe)
+    finally:
+        store.backend.delete(probe)
+    return time.time() if when is None else when
+
+
+def in_flight(store: Store, since: float) -> set[str]:
+    """Manifests a ref move may be about to point a ref at: those named by a history entry
+    written at or after ``since`` (seconds, store time) that is off its ref's chain or at its
+    head (a move not yet swapped, or just swapped), then by every ref. Read in that order, so a
+    swap between the two reads is seen by one of them."""
+    prefix = store.layout.folder("history") + "/"
+    times = store.backend.list_modified(prefix.rstrip("/"))
+    young = {path for path, when in times.items() if when is None or when >= since}
+    named: set[str] = set()
+    for name, tag in sorted({tuple(p.removeprefix(prefix).split("/")[:2]) for p in young}):
+        chain, off = store.walk_chain(store.get_ref(name, tag), store.history_entries(name, tag))
+        named.update(move.manifest for path, move in [*off, *chain[-1:]] if path in young)
+    return named | set(store.refs().values())
 
 
 def collect_garbage(
@@ -109,22 +152,24 @@ def collect_garbage(
     older_than_days: float = 1.0,
     dry_run: bool = False,
     now: float | None = None,
-    after_mark: Callable[[], None] | None = None,
+    at_step: Callable[[str], None] | None = None,
 ) -> GcReport:
     """Sweep what no ref (or ref history within ``keep_last`` moves) reaches and is older than
-    ``older_than_days`` (days; the grace period). ``after_mark`` runs between mark and sweep
-    (tests hold gc there while writers race it).
+    ``older_than_days`` (days; the grace period), by the store's clock (:func:`store_now`;
+    ``now``, seconds since the epoch, stands in for it where given: tests age a store so).
+    ``at_step`` is told each step as it is reached (``marked``, ``condemned``, ``spared``,
+    ``deleted``, ``swept``): tests hold or kill gc there while writers race it.
 
     Raises:
         StoreError: the store failed; what was already deleted stays deleted, nothing live is.
     """
-    now = time.time() if now is None else now
+    step = at_step or (lambda _: None)
+    now = store_now(store, dry_run=dry_run) if now is None else now
     report = GcReport(dry_run)
     sweep = _Sweep(store, now - older_than_days * DAY, report)
     layout = store.layout
 
     # Mark.
-    seen_history = _history_paths(store)
     refs = store.refs()
     live: set[str] = set(refs.values())
     for ref in refs:
@@ -133,31 +178,43 @@ def collect_garbage(
         live.update(m.manifest for m in recent)
     listed = store.manifest_digests()
     doomed = [d for d in listed if d not in live and sweep.old(layout.manifest(d))]
-    kept = (set(listed) | live) - set(doomed)
-    live_units, live_blobs = sweep.uses({d for d in kept if d in listed})
     report.live_manifests = len(live)
-    if after_mark is not None:
-        after_mark()
+    step("marked")
 
-    # Sweep manifests, keeping their bytes until racing ref moves have been looked at.
-    saved: dict[str, bytes] = {}
-    for digest in doomed:
-        data = store.backend.read(layout.manifest(digest), MAX_RECORD_BYTES)
-        if data is not None:
-            saved[digest] = data
-            sweep.delete("manifests", layout.manifest(digest))
-    needed = set(store.refs().values())
-    for path in _history_paths(store) - seen_history:
-        needed.update(m.manifest for p, m in store.history_entries_at(path) if p == path)
-    for digest in sorted(needed & set(saved)):
+    # Condemn, spare what racing moves name, then delete (see the module's docstring).
+    run = uuid.uuid4().hex
+    if not dry_run:
+        for digest in doomed:
+            store.backend.put(layout.condemned(digest, run), b"")
+    condemned_at = time.monotonic()
+    step("condemned")
+    spared = in_flight(store, now - CONDEMNED_SECONDS) & set(doomed)
+    for digest in sorted(spared):
         report.restored.append(digest)
-        report.deleted["manifests"].remove(layout.manifest(digest))
-        kept.add(digest)
         if not dry_run:
-            store.backend.create(layout.manifest(digest), saved[digest])
-    restored_units, restored_blobs = sweep.uses(set(report.restored))
-    live_units |= restored_units
-    live_blobs |= restored_blobs
+            store.backend.delete(layout.condemned(digest, run))
+    step("spared")
+    for digest in doomed:
+        if digest in spared:
+            continue
+        if time.monotonic() - condemned_at > CONDEMNED_SECONDS / 2:
+            spared.add(digest)  # its marker may no longer hold: the next run deletes it
+            continue
+        sweep.delete("manifests", layout.manifest(digest))
+    kept = (set(listed) | live) - set(doomed) | spared
+    live_units, live_blobs = sweep.uses(kept & set(listed))
+    step("deleted")
+    for path in store.backend.find(layout.tmp("condemned")):
+        marked = layout.condemned_of(path)
+        # Another run's marker goes once its manifest is gone, is reached (a ref or a move
+        # needs it: that run, killed, left it behind), or the marker is stale.
+        done = marked is None or marked not in kept or marked in live | spared
+        stale = (store.backend.modified(path) or 0.0) < now - CONDEMNED_SECONDS
+        if path.endswith("/" + run) or done or stale:
+            if not path.endswith("/" + run):
+                report.deleted.setdefault("tmp", []).append(path)
+            if not dry_run:
+                store.backend.delete(path)
 
     # Sweep unit records and blobs that no kept manifest (nor a young unit record) uses.
     for path in store.backend.find(layout.folder("units")):
@@ -180,7 +237,7 @@ def collect_garbage(
         if (named is None or named[1] not in live_units) and sweep.old(path):
             sweep.delete("timings", path)
     for path in store.backend.find(layout.folder("tmp")):
-        if sweep.old(path):
+        if layout.condemned_of(path) is None and sweep.old(path):
             sweep.delete("tmp", path)
     for path in store.backend.find(layout.folder("locks")):
         ref_path = path.removesuffix(".lock").replace(layout.folder("locks"), layout.root, 1)
@@ -202,6 +259,7 @@ def collect_garbage(
     uploads = store.backend.abort_abandoned_uploads(sweep.cutoff, dry_run)
     if uploads:
         report.deleted["multipart uploads"] = uploads
+    step("swept")
     return report
 
 

@@ -9,6 +9,7 @@
 <root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
 <root>/timings/<shape hex>/<unit key hex>.json  UnitTiming: how long a unit took to compile
 <root>/tmp/                                     temporary files of atomic writes
+<root>/tmp/condemned/<manifest hex>/<run hex>   a gc run is about to delete that manifest
 <root>/locks/refs/<name>/<tag>.lock             the lock of a ref's compare-and-swap (folders)
 ```
 
@@ -97,7 +98,10 @@ class Layout:
         return f"{self.root}/history/{name}/{tag}"
 
     def history_entry(self, name: str, tag: str, time_ns: int, digest: str) -> str:
-        """One move's object; names sort by time, so a listing is the history in order."""
+        """One move's object. The name holds the writer's clock (``time_ns``, nanoseconds) only
+        to be unique and to break ties: history is ordered by the store's own modification
+        times and walked by ``previous`` links (:meth:`~neuronbuild.store.cas.Store.ref_chain`),
+        because a writer's clock may be off by minutes."""
         return f"{self.history(name, tag)}/{time_ns:020d}-{hex_of(digest)[:16]}.json"
 
     def layout_record(self, manifest: str) -> str:
@@ -122,6 +126,19 @@ class Layout:
     def tmp(self, name: str) -> str:
         """A temporary object (``""``: the folder itself)."""
         return f"{self.root}/tmp/{name}"
+
+    def condemned(self, manifest: str, run: str = "") -> str:
+        """The marker gc run ``run`` (hex) writes before deleting ``manifest``; ``""``: the folder
+        of every run's marker of that manifest (see :mod:`neuronbuild.store.gc`)."""
+        return f"{self.root}/tmp/condemned/{hex_of(manifest)}/{run}".rstrip("/")
+
+    def condemned_of(self, path: str) -> str | None:
+        """The manifest a condemned marker at ``path`` names; None for any other object."""
+        rest = path.removeprefix(self.tmp("condemned/"))
+        name, sep, run = rest.partition("/")
+        if rest == path or not sep or not re.fullmatch(r"[0-9a-f]{64}", name):
+            return None
+        return "sha256:" + name if re.fullmatch(r"[0-9a-f]{1,64}", run) else None
 
     def ref_lock(self, ref_path: str) -> str:
         """The lock file guarding compare-and-swap of ``ref_path`` (folder stores)."""

@@ -329,15 +329,12 @@ class AtomicContract(StoreContract):
         landed = [m.manifest for m in store.ref_history("claims", "latest")[1:]]
         assert sorted(landed) == sorted(moved)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="known fault: a ref's version is its content (folder bytes, S3 ETag = MD5), so a "
-        "ref moved away and back between a mover's read and its swap lets the swap land (ABA), "
-        "and the moves in between fall off the history chain, which is ordered by intent time",
-    )
     def test_a_ref_moved_away_and_back_during_a_move_keeps_every_move_in_its_history(
         self, connect: Callable[[], Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """A ref's version is its content (folder bytes, S3 ETag = MD5), so a ref moved away and
+        back between a mover's read and its swap lets the swap land (ABA); the chain, walked by
+        ``previous`` links rather than intent time, still holds the moves in between."""
         store = connect()
         m0, m1, m2 = distinct_manifests(store, tmp_path, 3)
         other = connect()

@@ -36,10 +36,11 @@ def test_a_ref_moved_while_gc_is_held_between_mark_and_sweep_never_dangles(
     store, live, orphan = two_builds(tmp_path)
     moved: list[subprocess.CompletedProcess[str]] = []
 
-    def tag_in_another_process() -> None:
-        moved.append(nb("tag", orphan, "old/prod", "--cache", store.url))
+    def tag_in_another_process(step: str) -> None:
+        if step == "marked":
+            moved.append(nb("tag", orphan, "old/prod", "--cache", store.url))
 
-    report = collect_garbage(store, now=LATER, after_mark=tag_in_another_process)
+    report = collect_garbage(store, now=LATER, at_step=tag_in_another_process)
     assert moved[0].returncode == 0, moved[0].stderr
     assert report.restored == [orphan]
     assert store.get_ref("old", "prod") == orphan
@@ -49,7 +50,7 @@ def test_a_ref_moved_while_gc_is_held_between_mark_and_sweep_never_dangles(
 
 def test_without_a_racing_move_gc_sweeps_the_unreferenced_build(tmp_path: Path) -> None:
     store, live, orphan = two_builds(tmp_path)
-    report = collect_garbage(store, now=LATER, after_mark=lambda: None)
+    report = collect_garbage(store, now=LATER, at_step=lambda _: None)
     assert report.restored == []
     assert not store.has_manifest(orphan)
     assert not verify_manifest(store, live, deep=True).problems
