@@ -56,9 +56,12 @@ class SwapConflict(StoreError):
 
 
 def _is_precondition_failure(exc: BaseException) -> bool:
-    """Whether an s3fs error is S3's 412 Precondition Failed (a lost conditional write)."""
+    """Whether an s3fs error is S3's 412 Precondition Failed (a refused conditional write;
+    s3fs raises FileExistsError for some)."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, FileExistsError):
+            return True
         response = getattr(seen, "response", None)
         if isinstance(response, dict):
             code = response.get("Error", {}).get("Code")
@@ -440,16 +443,29 @@ class ObjectBackend(Backend):
             self.fs.pipe_file(path, data)
 
     def create(self, path: str, data: bytes) -> bool:
+        # A refused create that finds exactly ``data`` is this call's own: its first attempt
+        # landed and lost its answer (see _holds).
         with self._errors(f"cannot write {path}"):
             try:
                 self.fs.pipe_file(path, data, mode="create")
-            except FileExistsError:
-                return False
             except OSError as exc:
                 if _is_precondition_failure(exc):
-                    return False
+                    return self._holds(path, data)
                 raise
             return True
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether ``path`` holds exactly ``data`` now: asked when a conditional PUT is refused
+        (412), which is also the answer to a retry of a PUT that landed but whose response was
+        lost (a connection reset after the write; botocore then retries it). Equal bytes are
+        the same outcome whoever wrote them: a unit record or manifest is named by what it
+        holds, a history entry by its time in nanoseconds, and a ref another writer moved to
+        the same manifest points where this move meant it to (its history then holds two
+        entries of the move, one on the chain and one off it, which readers skip)."""
+        try:
+            return self._cat(path, len(data) + 1) == data
+        except FileNotFoundError:
+            return False
 
     def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
         bucket, _, prefix = self.root.partition("/")
@@ -482,12 +498,11 @@ class ObjectBackend(Backend):
                     self.fs.pipe_file(path, data, mode="create")
                 else:
                     self.fs.pipe_file(path, data, IfMatch=token)
-            except FileExistsError:
-                raise SwapConflict(f"{path} appeared while moving it") from None
             except OSError as exc:
-                if _is_precondition_failure(exc):
+                if not _is_precondition_failure(exc):
+                    raise
+                if not self._holds(path, data):
                     raise SwapConflict(f"{path} changed while moving it") from None
-                raise
 
 
 class LastWriterWinsBackend(Backend):
