@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 
 BUCKET = "neuronbuild-acks"
 RETRY = re.compile(r"retrying \([2-5]/5\) in \d+\.\d s: .+")
+PROGRESS = re.compile(r"(pull|verify): ")
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,9 @@ def history(url: str, ref: str) -> list[dict[str, object]]:
 
 
 def error_lines(stderr: str) -> list[str]:
-    """stderr's lines other than retry notices."""
-    return [line for line in stderr.splitlines() if line.strip() and not RETRY.fullmatch(line)]
+    """stderr's lines other than retry notices and progress."""
+    lines = (line for line in stderr.splitlines() if line.strip())
+    return [line for line in lines if not RETRY.fullmatch(line) and not PROGRESS.match(line)]
 
 
 def test_a_tag_whose_ref_write_lost_its_answer_exits_0_and_records_its_one_move(
@@ -116,3 +118,36 @@ def test_a_create_whose_answer_was_lost_is_reported_as_this_calls_own(
         assert proxy.acks_lost
         assert store.backend.create(path, b"another builder's") is False  # the first one wins
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+BROKEN_BODIES = [
+    pytest.param({"cut_every": 1}, id="cut"),
+    pytest.param({"corrupt_every": 1}, id="corrupt"),  # a checksum fails, or a listing's parse
+]
+READ_PATHS = [
+    pytest.param("/blobs/", id="blob"),
+    pytest.param("/manifests/", id="read"),
+    pytest.param("/refs/", id="read_versioned"),
+    pytest.param("list-type", id="listing"),
+]
+
+
+@pytest.mark.parametrize("fault", BROKEN_BODIES)
+@pytest.mark.parametrize("where", READ_PATHS)
+@pytest.mark.parametrize("command", ["pull", "verify"])
+def test_a_body_that_keeps_breaking_is_retried_then_exits_3_in_one_line(
+    moto_port: int,
+    pushed: tuple[Store, str, str],
+    tmp_path: Path,
+    command: str,
+    where: str,
+    fault: dict[str, int],
+) -> None:
+    _, url, _ = pushed
+    args = ["--local-cache", str(tmp_path / "node")] if command == "pull" else ["--deep"]
+    with FaultyProxy(moto_port, body_path=where, **fault) as proxy:
+        done = neuronbuild(command, "c/latest", "--cache", url, *args, env=through(proxy))
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    assert [line.split(":")[0] for line in error_lines(done.stderr)] == ["store error"], done.stderr
+    assert any(RETRY.fullmatch(line) for line in done.stderr.splitlines()), done.stderr
