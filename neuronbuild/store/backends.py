@@ -303,7 +303,10 @@ class FolderBackend(Backend):
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                return False
+                # On NFS a LINK sent again after its reply was lost answers EEXIST although the
+                # first made the link; the temporary file's link count tells (open(2), O_EXCL).
+                if os.stat(tmp).st_nlink < 2:
+                    return False
             _fsync_dir(path)
             return True
 

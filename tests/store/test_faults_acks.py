@@ -10,6 +10,7 @@ cut short or failing its checksum is read again, each retry said, and ends as on
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -17,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
 from tests.lib.builders import published_with_model
 from tests.lib.claims import check_chain
 from tests.lib.commands import neuronbuild
 from tests.lib.faulty_proxy import FaultyProxy
 from tests.lib.s3 import moto_s3
-
-pytestmark = pytest.mark.slow
 
 BUCKET = "neuronbuild-acks"
 RETRY = re.compile(r"retrying \([2-5]/5\) in \d+\.\d s: .+")
@@ -68,6 +68,7 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in lines if not RETRY.fullmatch(line) and not PROGRESS.match(line)]
 
 
+@pytest.mark.slow
 def test_a_tag_whose_ref_write_lost_its_answer_exits_0_and_records_its_one_move(
     moto_port: int, pushed: tuple[Store, str, str]
 ) -> None:
@@ -82,6 +83,7 @@ def test_a_tag_whose_ref_write_lost_its_answer_exits_0_and_records_its_one_move(
     check_chain(Store(url), "c", "prod", moves=1, off_chain=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lost", ["/refs/", "/history/", "/manifests/", "/units/"])
 def test_a_push_whose_write_lost_its_answer_publishes_and_records_the_move(
     moto_port: int, tmp_path: Path, lost: str
@@ -102,6 +104,7 @@ def test_a_push_whose_write_lost_its_answer_publishes_and_records_the_move(
     assert verified.returncode == 0, verified.stderr
 
 
+@pytest.mark.slow
 def test_a_create_whose_answer_was_lost_is_reported_as_this_calls_own(
     moto_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +135,7 @@ READ_PATHS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", BROKEN_BODIES)
 @pytest.mark.parametrize("where", READ_PATHS)
 @pytest.mark.parametrize("command", ["pull", "verify"])
@@ -151,3 +155,39 @@ def test_a_body_that_keeps_breaking_is_retried_then_exits_3_in_one_line(
     assert "Traceback" not in done.stderr
     assert [line.split(":")[0] for line in error_lines(done.stderr)] == ["store error"], done.stderr
     assert any(RETRY.fullmatch(line) for line in done.stderr.splitlines()), done.stderr
+
+
+@pytest.mark.slow
+def test_a_blob_failing_its_checksum_once_is_read_again_and_the_pull_completes(
+    moto_port: int, pushed: tuple[Store, str, str], tmp_path: Path
+) -> None:
+    local, url, digest = pushed
+    node = tmp_path / "node"
+    with FaultyProxy(moto_port, body_path="/blobs/", corrupt_every=2) as proxy:
+        done = neuronbuild(
+            "pull", "c/latest", "--cache", url, "--local-cache", str(node), env=through(proxy)
+        )
+        assert proxy.corrupted >= 1
+    assert done.returncode == 0, done.stderr
+    retries = [line for line in done.stderr.splitlines() if RETRY.fullmatch(line)]
+    assert len(retries) == proxy.corrupted, done.stderr
+    assert all("did not match calculated checksum" in line for line in retries), retries
+    assert Store(str(node)).get_manifest(digest) == local.get_manifest(digest)
+
+
+def test_a_folder_create_whose_link_reply_was_lost_on_nfs_is_this_calls_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    path = store.layout.unit("sha256:" + "b" * 64)
+    link = os.link
+
+    def retransmitted(src: str, dst: str) -> None:
+        link(src, dst)  # the first LINK landed; its reply was lost, the retransmission says:
+        raise FileExistsError(17, "File exists", dst)
+
+    monkeypatch.setattr(backends.os, "link", retransmitted)
+    assert store.backend.create(path, b"ours") is True
+    assert Path(path).read_bytes() == b"ours"
+    monkeypatch.setattr(backends.os, "link", link)
+    assert store.backend.create(path, b"another builder's") is False  # the first one wins
