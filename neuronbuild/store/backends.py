@@ -446,29 +446,41 @@ class ObjectBackend(Backend):
             self.fs.pipe_file(path, data)
 
     def create(self, path: str, data: bytes) -> bool:
-        # A refused create that finds exactly ``data`` is this call's own: its first attempt
-        # landed and lost its answer (see _holds).
+        return self._put_if(path, data, mode="create")
+
+    def _put_if(self, path: str, data: bytes, **condition: Any) -> bool:
+        """PUT ``data`` at ``path`` if ``condition`` (s3fs's ``mode="create"``: If-None-Match,
+        or ``IfMatch=<ETag>``) holds; False when S3 refused it (412).
+
+        A PUT that lands but whose response is lost (a connection reset after the write) is
+        retried by botocore and refused, or fails for good if the retries fail: either way the
+        object is read back, and a write is this call's when ``path`` holds exactly ``data``.
+        Equal bytes are the same outcome whoever wrote them: a unit record or manifest is named
+        by what it holds, a history entry by its time in nanoseconds, and a ref another writer
+        moved to the same manifest points where this move meant it to (its history holds two
+        entries of that move, one on the chain and one off it, which readers skip).
+
+        Raises:
+            StoreError: the PUT failed and ``path`` does not hold ``data`` (or cannot be read).
+        """
         with self._errors(f"cannot write {path}"):
             try:
-                self.fs.pipe_file(path, data, mode="create")
-            except OSError as exc:
-                if _is_precondition_failure(exc):
-                    return self._holds(path, data)
+                self.fs.pipe_file(path, data, **condition)
+                return True
+            except Exception as exc:
+                refused = _is_precondition_failure(exc)
+                try:
+                    if self._cat(path, len(data) + 1) == data:
+                        return True
+                except FileNotFoundError:
+                    pass
+                except Exception:
+                    if not refused:
+                        raise exc from None  # the write's failure, not the read's
+                    raise
+                if refused:
+                    return False
                 raise
-            return True
-
-    def _holds(self, path: str, data: bytes) -> bool:
-        """Whether ``path`` holds exactly ``data`` now: asked when a conditional PUT is refused
-        (412), which is also the answer to a retry of a PUT that landed but whose response was
-        lost (a connection reset after the write; botocore then retries it). Equal bytes are
-        the same outcome whoever wrote them: a unit record or manifest is named by what it
-        holds, a history entry by its time in nanoseconds, and a ref another writer moved to
-        the same manifest points where this move meant it to (its history then holds two
-        entries of the move, one on the chain and one off it, which readers skip)."""
-        try:
-            return self._cat(path, len(data) + 1) == data
-        except FileNotFoundError:
-            return False
 
     def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
         bucket, _, prefix = self.root.partition("/")
@@ -495,17 +507,9 @@ class ObjectBackend(Backend):
             self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        with self._errors(f"cannot write {path}"):
-            try:
-                if token is None:
-                    self.fs.pipe_file(path, data, mode="create")
-                else:
-                    self.fs.pipe_file(path, data, IfMatch=token)
-            except OSError as exc:
-                if not _is_precondition_failure(exc):
-                    raise
-                if not self._holds(path, data):
-                    raise SwapConflict(f"{path} changed while moving it") from None
+        condition = {"mode": "create"} if token is None else {"IfMatch": token}
+        if not self._put_if(path, data, **condition):
+            raise SwapConflict(f"{path} changed while moving it")
 
 
 class LastWriterWinsBackend(Backend):

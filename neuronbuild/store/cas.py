@@ -477,7 +477,8 @@ class Store:
         the ref swapped: a crash or a failed write in between leaves an entry of a move that never
         happened, which :meth:`ref_history` skips, never a move without its entry; and ``gc``,
         which re-reads history after its sweep, sees every move that may land (see
-        :mod:`neuronbuild.store.gc`).
+        :mod:`neuronbuild.store.gc`). A swap that fails with a store error keeps its entry: it
+        may have moved the ref.
 
         Raises:
             RefConflict: the ref points elsewhere (another builder moved it first).
@@ -493,16 +494,16 @@ class Store:
         move = RefMove(time.time(), digest, current)
         intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
         self.backend.create(intent, move.to_bytes())
+        if not self.has_manifest(digest):
+            self._forget(intent)
+            raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
         try:
-            if not self.has_manifest(digest):
-                raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
+            # A swap that fails with a store error may have landed (its answer lost): its entry
+            # stays, off the chain if the ref did not move.
             self.backend.swap(path, (digest + "\n").encode(), token)
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
-        except StoreError:
-            self._forget(intent)
-            raise
 
     def _forget(self, intent: str) -> None:
         """Best effort: remove the history entry of a move that did not happen (readers skip it

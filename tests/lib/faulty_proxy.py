@@ -36,7 +36,9 @@ class FaultyProxy:
     (its checksum among them) unchanged; ``body_path``: only GETs whose path and query contain it
     are cut or corrupted (e.g. ``/blobs/``, or ``list-type`` for listings). ``lose_ack``: the first ``lose_acks`` PUTs whose path
     contains it reach the server, then their connection is reset before the answer (the write
-    landed, its acknowledgement never arrives); ``acks_lost`` lists their paths."""
+    landed, its acknowledgement never arrives); ``acks_lost`` lists their paths. ``then_fail``:
+    ``(methods, path part)``, e.g. ``("PUT", "/refs/")``: once an acknowledgement was lost, every
+    request of one of those methods whose path contains that part is answered 500."""
 
     def __init__(
         self,
@@ -49,11 +51,13 @@ class FaultyProxy:
         lose_ack: str | None = None,
         lose_acks: int = 1,
         body_path: str = "",
+        then_fail: tuple[str, str] | None = None,
     ) -> None:
         self.target_port, self.fail_every = target_port, fail_every
         self.stall_every, self.stall_seconds = stall_every, stall_seconds
         self.cut_every, self.corrupt_every = cut_every, corrupt_every
         self.lose_ack, self.lose_acks, self.body_path = lose_ack, lose_acks, body_path
+        self.then_fail = then_fail
         self.acks_lost: list[str] = []
         self.down = False
         self.requests = self.failed = self.stalled = self.cut = self.gets = self.corrupted = 0
@@ -74,6 +78,9 @@ class FaultyProxy:
                     fail = proxy.down or (
                         proxy.fail_every and proxy.requests % proxy.fail_every == 0
                     )
+                    if proxy.then_fail and proxy.acks_lost:
+                        methods, part = proxy.then_fail
+                        fail = fail or (self.command in methods.split() and part in self.path)
                     proxy.failed += bool(fail)
                     stall = bool(proxy.stall_every and proxy.requests % proxy.stall_every == 0)
                     proxy.stalled += stall

@@ -191,3 +191,32 @@ def test_a_folder_create_whose_link_reply_was_lost_on_nfs_is_this_calls_own(
     assert Path(path).read_bytes() == b"ours"
     monkeypatch.setattr(backends.os, "link", link)
     assert store.backend.create(path, b"another builder's") is False  # the first one wins
+
+
+@pytest.mark.slow
+def test_a_ref_write_that_landed_then_failed_its_retries_is_found_moved(
+    moto_port: int, pushed: tuple[Store, str, str]
+) -> None:
+    _, url, digest = pushed
+    faults = {"lose_ack": "/refs/c/prod", "then_fail": ("PUT", "/refs/c/prod")}
+    with FaultyProxy(moto_port, **faults) as proxy:  # type: ignore[arg-type]
+        tagged = neuronbuild("tag", "c/latest", "c/prod", "--cache", url, env=through(proxy))
+        assert proxy.acks_lost and proxy.failed >= 4
+    assert tagged.returncode == 0, tagged.stderr
+    assert Store(url).get_ref("c", "prod") == digest
+    assert [m["manifest"] for m in history(url, "c/prod")] == [digest]
+
+
+@pytest.mark.slow
+def test_a_ref_write_of_unknown_outcome_exits_3_and_keeps_the_record_of_its_move(
+    moto_port: int, pushed: tuple[Store, str, str]
+) -> None:
+    _, url, digest = pushed
+    faults = {"lose_ack": "/refs/c/prod", "then_fail": ("GET HEAD PUT", "/refs/c/prod")}
+    with FaultyProxy(moto_port, **faults) as proxy:  # type: ignore[arg-type]
+        tagged = neuronbuild("tag", "c/latest", "c/prod", "--cache", url, env=through(proxy))
+        assert proxy.acks_lost
+    assert tagged.returncode == 3, tagged.stderr
+    assert [line.split(":")[0] for line in error_lines(tagged.stderr)] == ["store error"]
+    assert Store(url).get_ref("c", "prod") == digest  # it did move: its history must say so
+    assert [m["manifest"] for m in history(url, "c/prod")] == [digest]
