@@ -32,13 +32,15 @@ class FaultyProxy:
     (0: never), or every request while ``down`` is set; hold every ``stall_every``-th request for
     ``stall_seconds`` before forwarding it (a timeout for a client that waits less); cut every
     ``cut_every``-th GET answered 200 or 206 after half its body (the connection drops mid-body,
-    its Content-Length promised); flip one byte of every ``corrupt_every``-th such body, headers
-    (its checksum among them) unchanged; ``body_path``: only GETs whose path and query contain it
-    are cut or corrupted (e.g. ``/blobs/``, or ``list-type`` for listings). ``lose_ack``: the first ``lose_acks`` PUTs whose path
-    contains it reach the server, then their connection is reset before the answer (the write
-    landed, its acknowledgement never arrives); ``acks_lost`` lists their paths. ``then_fail``:
-    ``(methods, path part)``, e.g. ``("PUT", "/refs/")``: once an acknowledgement was lost, every
-    request of one of those methods whose path contains that part is answered 500."""
+    its Content-Length promised); flip the last byte of every ``corrupt_every``-th such body,
+    headers (its checksum among them) unchanged. ``body_path``: only GETs whose path and query
+    contain it are cut or corrupted (e.g. ``/blobs/``, or ``list-type`` for listings).
+
+    ``lose_ack``: the first ``lose_acks`` PUTs whose path contains it reach the server, then
+    their connection is reset before the answer (the write landed, its acknowledgement never
+    arrives); ``acks_lost`` lists their paths. ``then_fail``: ``(methods, path part)``, e.g.
+    ``("PUT", "/refs/")``: once an acknowledgement was lost, every request of one of those
+    methods whose path contains that part is answered 500."""
 
     def __init__(
         self,
