@@ -194,29 +194,25 @@ def test_a_folder_create_whose_link_reply_was_lost_on_nfs_is_this_calls_own(
 
 
 @pytest.mark.slow
-def test_a_ref_write_that_landed_then_failed_its_retries_is_found_moved(
-    moto_port: int, pushed: tuple[Store, str, str]
+@pytest.mark.parametrize(
+    ("failing", "exit_code"),
+    [
+        pytest.param("PUT", 0, id="read-back-finds-it-moved"),
+        pytest.param("GET HEAD PUT", 3, id="outcome-unknown-exits-3"),
+    ],
+)
+def test_a_ref_write_that_landed_then_failed_its_retries_keeps_the_record_of_its_move(
+    moto_port: int, pushed: tuple[Store, str, str], failing: str, exit_code: int
 ) -> None:
+    # Its retries all fail: read back, the ref is found moved (exit 0); when even that read
+    # fails the outcome is unknown (exit 3), and the history entry written first must stay.
     _, url, digest = pushed
-    faults = {"lose_ack": "/refs/c/prod", "then_fail": ("PUT", "/refs/c/prod")}
-    with FaultyProxy(moto_port, **faults) as proxy:  # type: ignore[arg-type]
+    with FaultyProxy(moto_port, lose_ack="/refs/c/", then_fail=(failing, "/refs/c/")) as proxy:
         tagged = neuronbuild("tag", "c/latest", "c/prod", "--cache", url, env=through(proxy))
         assert proxy.acks_lost and proxy.failed >= 4
-    assert tagged.returncode == 0, tagged.stderr
+    assert tagged.returncode == exit_code, tagged.stderr
+    assert [line.split(":")[0] for line in error_lines(tagged.stderr)] == (
+        ["store error"] if exit_code else []
+    )
     assert Store(url).get_ref("c", "prod") == digest
-    assert [m["manifest"] for m in history(url, "c/prod")] == [digest]
-
-
-@pytest.mark.slow
-def test_a_ref_write_of_unknown_outcome_exits_3_and_keeps_the_record_of_its_move(
-    moto_port: int, pushed: tuple[Store, str, str]
-) -> None:
-    _, url, digest = pushed
-    faults = {"lose_ack": "/refs/c/prod", "then_fail": ("GET HEAD PUT", "/refs/c/prod")}
-    with FaultyProxy(moto_port, **faults) as proxy:  # type: ignore[arg-type]
-        tagged = neuronbuild("tag", "c/latest", "c/prod", "--cache", url, env=through(proxy))
-        assert proxy.acks_lost
-    assert tagged.returncode == 3, tagged.stderr
-    assert [line.split(":")[0] for line in error_lines(tagged.stderr)] == ["store error"]
-    assert Store(url).get_ref("c", "prod") == digest  # it did move: its history must say so
     assert [m["manifest"] for m in history(url, "c/prod")] == [digest]
