@@ -57,9 +57,12 @@ class SwapConflict(StoreError):
 
 
 def _is_precondition_failure(exc: BaseException) -> bool:
-    """Whether an s3fs error is S3's 412 Precondition Failed (a lost conditional write)."""
+    """Whether an s3fs error is S3's 412 Precondition Failed (a refused conditional write;
+    s3fs raises FileExistsError for some)."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, FileExistsError):
+            return True
         response = getattr(seen, "response", None)
         if isinstance(response, dict):
             code = response.get("Error", {}).get("Code")
@@ -326,7 +329,10 @@ class FolderBackend(Backend):
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                return False
+                # On NFS a LINK sent again after its reply was lost answers EEXIST although the
+                # first made the link; the temporary file's link count tells (open(2), O_EXCL).
+                if os.stat(tmp).st_nlink < 2:
+                    return False
             _fsync_dir(path)
             return True
 
@@ -470,16 +476,41 @@ class ObjectBackend(Backend):
             self.fs.pipe_file(path, data)
 
     def create(self, path: str, data: bytes) -> bool:
+        return self._put_if(path, data, mode="create")
+
+    def _put_if(self, path: str, data: bytes, **condition: Any) -> bool:
+        """PUT ``data`` at ``path`` if ``condition`` (s3fs's ``mode="create"``: If-None-Match,
+        or ``IfMatch=<ETag>``) holds; False when S3 refused it (412).
+
+        A PUT that lands but whose response is lost (a connection reset after the write) is
+        retried by botocore and refused, or fails for good if the retries fail: either way the
+        object is read back, and a write is this call's when ``path`` holds exactly ``data``.
+        Equal bytes are the same outcome whoever wrote them: a unit record or manifest is named
+        by what it holds, a history entry by its time in nanoseconds, and a ref another writer
+        moved to the same manifest points where this move meant it to (its history holds two
+        entries of that move, one on the chain and one off it, which readers skip).
+
+        Raises:
+            StoreError: the PUT failed and ``path`` does not hold ``data`` (or cannot be read).
+        """
         with self._errors(f"cannot write {path}"):
             try:
-                self.fs.pipe_file(path, data, mode="create")
-            except FileExistsError:
-                return False
-            except OSError as exc:
-                if _is_precondition_failure(exc):
+                self.fs.pipe_file(path, data, **condition)
+                return True
+            except Exception as exc:
+                refused = _is_precondition_failure(exc)
+                try:
+                    if self._cat(path, len(data) + 1) == data:
+                        return True
+                except FileNotFoundError:
+                    pass
+                except Exception:
+                    if not refused:
+                        raise exc from None  # the write's failure, not the read's
+                    raise
+                if refused:
                     return False
                 raise
-            return True
 
     def abort_abandoned_uploads(self, older_than: float, dry_run: bool) -> list[str]:
         bucket, _, prefix = self.root.partition("/")
@@ -519,18 +550,9 @@ class ObjectBackend(Backend):
         return base64.b64decode(value).hex()
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        with self._errors(f"cannot write {path}"):
-            try:
-                if token is None:
-                    self.fs.pipe_file(path, data, mode="create")
-                else:
-                    self.fs.pipe_file(path, data, IfMatch=token)
-            except FileExistsError:
-                raise SwapConflict(f"{path} appeared while moving it") from None
-            except OSError as exc:
-                if _is_precondition_failure(exc):
-                    raise SwapConflict(f"{path} changed while moving it") from None
-                raise
+        condition = {"mode": "create"} if token is None else {"IfMatch": token}
+        if not self._put_if(path, data, **condition):
+            raise SwapConflict(f"{path} changed while moving it")
 
 
 class LastWriterWinsBackend(Backend):

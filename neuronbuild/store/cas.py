@@ -507,7 +507,8 @@ class Store:
         and keeps the manifest, or this move sees the marker (or the manifest gone) and fails
         cleanly. A crash in between leaves an entry of a move that never happened, which
         :meth:`ref_history` skips, never a move without its entry (see
-        :mod:`neuronbuild.store.gc`).
+        :mod:`neuronbuild.store.gc`). A swap that fails with a store error keeps its entry: it
+        may have moved the ref (its answer lost).
 
         Raises:
             RefConflict: the ref points elsewhere (another builder moved it first).
@@ -523,18 +524,21 @@ class Store:
         move = RefMove(time.time(), digest, current)
         intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
         self.backend.create(intent, move.to_bytes())
+        refusal = None
+        if self._condemned(digest, intent):
+            refusal = f"gc is sweeping {digest}; retry"
+        elif not self.has_manifest(digest):
+            refusal = f"unknown manifest {digest}"
+        if refusal is not None:
+            self._forget(intent)
+            raise StoreError(f"{self.url}: {name}/{tag}: {refusal}")
         try:
-            if self._condemned(digest, intent):
-                raise StoreError(f"{self.url}: {name}/{tag}: gc is sweeping {digest}; retry")
-            if not self.has_manifest(digest):
-                raise StoreError(f"{self.url}: {name}/{tag}: unknown manifest {digest}")
+            # A swap that fails with a store error may have landed (its answer lost): its entry
+            # stays, off the chain if the ref did not move.
             self.backend.swap(path, (digest + "\n").encode(), token)
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
-        except StoreError:
-            self._forget(intent)
-            raise
 
     def _condemned(self, digest: str, intent: str) -> bool:
         """Whether a gc run's marker on ``digest`` holds: written less than

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from neuronbuild.errors import StoreError
 from neuronbuild.notices import retrying
 
 T = TypeVar("T")
@@ -122,13 +123,23 @@ def body_faults() -> tuple[type[BaseException], ...]:
     """The faults of a response body read after botocore returned it, which botocore's
     ``needs-retry`` never sees: a stalled read (aiobotocore's ``AioReadTimeoutError``, not the
     plain ``ReadTimeoutError`` of a request, which :func:`needs_retry` already retried), a
-    connection cut mid-body, a short body (the ones s3fs's own loop retried, s3fs/core.py)."""
+    connection cut mid-body, a short body (the ones s3fs's own loop retried, s3fs/core.py), and
+    a body whose bytes fail the checksum S3 sent with them (``FlexibleChecksumError``, raised by
+    botocore's ``StreamingChecksumBody`` at the end of the body since botocore 1.36 validates
+    GetObject's checksum by default): S3 computed it over the bytes it holds, so a mismatch is
+    bytes changed in transit, and another read may get them whole."""
     from aiobotocore.response import AioReadTimeoutError
     from aiohttp import ClientPayloadError
-    from botocore.exceptions import ResponseStreamingError
+    from botocore.exceptions import FlexibleChecksumError, ResponseStreamingError
     from urllib3.exceptions import IncompleteRead
 
-    return (AioReadTimeoutError, ResponseStreamingError, ClientPayloadError, IncompleteRead)
+    return (
+        AioReadTimeoutError,
+        ResponseStreamingError,
+        ClientPayloadError,
+        IncompleteRead,
+        FlexibleChecksumError,
+    )
 
 
 def body_retried(read: Callable[[], T], what: str) -> T:
@@ -136,17 +147,18 @@ def body_retried(read: Callable[[], T], what: str) -> T:
     fault, each retry said on stderr (``what``: the object read) after :func:`backoff`.
 
     Raises:
-        Whatever ``read`` raised last, or at once when it is no body fault.
+        StoreError: the last attempt failed too (one line: ``what``, the fault, the attempts).
+        Whatever ``read`` raised, at once, when it is no body fault.
     """
     faults = body_faults()
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return read()
         except faults as exc:
-            if attempt == ATTEMPTS:
-                raise
-            seconds = backoff(attempt + 1)
             reason = one_line(str(exc) or type(exc).__name__)
+            if attempt == ATTEMPTS:
+                raise StoreError(f"{what}: {reason} (tried {ATTEMPTS} times)") from None
+            seconds = backoff(attempt + 1)
             retrying(attempt + 1, ATTEMPTS, seconds, f"{what}: {reason}")
             time.sleep(seconds)
     raise AssertionError("unreachable")  # the loop returns or raises

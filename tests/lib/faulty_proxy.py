@@ -1,9 +1,12 @@
-"""An HTTP proxy on loopback that answers some requests with 500 instead of forwarding them:
-faults between neuronbuild and the S3 server, for tests."""
+"""An HTTP proxy on loopback that injects the faults met between neuronbuild and an S3 server,
+for tests: answers of 500 instead of forwarding, stalls, bodies cut short or corrupted, and
+writes whose answer is lost (the connection reset after the server applied them)."""
 
 from __future__ import annotations
 
 import http.client
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +31,16 @@ class FaultyProxy:
     """Forward to ``127.0.0.1:target_port``; fail every ``fail_every``-th request with 500
     (0: never), or every request while ``down`` is set; hold every ``stall_every``-th request for
     ``stall_seconds`` before forwarding it (a timeout for a client that waits less); cut every
-    ``cut_every``-th GET answered 200 or 206 after half its body (the connection drops mid-body)."""
+    ``cut_every``-th GET answered 200 or 206 after half its body (the connection drops mid-body,
+    its Content-Length promised); flip the last byte of every ``corrupt_every``-th such body,
+    headers (its checksum among them) unchanged. ``body_path``: only GETs whose path and query
+    contain it are cut or corrupted (e.g. ``/blobs/``, or ``list-type`` for listings).
+
+    ``lose_ack``: the first ``lose_acks`` PUTs whose path contains it reach the server, then
+    their connection is reset before the answer (the write landed, its acknowledgement never
+    arrives); ``acks_lost`` lists their paths. ``then_fail``: ``(methods, path part)``, e.g.
+    ``("PUT", "/refs/")``: once an acknowledgement was lost, every request of one of those
+    methods whose path contains that part is answered 500."""
 
     def __init__(
         self,
@@ -37,12 +49,20 @@ class FaultyProxy:
         stall_every: int = 0,
         stall_seconds: float = 0,
         cut_every: int = 0,
+        corrupt_every: int = 0,
+        lose_ack: str | None = None,
+        lose_acks: int = 1,
+        body_path: str = "",
+        then_fail: tuple[str, str] | None = None,
     ) -> None:
         self.target_port, self.fail_every = target_port, fail_every
         self.stall_every, self.stall_seconds = stall_every, stall_seconds
-        self.cut_every = cut_every
+        self.cut_every, self.corrupt_every = cut_every, corrupt_every
+        self.lose_ack, self.lose_acks, self.body_path = lose_ack, lose_acks, body_path
+        self.then_fail = then_fail
+        self.acks_lost: list[str] = []
         self.down = False
-        self.requests = self.failed = self.stalled = self.cut = self.gets = 0
+        self.requests = self.failed = self.stalled = self.cut = self.gets = self.corrupted = 0
         self._lock = threading.Lock()
         proxy = self
 
@@ -60,6 +80,9 @@ class FaultyProxy:
                     fail = proxy.down or (
                         proxy.fail_every and proxy.requests % proxy.fail_every == 0
                     )
+                    if proxy.then_fail and proxy.acks_lost:
+                        methods, part = proxy.then_fail
+                        fail = fail or (self.command in methods.split() and part in self.path)
                     proxy.failed += bool(fail)
                     stall = bool(proxy.stall_every and proxy.requests % proxy.stall_every == 0)
                     proxy.stalled += stall
@@ -83,12 +106,22 @@ class FaultyProxy:
                 response = conn.getresponse()
                 data = response.read()
                 conn.close()
-                cut = False
-                if self.command == "GET" and response.status in (200, 206) and len(data) > 1:
+                if self._loses_ack():
+                    self._reset()
+                    return
+                cut = corrupt = False
+                body_fault = self.command == "GET" and proxy.body_path in self.path
+                if body_fault and response.status in (200, 206) and len(data) > 1:
                     with proxy._lock:
                         proxy.gets += 1
                         cut = bool(proxy.cut_every and proxy.gets % proxy.cut_every == 0)
                         proxy.cut += cut
+                        corrupt = bool(
+                            proxy.corrupt_every and proxy.gets % proxy.corrupt_every == 0
+                        )
+                        proxy.corrupted += corrupt
+                if corrupt:
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
                 if cut:
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(data)))
@@ -98,6 +131,21 @@ class FaultyProxy:
                     self.close_connection = True
                     return
                 relay(self, response, data)
+
+            def _loses_ack(self) -> bool:
+                if self.command != "PUT" or proxy.lose_ack is None:
+                    return False
+                with proxy._lock:
+                    lose = proxy.lose_ack in self.path and len(proxy.acks_lost) < proxy.lose_acks
+                    if lose:
+                        proxy.acks_lost.append(self.path)
+                return lose
+
+            def _reset(self) -> None:
+                """Close the client's connection with a TCP reset, nothing answered."""
+                linger = struct.pack("ii", 1, 0)  # SO_LINGER, 0 s: close sends RST
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                self.close_connection = True
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
