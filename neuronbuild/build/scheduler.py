@@ -22,7 +22,7 @@ from typing import Any
 
 from neuronbuild.build.events import BuildObserver
 from neuronbuild.build.report import UnitFailure
-from neuronbuild.errors import Interrupted
+from neuronbuild.errors import STOP_SIGNALS, Interrupted
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import duration
 
@@ -159,15 +159,16 @@ def end_group(
 
 @contextlib.contextmanager
 def signals_cancel(groups: ProcessGroups) -> Iterator[list[int]]:
-    """While active, SIGINT and SIGTERM end every running engine group; the received signal
-    numbers are collected in the yielded list (the caller raises :class:`Interrupted`)."""
+    """While active, a stop signal (SIGINT, SIGTERM, SIGHUP) ends every running engine group;
+    the received signal numbers are collected in the yielded list (the caller raises
+    :class:`Interrupted`)."""
     received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         threading.Thread(target=groups.end_all, daemon=True).start()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield received
     finally:
