@@ -179,10 +179,11 @@ def test_stdout_on_a_full_device_is_one_line_and_exit_3(folder_store: str, json:
 
 
 def test_stderr_on_a_full_device_still_exits_with_the_commands_code(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a store")
     with open("/dev/full", "w") as full:
         done = subprocess.run(
-            neuronbuild_argv("ls", "--cache", str(tmp_path / "absent")),
+            neuronbuild_argv("ls", "--cache", str(tmp_path / "a-file")),
             stdout=subprocess.PIPE, stderr=full, text=True, cwd=REPO,
         )  # fmt: skip
-    assert done.returncode == 3  # the store does not exist; its line went nowhere
+    assert done.returncode == 2  # bad input, whose line went nowhere: not 3, not a traceback's 1
     assert done.stdout == ""
