@@ -3,7 +3,8 @@
 Exit codes follow DESIGN.md: 1 some units failed (:class:`UnitsFailed`); 2 bad input
 (:class:`UserError`: arguments, recipes, environment values, hostile or malformed store data);
 3 store or network failure after retries (:class:`StoreError`, and an :class:`OSError` on a local
-path); 128 + N on signal N (:class:`Interrupted`). Anything else is a bug and keeps its traceback.
+path); 128 + N on signal N (:class:`Interrupted`, one of :data:`STOP_SIGNALS`). Anything else is
+a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -135,8 +136,18 @@ class UnitsFailed(Exception):
     exit_code = 1
 
 
-class Interrupted(Exception):
-    """neuronbuild received SIGINT or SIGTERM and stopped cleanly: exit code 128 + N."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop any command cleanly (:class:`Interrupted`): Ctrl-C, a service manager's
+or a job runner's stop, a closed terminal."""
+
+
+class Interrupted(BaseException):
+    """neuronbuild received one of :data:`STOP_SIGNALS` and stopped cleanly: exit code 128 + N.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that the signal wins over every
+    ``except Exception`` it crosses (a store call's own error wrapping would otherwise report it
+    as a store failure, exit 3: issue 19).
+    """
 
     def __init__(self, signum: int) -> None:
         self.signum = signum

@@ -88,7 +88,8 @@ class Executor(ABC):
         unit, in the order of ``units``; ``seconds`` is the unit's own run time.
 
         Raises:
-            Interrupted: SIGINT or SIGTERM arrived; every engine process was ended.
+            Interrupted: a stop signal (SIGINT, SIGTERM, SIGHUP) arrived; every engine process
+                was ended.
         """
         return self._execute(Batch(units, work, jobs, observer, estimates, dict(logs or {})))
 

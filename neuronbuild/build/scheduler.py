@@ -2,7 +2,8 @@
 
 Each unit's engine runs as a subprocess in its own process group (vLLM starts helper processes of
 its own), so a timeout or a SIGINT/SIGTERM of neuronbuild ends the whole group: first SIGTERM, then
-SIGKILL after a grace period. One failing unit never stops the others.
+SIGKILL after a grace period; its leader is a tether (:mod:`.tether`) that ends the group when
+neuronbuild dies, even by SIGKILL. One failing unit never stops the others.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 
 from neuronbuild.build.events import BuildObserver
 from neuronbuild.build.report import UnitFailure
-from neuronbuild.errors import Interrupted
+from neuronbuild.build.tether import tethered
+from neuronbuild.errors import STOP_SIGNALS, Interrupted
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import duration
 
@@ -90,15 +92,16 @@ class ProcessGroups:
         """
         if self.cancelled.is_set():
             raise UnitFailed("cancelled")
-        with open(log, "ab") as out:
+        with open(log, "ab") as out, tethered(argv) as (command, pipe):
             proc = subprocess.Popen(
-                list(argv),
+                command,
                 env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=(pipe,),
             )
             with self._lock:
                 self._groups[proc.pid] = proc
@@ -159,15 +162,16 @@ def end_group(
 
 @contextlib.contextmanager
 def signals_cancel(groups: ProcessGroups) -> Iterator[list[int]]:
-    """While active, SIGINT and SIGTERM end every running engine group; the received signal
-    numbers are collected in the yielded list (the caller raises :class:`Interrupted`)."""
+    """While active, a stop signal (SIGINT, SIGTERM, SIGHUP) ends every running engine group;
+    the received signal numbers are collected in the yielded list (the caller raises
+    :class:`Interrupted`)."""
     received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         threading.Thread(target=groups.end_all, daemon=True).start()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield received
     finally:

@@ -27,7 +27,11 @@ folder = os.path.join(root, "fake", entry)
 os.makedirs(folder, exist_ok=True)
 with open(os.path.join(folder, "graph.neff"), "wb") as f:
     f.write(entry.encode() * 100)
-if behaviour == "hang":
+if behaviour == "spawn":  # a compiler process of its own that runs on, as neuronx-cc's do
+    import subprocess
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    print("compiler process started", flush=True)
+if behaviour in ("hang", "spawn"):
     time.sleep(300)
 if behaviour.startswith("sleep"):  # a long compile that keeps printing, as neuronx-cc does
     end, step = time.monotonic() + float(behaviour[5:]), 0
@@ -44,8 +48,9 @@ if behaviour != "incomplete":
 
 
 class FakeCompiler(UnitCompiler):
-    """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang``, ``incomplete`` or
-    ``sleepS`` (print ``compiling step N`` every 0.1 s for S seconds, then succeed).
+    """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang``, ``spawn`` (start a
+    compiler process that hangs, then hang), ``incomplete`` or ``sleepS`` (print ``compiling
+    step N`` every 0.1 s for S seconds, then succeed).
     ``started`` collects the labels of the units it was asked to compile, in order."""
 
     cache_dir: ClassVar[Path] = Path("fake")

@@ -1,0 +1,80 @@
+"""Standard output and error watched at the CLI edge, so that a stream that cannot be written
+(a reader that closed the pipe, a full or failing device) is told apart from the command's own
+errors: its failure is raised as :class:`OutputLost`, never as the ``OSError`` a store or a local
+path raises."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+
+class OutputLost(BaseException):
+    """Writing ``stream`` (``"stdout"`` or ``"stderr"``) failed with ``error``.
+
+    A ``BaseException``, so that no ``except Exception`` of a command turns it into that
+    command's failure; the CLI edge (:func:`neuronbuild.ui.console.run`) ends the run.
+    """
+
+    def __init__(self, stream: str, error: OSError) -> None:
+        super().__init__(f"cannot write standard {stream[3:]}put: {error.strerror or error}")
+        self.stream, self.error = stream, error
+
+    @property
+    def reader_gone(self) -> bool:
+        """The reader of a pipe closed it (EPIPE): what SIGPIPE would have ended the command for."""
+        return self.error.errno == errno.EPIPE
+
+
+class WatchedStream:
+    """``stream`` with its ``write`` and ``flush`` raising :class:`OutputLost` instead of
+    ``OSError``; every other attribute is the stream's own (click reads ``encoding``,
+    ``isatty``, ``buffer``)."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self._stream, self._label = stream, name
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise OutputLost(self._label, exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise OutputLost(self._label, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def watched() -> Iterator[None]:
+    """While active, ``sys.stdout`` and ``sys.stderr`` are :class:`WatchedStream` s; the
+    streams they wrap are put back after."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = WatchedStream(sys.stdout, "stdout")
+    sys.stderr = WatchedStream(sys.stderr, "stderr")
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def silence(stream: str) -> None:
+    """Point the file descriptor of ``sys.<stream>`` at ``/dev/null``, so that nothing more
+    written to it (the interpreter's own flush at exit included) fails again; a stream without
+    a descriptor (a test's ``StringIO``) is left as it is."""
+    try:
+        fd = getattr(sys, stream).fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
