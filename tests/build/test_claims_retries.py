@@ -167,7 +167,5 @@ def test_a_cancelled_group_starts_no_process(tmp_path: Path) -> None:
     groups.end_all()
     marker = tmp_path / "started"
     with pytest.raises(UnitFailed, match="cancelled"):
-        groups.run(
-            ["touch", str(marker)], env={}, cwd=tmp_path, log=tmp_path / "log", timeout=5
-        )
+        groups.run(["touch", str(marker)], env={}, cwd=tmp_path, log=tmp_path / "log", timeout=5)
     assert not marker.exists()

@@ -170,7 +170,9 @@ def test_decode_context_buckets_are_multiples_of_128_below_max_model_len() -> No
 
 
 def test_decode_context_parallelism_of_one_keeps_every_prefill_bucket() -> None:
-    assert resolve(decode_context_parallel_size=1).num_batched_tokens == resolve().num_batched_tokens
+    assert (
+        resolve(decode_context_parallel_size=1).num_batched_tokens == resolve().num_batched_tokens
+    )
     kept = resolve(decode_context_parallel_size=2, block_size=128).num_batched_tokens  # stride 256
     assert kept == [256, 512, 1024, 2048, 4096]
 
