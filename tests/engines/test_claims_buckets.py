@@ -13,6 +13,7 @@ import pytest
 from neuronbuild.engines.neuron_buckets import (
     NeuronBuckets,
     check_bucket_list,
+    positive_int,
     powers_of_two_then_max,
     resolve_buckets,
 )
@@ -193,3 +194,45 @@ def test_an_engine_is_vision_only_or_language_only_never_both() -> None:
     ]
     assert resolve(mm_encoder_only=True).language is False
     assert refused(additional_config={"neuron_config": [1]}) == [f"{NC}"]
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "8", 2.0, None])
+def test_a_positive_integer_field_refuses_zero_negatives_bools_and_other_types(value: Any) -> None:
+    [error] = positive_int("f", value)
+    assert (error.field, error.value) == ("f", value)
+    assert "positive integer" in error.hint
+    assert positive_int("f", 1) == []
+
+
+def test_a_misordered_bucket_list_is_told_the_sorted_list() -> None:
+    [error] = check_bucket_list("f", [256, 128, 128])
+    assert error.hint.endswith("e.g. [128, 256]")
+
+
+def test_the_last_prefill_bucket_hint_says_whether_max_num_batched_tokens_was_capped() -> None:
+    def hint(**args: Any) -> str:
+        _, errors = resolve_buckets(arguments({"num_batched_tokens_buckets": [128, 2048]}, **args))
+        [error] = errors
+        return error.hint
+
+    assert hint().endswith("end the list with 4096 or set max_num_batched_tokens to 2048")
+    assert "max_num_batched_tokens (8192) is capped at max_model_len (4096); end the list " in (
+        hint(max_num_batched_tokens=8192)
+    )
+
+
+def test_an_off_stride_largest_prefill_bucket_is_named_by_its_size() -> None:
+    nc = {"num_batched_tokens_buckets": [384, 768, 4000]}
+    _, errors = resolve_buckets(
+        arguments(
+            nc,
+            max_model_len=4000,
+            max_num_batched_tokens=4000,
+            decode_context_parallel_size=3,
+            block_size=128,
+        )
+    )
+    [error] = errors
+    assert "(max_num_batched_tokens = 4000) is not divisible by the DCP shard stride 384" in (
+        error.hint
+    )
