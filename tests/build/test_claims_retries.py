@@ -7,6 +7,8 @@ a wrong count or the wrong failure retried shows as the number of runs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from neuronbuild import notices
 from neuronbuild.build import compile as build
 from neuronbuild.build.events import Silent
-from neuronbuild.build.scheduler import ProcessGroups, UnitFailed, run_units
+from neuronbuild.build.scheduler import ProcessGroups, UnitFailed, end_group, run_units
 from neuronbuild.engines.compiler import EngineCommand, Failure
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
@@ -169,3 +171,83 @@ def test_a_cancelled_group_starts_no_process(tmp_path: Path) -> None:
     with pytest.raises(UnitFailed, match="cancelled"):
         groups.run(["touch", str(marker)], env={}, cwd=tmp_path, log=tmp_path / "log", timeout=5)
     assert not marker.exists()
+
+
+class Recording(Silent):
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def started(self, key: str, label: str, phase: str | None, log: Path | None) -> None:
+        self.events.append(("started", key, label, phase, log))
+
+    def finished(self, key: str, label: str, seconds: float, error: str | None) -> None:
+        self.events.append(("finished", key, label, error))
+
+
+def test_the_observer_hears_each_unit_with_its_label_phase_and_log_and_seconds_are_its_own(
+    tmp_path: Path,
+) -> None:
+    unit = UNITS[0]
+    observer = Recording()
+    logs = {unit.key.digest: tmp_path / "prefill.log"}
+    [result] = run_units([unit], lambda u, g: None, jobs=1, observer=observer, logs=logs)
+    assert observer.events == [
+        ("started", unit.key.digest, unit.label(), "prefill", tmp_path / "prefill.log"),
+        ("finished", unit.key.digest, unit.label(), None),
+    ]
+    [failed] = run_units([unit], lambda u, g: 1 / 0, jobs=1, observer=Silent())
+    [refused] = run_units(
+        [unit], lambda u, g: (_ for _ in ()).throw(UnitFailed("x")), jobs=1, observer=Silent()
+    )
+    assert all(0 <= r.seconds < 60 for r in (result, failed, refused))
+
+
+def test_one_job_runs_one_unit_at_a_time() -> None:
+    running: list[int] = []
+    most = [0]
+    lock = threading.Lock()
+
+    def work(unit: Any, groups: ProcessGroups) -> None:
+        with lock:
+            running.append(1)
+            most[0] = max(most[0], len(running))
+        threading.Event().wait(0.05)
+        with lock:
+            running.pop()
+
+    run_units(UNITS, work, jobs=1, observer=Silent())
+    assert most[0] == 1
+
+
+def test_an_engine_process_runs_in_the_given_folder_with_exactly_the_given_environment(
+    tmp_path: Path,
+) -> None:
+    script = "import os; print(os.getcwd(), sorted(k for k in os.environ if k.startswith('NB_')))"
+    (tmp_path / "work").mkdir()
+    code = ProcessGroups().run(
+        [sys.executable, "-c", script],
+        env={"NB_ONLY": "1", "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path / "work",
+        log=tmp_path / "log",
+        timeout=30,
+    )
+    assert code == 0
+    assert (tmp_path / "log").read_text().strip() == f"{tmp_path / 'work'} ['NB_ONLY']"
+
+
+def test_ending_a_group_gives_it_the_grace_period_to_exit_on_sigterm(tmp_path: Path) -> None:
+    script = (
+        "import signal, sys, time\n"
+        "def bye(*a):\n"
+        "    time.sleep(0.3); print('cleaned up', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    with open(tmp_path / "log", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=out, start_new_session=True)
+        while "ready" not in (tmp_path / "log").read_text():
+            threading.Event().wait(0.02)
+        end_group(proc.pid, grace=10, reap=proc.poll)
+    assert "cleaned up" in (tmp_path / "log").read_text()
+    assert proc.poll() == 0
