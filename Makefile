@@ -47,7 +47,7 @@ MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild
 	neuronbuild.digest neuronbuild.store.node neuronbuild.store.transfer \
 	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.cpu neuronbuild.engines.neuron \
-	neuronbuild.build.compile neuronbuild.build.scheduler
+	neuronbuild.engines.neuron_buckets neuronbuild.build.compile neuronbuild.build.scheduler
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \

@@ -65,6 +65,12 @@ FOLDER = "tests/store/test_conformance.py::TestFolderStore"
 S3 = "tests/store/test_conformance.py::TestS3Store"
 VERSIONS = "tests/engines/test_versions.py"
 NEURON_ENV = "tests/engines/test_neuron_env_classes.py"
+KEY_FACTORS = "tests/test_claims_key_factors.py"
+BUCKETS = "neuronbuild/engines/neuron_buckets.py"
+BUCKET_CLAIMS = "tests/engines/test_claims_buckets.py"
+RETRIES = "tests/build/test_claims_retries.py"
+NODE_CHECKS = "runtime/node_checks.py"
+NODE_CLAIMS = "tests/runtime/test_claims_node_checks.py"
 
 BREAKS = [
     Break(
@@ -305,6 +311,280 @@ BREAKS = [
             ),
         ),
         (f"{NEURON_ENV}::test_compile_pins_the_cache_roots_and_strips_assert_cache_hit",),
+    ),
+    # Issue 19: one-line regressions of key factors, bucket rules, retries and serve's refusals.
+    Break(
+        "the revision dropped from every unit key",
+        (("neuronbuild/plan.py", '        "revision": recipe.engine_args.get("revision"),\n', ""),),
+        (f"{KEY_FACTORS}::test_changing_one_recipe_factor_changes_every_key_by_that_factor",),
+    ),
+    Break(
+        "the installed builds dropped from every unit key",
+        (
+            (
+                "neuronbuild/plan.py",
+                '        "installed": installed_builds({*recipe.toolchain, *engine.observed_toolchain}),\n',
+                "",
+            ),
+        ),
+        (
+            f"{KEY_FACTORS}::test_another_installed_build_of_a_pinned_distribution_changes_every_key",
+        ),
+    ),
+    Break(
+        "toolchain pins keyed by name only, not version",
+        (
+            (
+                "neuronbuild/plan.py",
+                '"toolchain": dict(recipe.toolchain),',
+                '"toolchain": sorted(recipe.toolchain),',
+            ),
+        ),
+        (f"{KEY_FACTORS}::test_changing_one_recipe_factor_changes_every_key_by_that_factor",),
+    ),
+    Break(
+        "a key's differences name only factors both sides have",
+        (
+            (
+                "neuronbuild/keys.py",
+                "names = sorted(set(self.factors) | set(other))",
+                "names = sorted(set(self.factors) & set(other))",
+            ),
+        ),
+        (f"{KEY_FACTORS}::test_a_key_differs_from_one_without_any_of_its_factors",),
+    ),
+    Break(
+        "single-shot prefill allowed one token past 16384 (off by one)",
+        (
+            (
+                BUCKETS,
+                "if max_model_len > MAX_MODEL_LEN_SINGLE_SHOT:",
+                "if max_model_len > MAX_MODEL_LEN_SINGLE_SHOT + 1:",
+            ),
+        ),
+        (f"{BUCKET_CLAIMS}::test_single_shot_prefill_stops_at_16384_tokens",),
+    ),
+    Break(
+        "default bucket lists end with the maximum twice",
+        ((BUCKETS, "    while value < maximum:", "    while value <= maximum:"),),
+        (
+            f"{BUCKET_CLAIMS}::test_default_buckets_double_from_the_start_and_end_at_the_maximum_once",
+        ),
+    ),
+    Break(
+        "a decode context bucket equal to max_model_len accepted",
+        ((BUCKETS, "if length >= max_model_len:", "if length > max_model_len:"),),
+        (f"{BUCKET_CLAIMS}::test_decode_context_buckets_are_multiples_of_128_below_max_model_len",),
+    ),
+    Break(
+        "a num_seqs list ending below max_num_seqs accepted",
+        (
+            (
+                BUCKETS,
+                "if num_seqs and num_seqs[-1] != max_num_seqs:",
+                "if num_seqs and num_seqs[-1] > max_num_seqs:",
+            ),
+        ),
+        (f"{BUCKET_CLAIMS}::test_the_last_decode_bucket_must_equal_max_num_seqs",),
+    ),
+    Break(
+        "a bucket list with a repeated bucket accepted",
+        (
+            (
+                BUCKETS,
+                "if any(a >= b for a, b in itertools.pairwise(value)):",
+                "if any(a > b for a, b in itertools.pairwise(value)):",
+            ),
+        ),
+        (f"{BUCKET_CLAIMS}::test_a_bucket_list_must_be_positive_integers_strictly_ascending",),
+    ),
+    Break(
+        "max_num_batched_tokens not capped at max_model_len",
+        ((BUCKETS, "    mnbt = min(int(mnbt), max_model_len)\n", "    mnbt = int(mnbt)\n"),),
+        (f"{BUCKET_CLAIMS}::test_max_num_batched_tokens_above_max_model_len_is_capped_to_it",),
+    ),
+    Break(
+        "prefix caching set to true with single-shot prefill accepted",
+        (
+            (
+                BUCKETS,
+                'args.get("enable_prefix_caching") is not False',
+                'args.get("enable_prefix_caching") is None',
+            ),
+        ),
+        (f"{BUCKET_CLAIMS}::test_prefix_caching_on_or_by_default_needs_segmented_prefill",),
+    ),
+    Break(
+        "a transient engine failure retried twice",
+        (("neuronbuild/build/compile.py", "backoffs < 1:", "backoffs < 2:"),),
+        (f"{RETRIES}::test_a_transient_failure_is_run_again_once",),
+    ),
+    Break(
+        "a run killed for memory retried with the transient back-off (the wrong failure)",
+        (
+            (
+                "neuronbuild/build/compile.py",
+                'if failure.retry == "backoff" and backoffs < 1:',
+                'if failure.retry != "none" and backoffs < 1:',
+            ),
+        ),
+        (f"{RETRIES}::test_a_run_killed_for_memory_is_run_twice_more_each_with_less_parallelism",),
+    ),
+    Break(
+        "a run killed for memory retried once too often",
+        (
+            (
+                "neuronbuild/build/compile.py",
+                "pressure < MAX_MEMORY_RETRIES:",
+                "pressure <= MAX_MEMORY_RETRIES:",
+            ),
+        ),
+        (f"{RETRIES}::test_a_run_killed_for_memory_is_run_twice_more_each_with_less_parallelism",),
+    ),
+    Break(
+        "a failed run classified from the whole log, earlier runs included",
+        (("neuronbuild/build/compile.py", "            f.seek(start)\n", ""),),
+        (f"{RETRIES}::test_each_failure_is_read_from_its_own_run_of_the_log",),
+    ),
+    Break(
+        "an unexpected exception of one unit stops the build",
+        (
+            (
+                "neuronbuild/build/scheduler.py",
+                "        except Exception as exc:  # a failing unit",
+                "        except (OSError, ValueError) as exc:  # a failing unit",
+            ),
+        ),
+        (f"{RETRIES}::test_any_exception_fails_only_its_unit_and_results_keep_the_units_order",),
+    ),
+    Break(
+        "a cancelled scheduler still starts engine processes",
+        (
+            (
+                "neuronbuild/build/scheduler.py",
+                '        if self.cancelled.is_set():\n            raise UnitFailed("cancelled")\n'
+                '        with open(log, "ab") as out:',
+                '        with open(log, "ab") as out:',
+            ),
+        ),
+        (f"{RETRIES}::test_a_cancelled_group_starts_no_process",),
+    ),
+    Break(
+        "serve's check of variables that would make the node compile skipped",
+        (
+            (
+                NODE_CHECKS,
+                "refused = engine.refused_at_serve(environ)",
+                "refused = engine.refused_at_serve({})",
+            ),
+        ),
+        (
+            f"{NODE_CLAIMS}::test_a_variable_that_would_make_the_node_compile_is_refused_even_if_all_else_matches",
+        ),
+    ),
+    Break(
+        "one --allow-mismatch name allows every difference",
+        (
+            (
+                NODE_CHECKS,
+                "refusing = [m for m in found if m.name not in allowed]",
+                "refusing = [] if allowed else found",
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_another_version_than_the_pin_is_refused_unless_allowed_by_name",),
+    ),
+    Break(
+        "a patched copy of the pinned version passes the node check (version compared only)",
+        (
+            (
+                NODE_CHECKS,
+                "        if built[dist] != here:",
+                '        if str(built[dist]).split(" ")[0] != str(here).split(" ")[0]:',
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_a_patched_copy_of_the_pinned_version_is_refused",),
+    ),
+    Break(
+        "an --allow-mismatch name that cannot differ accepted",
+        (
+            (
+                NODE_CHECKS,
+                "known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES}",
+                "known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES, *allowed}",
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_an_allow_mismatch_name_that_cannot_differ_is_refused",),
+    ),
+    Break(
+        "a file added to the model folder since the build goes unnoticed",
+        (
+            (
+                NODE_CHECKS,
+                "for name in sorted(set(built) | set(here)):",
+                "for name in sorted(built):",
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_a_model_file_added_or_changed_since_the_build_is_refused",),
+    ),
+    Break(
+        "the cpu instruction set compared the wrong way round",
+        (
+            (
+                "neuronbuild/engines/cpu.py",
+                "cpu_isa.provides(host, built_for)",
+                "cpu_isa.provides(built_for, host)",
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_artifacts_built_for_more_than_this_cpu_offers_are_refused",),
+    ),
+    Break(
+        "a neuron node whose family cannot be read accepted",
+        (
+            (
+                "neuronbuild/engines/neuron_node.py",
+                "    if here == built_for:\n",
+                "    if here is None or here == built_for:\n",
+            ),
+        ),
+        (f"{NODE_CLAIMS}::test_a_neuron_node_whose_family_cannot_be_read_is_refused",),
+    ),
+    Break(
+        "a trn1n instance read as a family of its own",
+        (
+            (
+                "neuronbuild/engines/neuron_node.py",
+                'FAMILY = re.compile(r"^(trn\\d|inf\\d)")',
+                'FAMILY = re.compile(r"^(trn\\d+n?|inf\\d)")',
+            ),
+        ),
+        (
+            "tests/runtime/test_serve_node.py::test_the_neuron_family_is_read_from_the_instance_type_like_the_neuron_tools",
+        ),
+    ),
+    Break(
+        "a manifest sealed under another key schema served",
+        (("runtime/serve.py", "    if schemas:\n", "    if len(schemas) > 1:\n"),),
+        (f"{NODE_CLAIMS}::test_a_manifest_of_another_key_schema_asks_for_a_compile",),
+    ),
+    Break(
+        "an edited manifest recipe passes when it plans as many units",
+        (
+            (
+                "runtime/serve.py",
+                "if not manifest.units or planned != sealed:",
+                "if not manifest.units or len(planned) != len(sealed):",
+            ),
+        ),
+        (
+            f"{NODE_CLAIMS}::test_a_manifest_whose_own_recipe_plans_other_units_is_refused_as_bad_data",
+        ),
+    ),
+    Break(
+        "a recipe file of another revision served with the manifest's artifacts",
+        (("runtime/serve.py", '"model", "revision", "engine_args"', '"model", "engine_args"'),),
+        (
+            f"{NODE_CLAIMS}::test_a_recipe_file_that_differs_from_its_manifest_is_refused_naming_the_factor",
+        ),
     ),
 ]
 
