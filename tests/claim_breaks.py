@@ -38,7 +38,10 @@ FOLDER_PUT_DIRECT = """    def put(self, path: str, data: bytes) -> None:
 FOLDER_CREATE = """            try:
                 os.link(tmp, path)
             except FileExistsError:
-                return False
+                # On NFS a LINK sent again after its reply was lost answers EEXIST although the
+                # first made the link; the temporary file's link count tells (open(2), O_EXCL).
+                if os.stat(tmp).st_nlink < 2:
+                    return False
 """
 FOLDER_CREATE_DIRECT = """            try:
                 with open(path, "xb") as f:
