@@ -1,0 +1,121 @@
+"""The node lay-out's claims, one regression each (issue 19): its stamp trusts a folder only while
+every file keeps its size, mtime *and inode* and only for the manifest it was written for;
+``deep`` re-hashes whatever the stamp says; a file already there is kept only when its bytes
+hash right; an engine's completion markers are laid out last. The breaks they kill are named in
+``tests/claim_breaks.py``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.store.cas import Store
+from neuronbuild.store.node import lay_out
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.tiered import TieredStore
+from tests.lib.builders import stored_unit
+
+GRAPH = "neuron/compile_cache/abc/graph.neff"
+MARKER = "neuron/compile_cache/abc/.compilation_complete"
+
+
+def one_file(store: Store, tmp_path: Path, content: bytes, path: str = GRAPH) -> Manifest:
+    """A sealed manifest of one unit of one file at ``path`` holding ``content``."""
+    record = store.put_unit(stored_unit(store, tmp_path, content, path))
+    manifest = Manifest("app", {"content": content.decode()}, (record,))
+    store.put_manifest(manifest)
+    return manifest
+
+
+def replace_keeping_size_and_mtime(path: Path, data: bytes) -> None:
+    """Put ``data`` (same length) at ``path`` as a new file (a new inode) with the old mtime."""
+    old = path.stat()
+    assert len(data) == old.st_size
+    tmp = path.with_name("replacement")
+    tmp.write_bytes(data)
+    os.utime(tmp, ns=(old.st_atime_ns, old.st_mtime_ns))
+    tmp.replace(path)
+    assert path.stat().st_ino != old.st_ino and path.stat().st_mtime_ns == old.st_mtime_ns
+
+
+def test_a_file_replaced_with_the_same_size_and_mtime_is_caught_by_its_inode(
+    tmp_path: Path,
+) -> None:
+    """The stamp records the inode: a file swapped for another of the same size and mtime (a
+    copy tool that preserves times) is re-verified and laid out again, not served."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    replace_keeping_size_and_mtime(root / GRAPH, b"neff bytez")
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not again.cheap
+    assert (root / GRAPH).read_bytes() == b"neff bytes"
+
+
+def test_a_stamp_holds_only_for_the_manifest_it_was_written_for(tmp_path: Path) -> None:
+    """A folder laid out for one manifest, then asked for another whose file has the same path
+    (and size): the other manifest's bytes are laid out, the first one's stamp is not trusted."""
+    store = Store(str(tmp_path / "store"), create=True)
+    first = one_file(store, tmp_path, b"neff bytes")
+    second = one_file(store, tmp_path, b"neff BYTES")
+    root = tmp_path / "node"
+    lay_out(first, first.digest, TieredStore(store), root)
+    result = lay_out(second, second.digest, TieredStore(store), root)
+    assert not result.cheap
+    assert (root / GRAPH).read_bytes() == b"neff BYTES"
+    assert lay_out(second, second.digest, TieredStore(store), root).cheap
+
+
+def test_deep_re_hashes_a_file_the_stamp_still_vouches_for(tmp_path: Path) -> None:
+    """A file corrupted in place, its size, mtime and inode kept (bit rot): the stamp cannot see
+    it, so ``deep`` (``serve --deep-verify``) re-hashes and repairs it from the remote."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = one_file(remote, tmp_path, b"neff bytes")
+    local = Store(str(tmp_path / "local"), create=True)
+    tiers = TieredStore(local, remote)
+    tiers.fill(manifest.digest)
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, tiers, root)
+    dest = root / GRAPH
+    before = dest.stat()
+    with open(dest, "r+b") as f:  # in place: the inode (and a hard-linked blob) is the same
+        f.write(b"NEFF")
+    os.utime(dest, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert lay_out(manifest, manifest.digest, tiers, root).cheap  # the stamp cannot tell
+    repaired = lay_out(manifest, manifest.digest, tiers, root, deep=True)
+    assert not repaired.cheap
+    assert dest.read_bytes() == b"neff bytes"
+
+
+def test_a_file_already_there_with_the_right_size_but_other_bytes_is_replaced(
+    tmp_path: Path,
+) -> None:
+    """No stamp, a file of the right size already at the path: it is kept only if it hashes to
+    the manifest's digest; otherwise the verified blob replaces it."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    (root / GRAPH).parent.mkdir(parents=True)
+    (root / GRAPH).write_bytes(b"stale byte")
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert (root / GRAPH).read_bytes() == b"neff bytes"
+
+
+def test_an_interrupted_lay_out_never_leaves_a_completion_marker(tmp_path: Path) -> None:
+    """Files named in ``last`` (vLLM-Neuron's ``.compilation_complete``) are laid out after every
+    other file: a lay-out that fails on a corrupt graph leaves no marker saying the entry is
+    complete, whatever order the manifest lists its files in."""
+    store = Store(str(tmp_path / "store"), create=True)
+    marker = store.put_unit(stored_unit(store, tmp_path, b"done", MARKER))
+    graph = store.put_unit(stored_unit(store, tmp_path, b"neff bytes", GRAPH))
+    manifest = Manifest("app", {}, (marker, graph))
+    store.put_manifest(manifest)
+    Path(store.layout.blob(graph.files[0].digest)).write_bytes(b"neff bytez")  # corrupt
+    root = tmp_path / "node"
+    with pytest.raises(StoreDataInvalid, match="corrupt"):
+        lay_out(manifest, manifest.digest, TieredStore(store), root, last=(".compilation_complete",))
+    assert not (root / MARKER).exists()
