@@ -64,7 +64,7 @@ def test_a_blob_whose_bytes_do_not_match_never_reaches_its_destination(tmp_path:
     [file] = stored_unit(store, tmp_path, b"neff bytes").files
     Path(store.layout.blob(file.digest)).write_bytes(b"neff bytez")
     dest = tmp_path / "node" / "graph.neff"
-    with pytest.raises(StoreDataInvalid, match="corrupt|digest"):
+    with pytest.raises(StoreDataInvalid, match="corrupt"):
         store.fetch_blob(file, dest)
     assert not dest.exists() and list(dest.parent.iterdir()) == []
     assert store.check_blob(file) is not None

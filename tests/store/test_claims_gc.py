@@ -98,9 +98,7 @@ def test_the_lock_of_a_live_ref_stays_and_the_lock_of_a_gone_ref_goes(tmp_path: 
     [live] = moved_through(store, tmp_path, 1)
     store.move_ref("app", "gone", live, None)
     store.backend.delete(store.layout.ref("app", "gone"))
-    locks = {
-        tag: store.layout.ref_lock(store.layout.ref("app", tag)) for tag in ("latest", "gone")
-    }
+    locks = {tag: store.layout.ref_lock(store.layout.ref("app", tag)) for tag in ("latest", "gone")}
     assert all(store.backend.exists(lock) for lock in locks.values())
     report = collect_garbage(store, now=LATER)
     assert report.deleted["locks"] == [locks["gone"]]

@@ -117,5 +117,7 @@ def test_an_interrupted_lay_out_never_leaves_a_completion_marker(tmp_path: Path)
     Path(store.layout.blob(graph.files[0].digest)).write_bytes(b"neff bytez")  # corrupt
     root = tmp_path / "node"
     with pytest.raises(StoreDataInvalid, match="corrupt"):
-        lay_out(manifest, manifest.digest, TieredStore(store), root, last=(".compilation_complete",))
+        lay_out(
+            manifest, manifest.digest, TieredStore(store), root, last=(".compilation_complete",)
+        )
     assert not (root / MARKER).exists()
