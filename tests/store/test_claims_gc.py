@@ -135,3 +135,68 @@ def test_a_unit_record_a_kept_manifest_uses_is_never_swept(tmp_path: Path) -> No
     report = collect_garbage(store, now=LATER)
     assert "units" not in report.deleted and "blobs" not in report.deleted
     assert store.get_unit(unit.key) == unit
+
+
+def test_the_bytes_freed_are_the_swept_blobs_sizes(tmp_path: Path) -> None:
+    """``gc`` reports the bytes it frees: the sum of the swept blobs' sizes (records and other
+    kinds are not counted)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    for content in (b"a shard of 19 bytes", b"another, of 20 bytes"):
+        store.put_unit(stored_unit(store, tmp_path, content))
+    report = collect_garbage(store, now=LATER)
+    assert len(report.deleted["blobs"]) == 2 and len(report.deleted["units"]) == 2
+    assert report.bytes == 19 + 20
+    assert report.to_json()["bytes"] == 39
+
+
+def test_the_default_grace_period_is_one_day(tmp_path: Path) -> None:
+    """An unreachable object a day and a half old is swept by default; one half a day old
+    stays."""
+    store = Store(str(tmp_path / "store"), create=True)
+    record = store.put_unit(stored_unit(store, tmp_path, b"an abandoned shard"))
+    assert not collect_garbage(store, now=time.time() + 0.5 * 86400).deleted
+    report = collect_garbage(store, now=time.time() + 1.5 * 86400)
+    assert report.deleted["units"] == [store.layout.unit(record.key)]
+
+
+def test_old_temporary_files_are_swept_and_young_ones_kept(tmp_path: Path) -> None:
+    """A temporary file of an atomic write a killed publisher left behind goes once it is older
+    than the grace period; one a live writer is filling stays."""
+    store = Store(str(tmp_path / "store"), create=True)
+    store.backend.put(store.layout.tmp("left-behind"), b"half")
+    store.backend.put(store.layout.tmp("being-written"), b"half")
+    os.utime(store.layout.tmp("being-written"), (LATER, LATER))
+    report = collect_garbage(store, now=LATER)
+    assert report.deleted["tmp"] == [store.layout.tmp("left-behind")]
+    assert store.backend.exists(store.layout.tmp("being-written"))
+
+
+def test_a_young_unit_records_timing_stays_though_the_timing_is_old(tmp_path: Path) -> None:
+    """A timing goes with its unit: an unsealed shard (young unit record) keeps its timing."""
+    from neuronbuild.store.records import UnitTiming
+
+    store = Store(str(tmp_path / "store"), create=True)
+    record = store.put_unit(stored_unit(store, tmp_path, b"an unsealed shard"))
+    os.utime(store.layout.unit(record.key), (LATER, LATER))
+    shape = "sha256:" + "5" * 64
+    store.put_timing(UnitTiming(record.key, shape, 12.5))
+    report = collect_garbage(store, now=LATER)
+    assert "timings" not in report.deleted
+    assert [t.key for t in store.timings({shape})] == [record.key]
+
+
+def test_a_raced_manifest_put_back_keeps_its_node_layout_record(tmp_path: Path) -> None:
+    """The manifest a racing move needed is kept in every respect: the record of the node folder
+    it was laid out in stays too."""
+    store = Store(str(tmp_path / "store"), create=True)
+    orphan = sealed(store, tmp_path, 0)
+    record = store.layout.layout_record(orphan)
+    store.backend.put(record, canonical_json({"manifest": orphan, "root": str(tmp_path)}))
+
+    def a_move_half_way() -> None:
+        entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
+        store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
+
+    report = collect_garbage(store, now=LATER, after_mark=a_move_half_way)
+    assert report.restored == [orphan]
+    assert "layouts" not in report.deleted and store.backend.exists(record)
