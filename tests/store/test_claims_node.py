@@ -121,3 +121,44 @@ def test_an_interrupted_lay_out_never_leaves_a_completion_marker(tmp_path: Path)
             manifest, manifest.digest, TieredStore(store), root, last=(".compilation_complete",)
         )
     assert not (root / MARKER).exists()
+
+
+def test_a_lay_out_counts_its_files_bytes_and_links(tmp_path: Path) -> None:
+    """What ``serve`` reports of a lay-out: every file and byte of the manifest, each file
+    hard-linked from the local tier (same file system), and a second start re-verified by the
+    stamp alone (nothing linked again)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    graph = store.put_unit(stored_unit(store, tmp_path, b"neff bytes", GRAPH))
+    marker = store.put_unit(stored_unit(store, tmp_path, b"done", MARKER))
+    manifest = Manifest("app", {}, (graph, marker))
+    store.put_manifest(manifest)
+    root = tmp_path / "node"
+    first = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert (first.root, first.files, first.bytes, first.linked, first.cheap) == (
+        root,
+        2,
+        len(b"neff bytes") + len(b"done"),
+        2,
+        False,
+    )
+    assert (root / GRAPH).stat().st_ino == Path(
+        store.layout.blob(graph.files[0].digest)
+    ).stat().st_ino
+    second = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert (second.files, second.bytes, second.linked, second.cheap) == (2, 14, 0, True)
+
+
+def test_a_symlink_planted_where_a_laid_out_file_was_is_not_trusted(tmp_path: Path) -> None:
+    """A symlink in place of a laid-out file (to the very file, so size, mtime and inode all
+    match through it) fails the stamp: the next start verifies the bytes again instead of trusting it. (One that
+    points outside the folder is refused: ``test_hostile.py``.)"""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    elsewhere = root / "moved-aside"
+    (root / GRAPH).rename(elsewhere)
+    (root / GRAPH).symlink_to(elsewhere)
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not again.cheap
+    assert (root / GRAPH).read_bytes() == b"neff bytes"
