@@ -108,3 +108,41 @@ def test_a_recheck_replaces_a_corrupt_local_manifest(tmp_path: Path) -> None:
     report = tiers.fill(manifest.digest, recheck=True)
     assert report is not None and any("replacing it" in n for n in report.notes)
     assert tiers.local.get_manifest(manifest.digest) == manifest
+
+
+def test_a_pulled_manifest_is_read_locally_when_the_remote_is_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Manifests are immutable: a node that pulled one serves it with the remote down."""
+    tiers, manifest = two_tiers(tmp_path)
+    assert tiers.remote is not None
+
+    def unreachable(digest: str) -> Manifest:
+        raise StoreError("connection refused")
+
+    monkeypatch.setattr(tiers.remote, "get_manifest", unreachable)
+    assert tiers.get_manifest(manifest.digest) == manifest
+
+
+def test_a_fill_that_replaced_a_corrupt_local_blob_says_so(tmp_path: Path) -> None:
+    """``recheck`` re-hashes what the local tier holds; what it replaced reaches the notes the
+    command prints."""
+    tiers, manifest = two_tiers(tmp_path)
+    [file] = manifest.files()
+    Path(tiers.local.layout.blob(file.digest)).write_bytes(b"neff bytez")
+    report = tiers.fill(manifest.digest, recheck=True)
+    assert report is not None and report.copied == 1
+    assert tiers.local.check_blob(file) is None
+    assert len(tiers.notes) == 1 and "fetching it again" in tiers.notes[0]
+
+
+def test_write_through_leaves_the_build_and_its_ref_in_the_local_tier(tmp_path: Path) -> None:
+    """After a compile into the remote, the node holds the sealed build and the ref locally, so
+    it can serve it without the remote."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = sealed(remote, tmp_path, b"neff bytes")
+    tiers = TieredStore(Store(str(tmp_path / "local"), create=True), remote)
+    tiers.write_through(manifest.digest, "app", "latest")
+    assert tiers.local.get_ref("app", "latest") == manifest.digest
+    assert tiers.local.get_manifest(manifest.digest) == manifest
+    assert tiers.local.missing_blobs(manifest.files()) == []
