@@ -73,6 +73,7 @@ CLAIMS_GC = "tests/store/test_claims_gc.py"
 CLAIMS_NODE = "tests/store/test_claims_node.py"
 CLAIMS_TIERED = "tests/store/test_claims_tiered.py"
 CLAIMS_CAS = "tests/store/test_claims_cas.py"
+CLAIMS_BACKENDS = "tests/store/test_claims_backends.py"
 
 BREAKS = [
     Break(
@@ -511,6 +512,55 @@ BREAKS = [
         "a fetched blob written straight to its destination",
         ((CAS, 'with src, open(tmp, "xb") as out:', 'with src, open(dest, "wb") as out:'),),
         (f"{CLAIMS_CAS}::test_a_blob_whose_bytes_do_not_match_never_reaches_its_destination",),
+    ),
+    Break(
+        "a folder read truncates an object over its limit instead of refusing it",
+        ((BACKENDS, "data = f.read(limit + 1)", "data = f.read(limit)"),),
+        (f"{CLAIMS_BACKENDS}::test_a_read_refuses_an_object_over_its_limit_and_returns_one_at_it",),
+    ),
+    Break(
+        "an object-store read refuses an object exactly at its limit",
+        (
+            (
+                BACKENDS,
+                'if int(info.get("size") or 0) > limit:',
+                'if int(info.get("size") or 0) >= limit:',
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_read_refuses_an_object_over_its_limit_and_returns_one_at_it",),
+    ),
+    Break(
+        "last-writer-wins create overwrites what is there",
+        (
+            (
+                BACKENDS,
+                "        if self.exists(path):\n            return False\n        self.put(path, data)",
+                "        self.put(path, data)",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_create_is_exclusive_and_the_first_writer_wins",),
+    ),
+    Break(
+        "last-writer-wins swap without the compare",
+        (
+            (
+                BACKENDS,
+                "        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:",
+                "        if False:",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_swap_from_a_stale_version_is_refused_and_writes_nothing",),
+    ),
+    Break(
+        "a read-only store's create answers as if it had written",
+        (
+            (
+                BACKENDS,
+                "        if self.inner.exists(path):\n            return False\n        raise self._refuse()",
+                "        return False",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_read_only_store_writes_nothing_and_says_how_to_write",),
     ),
 ]
 
