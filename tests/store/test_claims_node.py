@@ -7,13 +7,16 @@ hash right; an engine's completion markers are laid out last. The breaks they ki
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.cas import Store
-from neuronbuild.store.node import lay_out
+from neuronbuild.store.gc import collect_garbage
+from neuronbuild.store.layout import node_layout_root
+from neuronbuild.store.node import lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import stored_unit
@@ -87,7 +90,7 @@ def test_deep_re_hashes_a_file_the_stamp_still_vouches_for(tmp_path: Path) -> No
     os.utime(dest, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert lay_out(manifest, manifest.digest, tiers, root).cheap  # the stamp cannot tell
     repaired = lay_out(manifest, manifest.digest, tiers, root, deep=True)
-    assert not repaired.cheap
+    assert not repaired.cheap and repaired.linked == 0  # fetched again and copied, not linked
     assert dest.read_bytes() == b"neff bytes"
 
 
@@ -162,3 +165,61 @@ def test_a_symlink_planted_where_a_laid_out_file_was_is_not_trusted(tmp_path: Pa
     again = lay_out(manifest, manifest.digest, TieredStore(store), root)
     assert not again.cheap
     assert (root / GRAPH).read_bytes() == b"neff bytes"
+
+
+def test_files_already_laid_out_right_are_kept_without_a_stamp(tmp_path: Path) -> None:
+    """The stamp lost (a lay-out interrupted after its files): the next start re-hashes each file
+    and keeps those that hash right, in place (same inode, nothing linked again)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    inode = (root / GRAPH).stat().st_ino
+    (root / ".neuronbuild" / "layout.json").unlink()
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert (again.cheap, again.linked) == (False, 0)
+    assert (root / GRAPH).stat().st_ino == inode
+
+
+def test_where_links_cannot_be_made_each_file_is_copied_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node folder on another file system than the local tier (``os.link`` fails with EXDEV):
+    every file is copied, verified, and nothing is left half-linked."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+
+    def cross_device(src: object, dst: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr("os.link", cross_device)
+    root = tmp_path / "node"
+    result = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert (result.files, result.linked) == (1, 0)
+    assert (root / GRAPH).read_bytes() == b"neff bytes"
+    assert (root / GRAPH).stat().st_nlink == 1
+    assert sorted(p.name for p in (root / GRAPH).parent.iterdir()) == ["graph.neff"]
+
+
+def test_a_registered_lay_out_is_what_gc_removes_once_its_manifest_is_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``register`` records the folder serve chose; that record is what lets ``gc`` remove the
+    folder once no ref reaches the manifest (and keep it while one does)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "node-cache"))
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    tiers = TieredStore(store)
+    root = node_layout_root(manifest.digest)
+    lay_out(manifest, manifest.digest, tiers, root)
+    register(tiers, manifest.digest, root)
+    assert tiers.notes == []
+    store.move_ref("app", "latest", manifest.digest, None)
+    later = time.time() + 10 * 86400
+    assert "layouts" not in collect_garbage(store, now=later).deleted
+    assert (root / GRAPH).is_file()
+    store.backend.delete(store.layout.ref("app", "latest"))
+    report = collect_garbage(store, now=later)
+    assert report.deleted["layouts"] == [store.layout.layout_record(manifest.digest)]
+    assert not root.exists()
