@@ -223,3 +223,24 @@ def test_a_registered_lay_out_is_what_gc_removes_once_its_manifest_is_dead(
     report = collect_garbage(store, now=later)
     assert report.deleted["layouts"] == [store.layout.layout_record(manifest.digest)]
     assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [b"not json", b"[]", b'{"files":[],"manifest":"%s"}', b'{"files":{"x":1},"manifest":"%s"}'],
+)
+def test_a_corrupt_stamp_is_ignored_and_the_folder_verified_again(
+    tmp_path: Path, stamp: bytes
+) -> None:
+    """The stamp is the node's own cache, never trusted blindly: one that does not parse or has
+    the wrong shape means a full verification (no traceback, no cheap start)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    (root / ".neuronbuild" / "layout.json").write_bytes(
+        stamp.replace(b"%s", manifest.digest.encode())
+    )
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not again.cheap
+    assert lay_out(manifest, manifest.digest, TieredStore(store), root).cheap  # stamped anew
