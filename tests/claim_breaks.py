@@ -74,6 +74,7 @@ CLAIMS_NODE = "tests/store/test_claims_node.py"
 CLAIMS_TIERED = "tests/store/test_claims_tiered.py"
 CLAIMS_CAS = "tests/store/test_claims_cas.py"
 CLAIMS_BACKENDS = "tests/store/test_claims_backends.py"
+CLAIMS_TRANSFER = "tests/store/test_claims_transfer.py"
 
 BREAKS = [
     Break(
@@ -561,6 +562,29 @@ BREAKS = [
             ),
         ),
         (f"{CLAIMS_BACKENDS}::test_a_read_only_store_writes_nothing_and_says_how_to_write",),
+    ),
+    Break(
+        "a copy sends again every blob the target already holds",
+        (
+            (
+                "neuronbuild/store/transfer.py",
+                "missing = dst.missing_blobs(files)",
+                "missing = list(files)",
+            ),
+        ),
+        (
+            f"{CLAIMS_TRANSFER}::test_a_copy_moves_only_what_the_target_lacks_and_a_rerun_moves_nothing",
+        ),
+    ),
+    Break(
+        "verify skips the unit records",
+        (("neuronbuild/store/verify.py", "if not store.has_unit(unit.key):", "if False:"),),
+        (f"{CLAIMS_TRANSFER}::test_verify_names_a_missing_unit_record_and_a_short_blob",),
+    ),
+    Break(
+        "verify --deep re-hashes only when not asked",
+        (("neuronbuild/store/verify.py", "    if deep:\n", "    if not deep:\n"),),
+        (f"{CLAIMS_TRANSFER}::test_only_a_deep_verify_finds_a_blob_whose_bytes_changed",),
     ),
 ]
 
