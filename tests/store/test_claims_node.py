@@ -6,6 +6,7 @@ hash right; an engine's completion markers are laid out last. The breaks they ki
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -244,3 +245,19 @@ def test_a_corrupt_stamp_is_ignored_and_the_folder_verified_again(
     again = lay_out(manifest, manifest.digest, TieredStore(store), root)
     assert not again.cheap
     assert lay_out(manifest, manifest.digest, TieredStore(store), root).cheap  # stamped anew
+
+
+def test_an_executable_file_gains_exactly_the_execute_bits(tmp_path: Path) -> None:
+    """An executable file (a compiled helper vLLM runs) is laid out with ``+x`` for everyone who
+    could read it, and no other bit changes (no one gains write)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    plain = stored_unit(store, tmp_path, b"#!/bin/sh\n", "entry/tool")
+    record = store.put_unit(
+        dataclasses.replace(plain, files=(dataclasses.replace(plain.files[0], executable=True),))
+    )
+    manifest = Manifest("app", {}, (record,))
+    store.put_manifest(manifest)
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    blob_mode = Path(store.layout.blob(record.files[0].digest)).stat().st_mode
+    assert (root / "entry/tool").stat().st_mode & 0o7777 == (blob_mode | 0o111) & 0o7777
