@@ -146,3 +146,29 @@ def test_write_through_leaves_the_build_and_its_ref_in_the_local_tier(tmp_path: 
     assert tiers.local.get_ref("app", "latest") == manifest.digest
     assert tiers.local.get_manifest(manifest.digest) == manifest
     assert tiers.local.missing_blobs(manifest.files()) == []
+
+
+def test_a_fill_tells_the_commands_meter_what_it_fetches(tmp_path: Path) -> None:
+    """The meter a command passes (``serve`` and ``pull`` show it on stderr) is made once per
+    fill that fetches, named ``fetch`` with the bytes and blobs to move, and told every byte."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = sealed(remote, tmp_path, b"neff bytes")
+    made: list[tuple[str, int, int]] = []
+    moved: list[int] = []
+
+    class Meter:
+        def advance(self, n_bytes: int) -> None:
+            moved.append(n_bytes)
+
+        def close(self) -> None:
+            made.append(("closed", 0, 0))
+
+    def factory(what: str, total: int, n_blobs: int) -> Meter:
+        made.append((what, total, n_blobs))
+        return Meter()
+
+    tiers = TieredStore(Store(str(tmp_path / "local"), create=True), remote, progress=factory)
+    tiers.fill(manifest.digest)
+    assert made == [("fetch", 10, 1), ("closed", 0, 0)] and sum(moved) == 10
+    tiers.fill(manifest.digest)  # nothing to fetch: no meter
+    assert len(made) == 2
