@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
@@ -172,3 +172,37 @@ def test_a_fill_tells_the_commands_meter_what_it_fetches(tmp_path: Path) -> None
     assert made == [("fetch", 10, 1), ("closed", 0, 0)] and sum(moved) == 10
     tiers.fill(manifest.digest)  # nothing to fetch: no meter
     assert len(made) == 2
+
+
+def test_a_name_resolves_against_the_remote_or_the_pulled_copy_when_it_is_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``serve``/``verify`` are given (a ref or a digest prefix) is read as refs are: from
+    the remote while it answers, from the local tier when it cannot be reached; a missing ref's
+    error carries the caller's hint."""
+    tiers, manifest = two_tiers(tmp_path)
+    assert tiers.remote is not None
+    tiers.remote.set_ref("app", "latest", manifest.digest)
+    target = tiers.resolve_target("app/latest")
+    assert (target.digest, target.ref) == (manifest.digest, ("app", "latest"))
+    with pytest.raises(UserError, match="pull it first") as missing:
+        tiers.resolve_target("app/none", hint="pull it first")
+    assert "app/latest" in str(missing.value)  # the refs that exist are named
+
+    def unreachable(*args: object) -> object:
+        raise StoreError("connection refused")
+
+    for name in ("read_versioned", "find", "list_sizes", "exists"):
+        monkeypatch.setattr(tiers.remote.backend, name, unreachable)
+    tiers.local.set_ref("app", "latest", manifest.digest)
+    assert tiers.resolve_target("app").digest == manifest.digest
+    assert tiers.resolve_target(manifest.digest[:19]).digest == manifest.digest
+    assert tiers.resolve_target(manifest.digest[:19], "manifest").digest == manifest.digest
+
+
+def test_a_remote_named_like_the_local_tier_is_the_one_store(tmp_path: Path) -> None:
+    """``--cache`` and ``--local-cache`` naming one folder: one store, no copy onto itself."""
+    store = Store(str(tmp_path / "store"), create=True)
+    other = Store(str(tmp_path / "other"), create=True)
+    assert TieredStore(store, Store(store.url)).remote is None
+    assert TieredStore(store, other).remote is other
