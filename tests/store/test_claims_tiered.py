@@ -206,3 +206,15 @@ def test_a_remote_named_like_the_local_tier_is_the_one_store(tmp_path: Path) -> 
     other = Store(str(tmp_path / "other"), create=True)
     assert TieredStore(store, Store(store.url)).remote is None
     assert TieredStore(store, other).remote is other
+
+
+def test_with_no_remote_the_local_store_answers_everything(tmp_path: Path) -> None:
+    """``serve --cache <folder>`` alone: refs, names and manifests come from that store."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = sealed(store, tmp_path, b"neff bytes")
+    store.set_ref("app", "prod", manifest.digest)
+    tiers = TieredStore(store)
+    assert tiers.get_ref("app", "prod") == manifest.digest
+    assert tiers.resolve_target("app/prod").digest == manifest.digest
+    assert tiers.resolve_target(manifest.digest[:19]).digest == manifest.digest
+    assert tiers.get_manifest(manifest.digest) == manifest and tiers.url == store.url
