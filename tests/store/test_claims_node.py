@@ -149,7 +149,13 @@ def test_a_lay_out_counts_its_files_bytes_and_links(tmp_path: Path) -> None:
         store.layout.blob(graph.files[0].digest)
     ).stat().st_ino
     second = lay_out(manifest, manifest.digest, TieredStore(store), root)
-    assert (second.files, second.bytes, second.linked, second.cheap) == (2, 14, 0, True)
+    assert (second.root, second.files, second.bytes, second.linked, second.cheap) == (
+        root,
+        2,
+        14,
+        0,
+        True,
+    )
 
 
 def test_a_symlink_planted_where_a_laid_out_file_was_is_not_trusted(tmp_path: Path) -> None:
@@ -261,3 +267,16 @@ def test_an_executable_file_gains_exactly_the_execute_bits(tmp_path: Path) -> No
     lay_out(manifest, manifest.digest, TieredStore(store), root)
     blob_mode = Path(store.layout.blob(record.files[0].digest)).stat().st_mode
     assert (root / "entry/tool").stat().st_mode & 0o7777 == (blob_mode | 0o111) & 0o7777
+
+
+def test_a_laid_out_file_deleted_since_is_laid_out_again(tmp_path: Path) -> None:
+    """A file gone from the folder (a user cleaning up, a partial rsync): the stamp does not
+    hold, and the next start puts it back."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    (root / GRAPH).unlink()
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not again.cheap
+    assert (root / GRAPH).read_bytes() == b"neff bytes"
