@@ -200,3 +200,16 @@ def test_a_raced_manifest_put_back_keeps_its_node_layout_record(tmp_path: Path) 
     report = collect_garbage(store, now=LATER, after_mark=a_move_half_way)
     assert report.restored == [orphan]
     assert "layouts" not in report.deleted and store.backend.exists(record)
+
+
+@pytest.mark.parametrize("record", [b"[]", b"not json", b'{"root":5}'])
+def test_an_unreadable_layout_record_of_a_dead_manifest_is_swept_without_a_traceback(
+    tmp_path: Path, record: bytes
+) -> None:
+    """A layout record is store data: one of the wrong shape goes with its manifest, and gc
+    removes no folder for it."""
+    store = Store(str(tmp_path / "store"), create=True)
+    dead = "sha256:" + "e" * 64
+    store.backend.put(store.layout.layout_record(dead), record)
+    report = collect_garbage(store, now=LATER)
+    assert report.deleted["layouts"] == [store.layout.layout_record(dead)]
