@@ -74,6 +74,16 @@ BUCKET_CLAIMS = "tests/engines/test_claims_buckets.py"
 RETRIES = "tests/build/test_claims_retries.py"
 NODE_CHECKS = "runtime/node_checks.py"
 NODE_CLAIMS = "tests/runtime/test_claims_node_checks.py"
+GC = "neuronbuild/store/gc.py"
+NODE = "neuronbuild/store/node.py"
+TIERED = "neuronbuild/store/tiered.py"
+CAS = "neuronbuild/store/cas.py"
+CLAIMS_GC = "tests/store/test_claims_gc.py"
+CLAIMS_NODE = "tests/store/test_claims_node.py"
+CLAIMS_TIERED = "tests/store/test_claims_tiered.py"
+CLAIMS_CAS = "tests/store/test_claims_cas.py"
+CLAIMS_BACKENDS = "tests/store/test_claims_backends.py"
+CLAIMS_TRANSFER = "tests/store/test_claims_transfer.py"
 
 BREAKS = [
     Break(
@@ -161,11 +171,8 @@ BREAKS = [
         (
             (
                 BACKENDS,
-                """                if token is None:
-                    self.fs.pipe_file(path, data, mode="create")
-                else:
-                    self.fs.pipe_file(path, data, IfMatch=token)""",
-                "                self.fs.pipe_file(path, data)",
+                'condition = {"mode": "create"} if token is None else {"IfMatch": token}',
+                "condition: dict[str, Any] = {}",
             ),
         ),
         (
@@ -279,7 +286,7 @@ BREAKS = [
         "a patched plugin's run seeded with its predecessor's entries",
         (
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/build/seeds.py",
                 '"toolchain", "installed", "phase"',
                 '"toolchain", "phase"',
             ),
@@ -466,8 +473,8 @@ BREAKS = [
             (
                 "neuronbuild/build/scheduler.py",
                 '        if self.cancelled.is_set():\n            raise UnitFailed("cancelled")\n'
-                '        with open(log, "ab") as out:',
-                '        with open(log, "ab") as out:',
+                '        with open(log, "ab") as out, tethered(argv)',
+                '        with open(log, "ab") as out, tethered(argv)',
             ),
         ),
         (f"{RETRIES}::test_a_cancelled_group_starts_no_process",),
@@ -588,6 +595,276 @@ BREAKS = [
         (
             f"{NODE_CLAIMS}::test_a_recipe_file_that_differs_from_its_manifest_is_refused_naming_the_factor",
         ),
+    ),
+    # Issue 19: the store wing's hand-made regressions, one line each (tests/store/test_claims_*).
+    Break(
+        "gc --keep-last 0 keeps every move of a ref",
+        ((GC, "moves[-keep_last:] if keep_last else []", "moves[-keep_last:]"),),
+        (f"{CLAIMS_GC}::test_keep_last_keeps_the_manifests_of_exactly_the_last_moves",),
+    ),
+    Break(
+        "gc --keep-last N keeps one move too many",
+        ((GC, "moves[-keep_last:] if keep_last", "moves[-keep_last - 1 :] if keep_last"),),
+        (f"{CLAIMS_GC}::test_keep_last_keeps_the_manifests_of_exactly_the_last_moves",),
+    ),
+    Break(
+        "gc drops the mark of a young unit record's blobs",
+        (
+            (
+                GC,
+                "            live_blobs.update(f.digest for f in record.files)  # an unsealed shard\n",
+                "",
+            ),
+        ),
+        (f"{CLAIMS_GC}::test_the_blobs_of_a_young_unit_record_survive_though_the_blobs_are_old",),
+    ),
+    Break(
+        "gc spares none of the manifests racing ref moves name",
+        (
+            (
+                GC,
+                "spared = in_flight(store, now - CONDEMNED_SECONDS) & set(doomed)",
+                "spared: set[str] = set()",
+            ),
+        ),
+        (
+            f"{CLAIMS_GC}::test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything_it_uses",
+        ),
+    ),
+    Break(
+        "gc puts a raced manifest back but not its unit records",
+        ((GC, "set(doomed) | spared\n", "set(doomed)\n"),),
+        (
+            f"{CLAIMS_GC}::test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything_it_uses",
+        ),
+    ),
+    Break(
+        "gc sweeps the lock of a live ref",
+        (
+            (
+                GC,
+                "if not store.backend.exists(ref_path) and sweep.old(path):",
+                "if sweep.old(path):",
+            ),
+        ),
+        (f"{CLAIMS_GC}::test_the_lock_of_a_live_ref_stays_and_the_lock_of_a_gone_ref_goes",),
+    ),
+    Break(
+        "gc --dry-run removes node folders",
+        ((GC, "if folder is not None and not dry_run:", "if folder is not None:"),),
+        (
+            f"{CLAIMS_GC}::test_a_dry_run_removes_no_node_folder_and_a_real_run_removes_the_dead_ones",
+        ),
+    ),
+    Break(
+        "the lay-out stamp ignores the inode",
+        (
+            (
+                NODE,
+                "return [st.st_size, st.st_mtime_ns, st.st_ino]",
+                "return [st.st_size, st.st_mtime_ns]",
+            ),
+        ),
+        (
+            f"{CLAIMS_NODE}::test_a_file_replaced_with_the_same_size_and_mtime_is_caught_by_its_inode",
+        ),
+    ),
+    Break(
+        "the lay-out stamp is trusted for another manifest",
+        (
+            (
+                NODE,
+                'if not isinstance(value, dict) or value.get("manifest") != digest:',
+                "if not isinstance(value, dict):",
+            ),
+        ),
+        (f"{CLAIMS_NODE}::test_a_stamp_holds_only_for_the_manifest_it_was_written_for",),
+    ),
+    Break(
+        "lay_out(deep=True) trusts the stamp",
+        (
+            (
+                NODE,
+                "stamp = None if deep else _read_stamp(root, digest)",
+                "stamp = _read_stamp(root, digest)",
+            ),
+        ),
+        (f"{CLAIMS_NODE}::test_deep_re_hashes_a_file_the_stamp_still_vouches_for",),
+    ),
+    Break(
+        "a file already laid out is kept on its size alone",
+        ((NODE, "return hash_file(dest) == (file.digest, file.size)", "return True"),),
+        (
+            f"{CLAIMS_NODE}::test_a_file_already_there_with_the_right_size_but_other_bytes_is_replaced",
+        ),
+    ),
+    Break(
+        "completion markers laid out first",
+        ((NODE, "PurePosixPath(f.path).name in last)", "PurePosixPath(f.path).name not in last)"),),
+        (f"{CLAIMS_NODE}::test_an_interrupted_lay_out_never_leaves_a_completion_marker",),
+    ),
+    Break(
+        "the tiered store reads the local ref first",
+        (
+            (
+                TIERED,
+                "            return self.remote.get_ref(name, tag)\n",
+                "            return self.local.get_ref(name, tag) or self.remote.get_ref(name, tag)\n",
+            ),
+        ),
+        (
+            f"{CLAIMS_TIERED}::test_the_remote_ref_wins_over_the_local_copy_while_the_remote_answers",
+        ),
+    ),
+    Break(
+        "the tiered store falls back on the wrong failure",
+        (
+            (
+                TIERED,
+                "        except StoreError as exc:\n            digest = self.local.get_ref",
+                "        except StoreDataInvalid as exc:\n            digest = self.local.get_ref",
+            ),
+        ),
+        (f"{CLAIMS_TIERED}::test_an_unreachable_remote_falls_back_to_the_local_ref_and_says_so",),
+    ),
+    Break(
+        "a corrupt local manifest is not read from the remote",
+        (
+            (
+                TIERED,
+                '            except StoreDataInvalid as exc:\n                self.notes.append(f"{exc}; reading',
+                '            except StoreError as exc:\n                self.notes.append(f"{exc}; reading',
+            ),
+        ),
+        (f"{CLAIMS_TIERED}::test_a_corrupt_local_manifest_is_noted_and_read_from_the_remote",),
+    ),
+    Break(
+        "a dry run ignores what the remote holds",
+        (
+            (
+                TIERED,
+                "if missing and self.remote is not None:\n            missing = self.remote",
+                "if missing and self.remote is None:\n            missing = self.remote",
+            ),
+        ),
+        (
+            f"{CLAIMS_TIERED}::test_a_dry_run_counts_a_blob_only_the_remote_holds_and_refuses_one_no_tier_holds",
+        ),
+    ),
+    Break(
+        "a recheck keeps a corrupt manifest in the target",
+        (("neuronbuild/store/transfer.py", "            dst.delete_manifest(digest)\n", ""),),
+        (f"{CLAIMS_TIERED}::test_a_recheck_replaces_a_corrupt_local_manifest",),
+    ),
+    Break(
+        "a unit record whose blobs are gone is adopted",
+        (
+            (
+                CAS,
+                "if stored is None or self.missing_blobs(stored.files):",
+                "if stored is None:",
+            ),
+        ),
+        (f"{CLAIMS_CAS}::test_a_unit_record_whose_blobs_are_gone_is_replaced_by_the_next_build",),
+    ),
+    Break(
+        "the presence check below the listing threshold ignores the size",
+        (
+            (
+                CAS,
+                "return self.backend.size(self.layout.blob(file.digest)) == file.size",
+                "return self.backend.size(self.layout.blob(file.digest)) is not None",
+            ),
+        ),
+        (f"{CLAIMS_CAS}::test_a_blob_of_the_wrong_size_is_missing_to_the_presence_check",),
+    ),
+    Break(
+        "a ref moved without checking its manifest is there",
+        (
+            (
+                CAS,
+                "        elif not self.has_manifest(digest):\n",
+                "        elif False:\n",
+            ),
+        ),
+        (f"{CLAIMS_CAS}::test_a_ref_never_moves_to_a_manifest_the_store_lacks",),
+    ),
+    Break(
+        "a fetched blob written straight to its destination",
+        ((CAS, 'with src, open(tmp, "xb") as out:', 'with src, open(dest, "wb") as out:'),),
+        (f"{CLAIMS_CAS}::test_a_blob_whose_bytes_do_not_match_never_reaches_its_destination",),
+    ),
+    Break(
+        "a folder read truncates an object over its limit instead of refusing it",
+        ((BACKENDS, "data = f.read(limit + 1)", "data = f.read(limit)"),),
+        (f"{CLAIMS_BACKENDS}::test_a_read_refuses_an_object_over_its_limit_and_returns_one_at_it",),
+    ),
+    Break(
+        "an object-store read refuses an object exactly at its limit",
+        (
+            (
+                BACKENDS,
+                'if int(info.get("size") or 0) > limit:',
+                'if int(info.get("size") or 0) >= limit:',
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_read_refuses_an_object_over_its_limit_and_returns_one_at_it",),
+    ),
+    Break(
+        "last-writer-wins create overwrites what is there",
+        (
+            (
+                BACKENDS,
+                "        if self.exists(path):\n            return False\n        self.put(path, data)",
+                "        self.put(path, data)",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_create_is_exclusive_and_the_first_writer_wins",),
+    ),
+    Break(
+        "last-writer-wins swap without the compare",
+        (
+            (
+                BACKENDS,
+                "        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:",
+                "        if False:",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_swap_from_a_stale_version_is_refused_and_writes_nothing",),
+    ),
+    Break(
+        "a read-only store's create answers as if it had written",
+        (
+            (
+                BACKENDS,
+                "        if self.inner.exists(path):\n            return False\n        raise self._refuse()",
+                "        return False",
+            ),
+        ),
+        (f"{CLAIMS_BACKENDS}::test_a_read_only_store_writes_nothing_and_says_how_to_write",),
+    ),
+    Break(
+        "a copy sends again every blob the target already holds",
+        (
+            (
+                "neuronbuild/store/transfer.py",
+                "missing = dst.missing_blobs(files)",
+                "missing = list(files)",
+            ),
+        ),
+        (
+            f"{CLAIMS_TRANSFER}::test_a_copy_moves_only_what_the_target_lacks_and_a_rerun_moves_nothing",
+        ),
+    ),
+    Break(
+        "verify skips the unit records",
+        (("neuronbuild/store/verify.py", "if not store.has_unit(unit.key):", "if False:"),),
+        (f"{CLAIMS_TRANSFER}::test_verify_names_a_missing_unit_record_and_a_short_blob",),
+    ),
+    Break(
+        "verify --deep re-hashes only when not asked",
+        (("neuronbuild/store/verify.py", "    if deep:\n", "    if not deep:\n"),),
+        (f"{CLAIMS_TRANSFER}::test_only_a_deep_verify_finds_a_blob_whose_bytes_changed",),
     ),
 ]
 
