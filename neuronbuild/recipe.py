@@ -20,8 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from neuronbuild.data.vllm_data import engine_arg_names, server_options
 from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.keys import canonical_json
+from neuronbuild.recipe_file import check_events, read_recipe_text
 
 TARGET_ENGINES: dict[str, str] = {
     "trn1": "neuron",
@@ -41,6 +43,19 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 
+MAX_TOKENS = 1 << 24
+"""Most tokens a length or token budget may name (16,777,216): above the longest context a
+released model takes (10M tokens), far below what would overflow a buffer's size."""
+MAX_SEQS = 1 << 20
+"""Most sequences one engine step may batch (``max_num_seqs``)."""
+MAX_DEVICES = 1 << 16
+"""Most devices one tensor-parallel group may span."""
+MAX_SEED = (1 << 32) - 1
+"""Largest seed vLLM can use: ``set_random_seed`` (vllm/utils/torch_utils.py) calls
+``np.random.seed``, which takes 0 to 2**32 - 1."""
+MAX_INT = (1 << 63) - 1
+"""Largest integer any engine argument may hold (int64, what torch and vLLM's C++ side take)."""
+
 
 class _Fields(BaseModel):
     """Types of the keys neuronbuild itself interprets; other engine args pass through verbatim."""
@@ -54,11 +69,12 @@ class _Fields(BaseModel):
     toolchain: dict[StrictStr, StrictStr] = {}
     model: StrictStr = Field(min_length=1)
     revision: StrictStr | None = None
-    tensor_parallel_size: StrictInt = Field(default=1, gt=0)
-    max_model_len: StrictInt = Field(gt=0)
-    max_num_seqs: StrictInt = Field(gt=0)
-    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0)
-    block_size: StrictInt | None = Field(default=None, gt=0)
+    tensor_parallel_size: StrictInt = Field(default=1, gt=0, le=MAX_DEVICES)
+    max_model_len: StrictInt = Field(gt=0, le=MAX_TOKENS)
+    max_num_seqs: StrictInt = Field(gt=0, le=MAX_SEQS)
+    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    block_size: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     mm_encoder_only: StrictBool = False
 
 
@@ -80,6 +96,8 @@ _PYDANTIC_HINTS = {
     "bool_type": "must be true or false",
     "dict_type": "must be a mapping",
     "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than_equal": "must be at most {le}",
     "too_short": "cannot be empty",
     "string_too_short": "cannot be empty",
 }
@@ -93,7 +111,7 @@ def _pydantic_errors(exc: ValidationError, data: Mapping[str, Any]) -> list[Reci
         for part in err["loc"]:
             value = value.get(part, MISSING) if isinstance(value, Mapping) else MISSING
         hint = _PYDANTIC_HINTS.get(err["type"], err["msg"].lower().replace("input ", "must "))
-        if err["type"] in ("literal_error", "greater_than"):
+        if err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than_equal"):
             hint = hint.format(**err.get("ctx", {}))
         errors.append(RecipeError(".".join(loc), value, hint))
     return errors
@@ -210,6 +228,33 @@ def check_serve_section(value: Any, serving_only: frozenset[str]) -> list[Recipe
             errors.append(
                 RecipeError(f"serve.{key}", value[key], f"not an option of vLLM's server; {hint}")
             )
+        elif (problem := value_problem(name, value[key])) is not None:
+            errors.append(RecipeError(f"serve.{key}", value[key], problem))
+    return errors
+
+
+def _huge_ints(value: Any, path: str) -> list[RecipeError]:
+    """An error for each integer under ``value`` outside int64 (:data:`MAX_INT`)."""
+    if isinstance(value, Mapping):
+        return [e for k, v in value.items() for e in _huge_ints(v, f"{path}.{k}")]
+    if isinstance(value, list | tuple):
+        return [e for i, v in enumerate(value) for e in _huge_ints(v, f"{path}[{i}]")]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return [RecipeError(path, value, f"must be between -{MAX_INT} and {MAX_INT}")]
+    return []
+
+
+def _value_errors(args: Mapping[str, Any]) -> list[RecipeError]:
+    """Engine arguments whose value vLLM's command line would not give back as it is (see
+    :func:`~neuronbuild.engines.vllm_args.value_problem`; the keys :class:`_Fields` types are
+    left to it), and integers outside int64."""
+    errors = []
+    for key, value in args.items():
+        problem = None if key in _Fields.model_fields else value_problem(str(key), value)
+        if problem is not None:
+            errors.append(RecipeError(str(key), value, problem))
+        else:
+            errors += _huge_ints(value, str(key))
     return errors
 
 
@@ -262,6 +307,7 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
                     "quote it as a string if vLLM expects one",
                 )
             )
+    shape_errors += _value_errors(args)
     fields: _Fields | None = None
     try:
         fields = _Fields.model_validate(data)
@@ -391,26 +437,15 @@ def load_recipe(path: str | Path) -> Recipe:
     """Read and validate the recipe at ``path``.
 
     Raises:
-        RecipeInvalid: the file is missing, is not YAML, holds a key twice in one mapping, or
-            fails validation (see :func:`parse_recipe`).
+        RecipeInvalid: the file is missing, not a regular file, over the bounds of
+            :mod:`neuronbuild.recipe_file` (size, nesting, nodes, anchors, integer length), is
+            not YAML, holds a key twice in one mapping, or fails validation (see
+            :func:`parse_recipe`).
     """
     source = str(path)
+    text = read_recipe_text(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeInvalid(
-            source, [RecipeError("<file>", NOT_A_VALUE, f"cannot read: {exc.strerror}")]
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise RecipeInvalid(
-            source,
-            [
-                RecipeError(
-                    "<file>", NOT_A_VALUE, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
-                )
-            ],
-        ) from None
-    try:
+        check_events(text, source)
         data = _load_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
