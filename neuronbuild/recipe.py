@@ -111,7 +111,12 @@ def _pydantic_errors(exc: ValidationError, data: Mapping[str, Any]) -> list[Reci
         for part in err["loc"]:
             value = value.get(part, MISSING) if isinstance(value, Mapping) else MISSING
         hint = _PYDANTIC_HINTS.get(err["type"], err["msg"].lower().replace("input ", "must "))
-        if err["type"] in ("literal_error", "greater_than", "greater_than_equal", "less_than_equal"):
+        if err["type"] in (
+            "literal_error",
+            "greater_than",
+            "greater_than_equal",
+            "less_than_equal",
+        ):
             hint = hint.format(**err.get("ctx", {}))
         errors.append(RecipeError(".".join(loc), value, hint))
     return errors

@@ -77,7 +77,8 @@ def read_recipe_text(path: str | Path) -> str:
 
 
 def _line(event: yaml.Event) -> int:
-    return int(event.start_mark.line) + 1
+    mark = event.start_mark
+    return 0 if mark is None else int(mark.line) + 1
 
 
 def check_events(text: str, source: str) -> None:
@@ -118,7 +119,9 @@ def check_events(text: str, source: str) -> None:
                     "arguments, not data",
                 )
         if isinstance(event, yaml.ScalarEvent) and event.implicit[0] and event.style is None:
-            tag = resolver.resolve(yaml.ScalarNode, event.value, (True, False))
+            tag = resolver.resolve(  # type: ignore[no-untyped-call]
+                yaml.ScalarNode, event.value, (True, False)
+            )
             digits = re.sub(r"[^0-9A-Fa-f]", "", event.value.removeprefix("0x"))
             if tag == _INT_TAG and len(digits) > MAX_INT_DIGITS:
                 raise _refuse(

@@ -106,7 +106,7 @@ def _kinds(action: argparse.Action) -> str:
     for kind, (text, want) in PROBES.items():
         try:
             got = parse(text)
-        except Exception:  # noqa: BLE001 (argparse refuses the value on any exception)
+        except Exception:
             continue
         if want is None:
             if got is not None and not isinstance(got, str | int | float):
@@ -133,7 +133,9 @@ def arg_types_text() -> str:
         for action in parser._actions
         if not isinstance(action, argparse._HelpAction) and action.option_strings
     }
-    head = _header("Value kinds of vLLM's OpenAI server options (make_arg_parser): dest, kinds, choices")
+    head = _header(
+        "Value kinds of vLLM's OpenAI server options (make_arg_parser): dest, kinds, choices"
+    )
     return "\n".join(head + [rows[d] for d in sorted(rows)]) + "\n"
 
 

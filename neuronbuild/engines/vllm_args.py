@@ -109,8 +109,9 @@ def vllm_cli_args(engine_args: Mapping[str, Any], first: tuple[str, ...] = ("mod
     Booleans become ``--x`` / ``--no-x`` (vLLM's BooleanOptionalAction; a false ``store_true``
     flag such as ``--headless``, which has no ``--no-`` form, is left out), mappings become JSON
     (vLLM parses JSON for its config arguments, e.g. ``--additional-config``), lists become one
-    value each for an option of ``nargs="+"`` (an empty one left out) and JSON for any other, and
-    None is left out (vLLM's default). Names in ``first`` (by default ``model``, as ``--model``) come first.
+    value each for an option of ``nargs="+"`` (an empty one left out) and JSON for any other,
+    and None is left out (vLLM's default). Names in ``first`` (by default ``model``, as
+    ``--model``) come first.
     """
     argv: list[str] = []
     for name, value in sorted(engine_args.items(), key=lambda kv: kv[0] not in first):
