@@ -58,11 +58,12 @@ def read_recipe_text(path: str | Path) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise _refuse(source, f"cannot read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise _refuse(source, f"is {kind}, not a regular file; give the recipe's YAML file")
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
-            raise _refuse(source, f"is {kind}, not a regular file; give the recipe's YAML file")
         data = f.read(MAX_RECIPE_BYTES + 1)
     if len(data) > MAX_RECIPE_BYTES:
         raise _refuse(
