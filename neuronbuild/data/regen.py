@@ -13,7 +13,7 @@ comments then one tab-separated row per item:
 - ``vllm_arg_types.txt``: ``dest  kinds  choices`` for every option of the same parser that takes
   values: ``kinds`` lists which JSON types its argparse ``type`` turns a rendered value back into
   (``bool`` for a flag; ``int``, ``float``, ``str``, ``object`` probed with ``7``, ``7.5``,
-  ``abc``, ``[7]``, ``{}``), ``choices`` the JSON of its choices or ``-``.
+  ``abc``, ``[7]``, ``{}``; ``-`` for none of them), ``choices`` the JSON of its choices or ``-``.
 - ``vllm_env_vars.txt``: ``name  hashed|ignored`` for every variable of ``vllm.envs``, ``hashed``
   when vLLM puts it in its own compile key (``vllm.envs.compile_factors``).
 """
@@ -109,16 +109,16 @@ def _kinds(action: argparse.Action) -> str:
         except Exception:
             continue
         if want is None:
-            if got is not None and not isinstance(got, str | int | float):
+            if got is not None and not isinstance(got, str | int | float | list):
                 kinds.append(kind)
         elif type(got) is type(want) and got == want:
             kinds.append(kind)
-    return ",".join(kinds) or "object"
+    return ",".join(kinds) or "-"  # e.g. --device-ids: comma-separated text
 
 
 def _choices(action: argparse.Action) -> str:
     choices = list(action.choices or ())
-    if not choices or not all(isinstance(c, str | int) for c in choices):
+    if not choices or not all(c is None or isinstance(c, str | int) for c in choices):
         return "-"
     return json.dumps(choices)
 

@@ -88,6 +88,8 @@ def value_problem(name: str, value: Any) -> str | None:
     default = engine_arg_defaults().get(name)
     if isinstance(default, int | float | str) and not isinstance(default, bool):
         spec = ArgType(spec.kinds | {_kind(default)}, spec.choices)
+    if not spec.kinds:
+        return "vLLM's command line reads it as text neuronbuild does not write; leave it out"
     if spec.kinds == {"bool"}:
         return None if isinstance(value, bool) else "must be true or false (a flag)"
     if _takes_many(name):
