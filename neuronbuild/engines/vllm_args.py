@@ -33,6 +33,10 @@ _KIND_NAMES = {
 }
 
 
+BARE_TRUE = frozenset({"hf_token"})
+"""Options of ``nargs="?"`` whose bare flag means true (``hf_token: bool | str | None``:
+``--hf-token`` alone reads the token huggingface_hub stored), as ``vllm_cli_args`` writes true."""
+
 ONE_OR_MANY = frozenset({"served_model_name"})
 """List options whose ``EngineArgs`` field also takes one value (``served_model_name: str |
 list[str]``, vllm/engine/arg_utils.py), which vLLM reads alike as a one-item list; every other
@@ -96,6 +100,8 @@ def value_problem(name: str, value: Any) -> str | None:
         spec = ArgType(spec.kinds | {_kind(default)}, spec.choices)
     if not spec.kinds:
         return "vLLM's command line reads it as text neuronbuild does not write; leave it out"
+    if value is True and name in BARE_TRUE:
+        return None
     if spec.kinds == {"bool"}:
         return None if isinstance(value, bool) else "must be true or false (a flag)"
     if _takes_many(name):
@@ -107,6 +113,10 @@ def value_problem(name: str, value: Any) -> str | None:
             return "must be a non-empty list (vLLM's command line takes one or more values)"
         problems = (_scalar_problem(v, spec.kinds, spec.choices) for v in value)
         return next((f"each item {p}" for p in problems if p is not None), None)
+    if value in ("", "None") and value != default and "object" not in spec.kinds:
+        # optional_type (vllm/engine/arg_utils.py) reads "" and "None" as None; the
+        # dict-or-str options (union_dict_and_str) keep them as text
+        return "vLLM's command line reads it as unset; leave the key out"
     return _scalar_problem(value, spec.kinds, spec.choices)
 
 
