@@ -11,18 +11,12 @@ from neuronbuild import start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import installed_builds
-from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit, Graph
 from neuronbuild.keys import SCHEMA, UnitKey
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
-from neuronbuild.store.layout import MAX_RECORD_BYTES
-from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
-__all__ = ["CompileUnit", "Plan", "build_plan", "manifest_floor_bytes"]
-
-_SMALLEST_FILE = FileRecord("x", "sha256:" + "0" * 64, 0)
-"""The smallest file a unit record can list (it lists one at least)."""
+__all__ = ["CompileUnit", "Plan", "build_plan"]
 
 
 @dataclass(frozen=True)
@@ -100,41 +94,4 @@ def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan
     units = tuple(
         CompileUnit(spec.graphs, UnitKey({**base, **spec.factors})) for spec in engine.units(recipe)
     )
-    plan = Plan(recipe, engine, units)
-    check_manifest_fits(plan)
-    return plan
-
-
-def manifest_floor_bytes(plan: Plan) -> int:
-    """The fewest bytes ``plan``'s manifest can take, known before any compile: its recipe and
-    every unit's record as sealed (its key, factors and graphs are fixed by the plan), each
-    record listing one file with a one-character name and no toolchain; a real build only adds.
-    """
-    empty = len(Manifest(plan.recipe.name, plan.recipe.canonical(), ()).to_bytes())
-    records = [
-        len(
-            UnitRecord(
-                u.key.digest, dict(u.key.factors), u.graphs, (_SMALLEST_FILE,), {}
-            ).to_bytes()
-        )
-        for u in plan.units
-    ]
-    return empty + sum(records) + max(len(records) - 1, 0)  # a comma between records
-
-
-def check_manifest_fits(plan: Plan) -> None:
-    """Refuse a plan whose manifest would be over the cap a store's readers take
-    (:data:`~neuronbuild.store.layout.MAX_RECORD_BYTES`) before anything is compiled, so no
-    hours of compiling end in a refused seal (:meth:`~neuronbuild.store.cas.Store.put_manifest`
-    refuses the real one).
-
-    Raises:
-        UserError: naming the floor, the cap and what to cut.
-    """
-    floor = manifest_floor_bytes(plan)
-    if floor > MAX_RECORD_BYTES:
-        raise UserError(
-            f"{plan.recipe.source}: its {len(plan.units)} units ({len(plan.graphs)} graphs) "
-            f"yield a manifest of at least {floor} bytes, over the {MAX_RECORD_BYTES} a store's "
-            "readers take; cut the build (fewer buckets) or split the recipe"
-        )
+    return Plan(recipe, engine, units)

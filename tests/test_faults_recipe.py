@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from neuronbuild.errors import RecipeInvalid, UserError
-from neuronbuild.recipe import load_recipe, parse_recipe
-from neuronbuild.recipe_file import MAX_RECIPE_BYTES
+from neuronbuild.recipe import MAX_RECIPE_BYTES, load_recipe, parse_recipe
 from tests.conftest import cpu_recipe, neuron_recipe
 from tests.lib.commands import neuronbuild
 
@@ -169,15 +168,16 @@ def test_neuron_recipe_sizes_keep_their_ranges() -> None:
 def test_plan_refuses_a_build_whose_manifest_would_be_over_the_readers_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import neuronbuild.plan as plan_module
+    import neuronbuild.build.seal as seal
+    from neuronbuild.plan import build_plan
 
-    recipe = parse_recipe(neuron_recipe())
-    floor = plan_module.manifest_floor_bytes(plan_module.build_plan(recipe))
-    monkeypatch.setattr(plan_module, "MAX_RECORD_BYTES", floor - 1)
+    plan = build_plan(parse_recipe(neuron_recipe()))
+    floor = seal.manifest_floor_bytes(plan)
+    monkeypatch.setattr(seal, "MAX_RECORD_BYTES", floor - 1)
     with pytest.raises(UserError, match=rf"at least {floor} bytes, over the {floor - 1}.*fewer"):
-        plan_module.build_plan(recipe)
-    monkeypatch.setattr(plan_module, "MAX_RECORD_BYTES", floor)
-    plan_module.build_plan(recipe)  # at the cap: fits
+        seal.check_manifest_fits(plan)
+    monkeypatch.setattr(seal, "MAX_RECORD_BYTES", floor)
+    seal.check_manifest_fits(plan)  # at the cap: fits
 
 
 def test_a_manifest_over_the_readers_cap_is_refused_before_anything_is_written(

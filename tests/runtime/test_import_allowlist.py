@@ -50,7 +50,6 @@ OURS = {
     "neuronbuild.notices",  # retry notices from the store, printed by ui.progress
     "neuronbuild.plan",
     "neuronbuild.recipe",
-    "neuronbuild.recipe_file",  # the bounds a recipe file is read within
     "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
     "neuronbuild.store",
