@@ -532,22 +532,15 @@ def check_events(text: str, source: str) -> None:
             )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
-            if depth > MAX_DEPTH:
-                raise _refuse(
-                    source,
-                    f"line {_line(event)}: nested deeper than {MAX_DEPTH} levels; vLLM's "
-                    "arguments nest a few levels at most",
-                )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
-        if isinstance(event, yaml.NodeEvent):
-            nodes += 1
-            if nodes > MAX_NODES:
-                raise _refuse(
-                    source,
-                    f"line {_line(event)}: more than {MAX_NODES} values; a recipe is vLLM's "
-                    "arguments, not data",
-                )
+        nodes += isinstance(event, yaml.NodeEvent)
+        for count, cap, what in (
+            (depth, MAX_DEPTH, "levels deep; vLLM's arguments nest a few levels at most"),
+            (nodes, MAX_NODES, "values; a recipe is vLLM's arguments, not data"),
+        ):
+            if count > cap:
+                raise _refuse(source, f"line {_line(event)}: more than {cap} {what}")
         if isinstance(event, yaml.ScalarEvent) and event.implicit[0] and event.style is None:
             tag = resolver.resolve(  # type: ignore[no-untyped-call]
                 yaml.ScalarNode, event.value, (True, False)
