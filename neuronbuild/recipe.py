@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from neuronbuild.data.vllm_data import engine_arg_names, server_options
 from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
+from neuronbuild.human import size
 from neuronbuild.keys import canonical_json
 
 TARGET_ENGINES: dict[str, str] = {
@@ -41,6 +45,19 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 EXACT_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 
+MAX_TOKENS = 1 << 24
+"""Most tokens a length or token budget may name (16,777,216): above the longest context a
+released model takes (10M tokens), far below what would overflow a buffer's size."""
+MAX_SEQS = 1 << 20
+"""Most sequences one engine step may batch (``max_num_seqs``)."""
+MAX_DEVICES = 1 << 16
+"""Most devices one tensor-parallel group may span."""
+MAX_SEED = (1 << 32) - 1
+"""Largest seed vLLM can use: ``set_random_seed`` (vllm/utils/torch_utils.py) calls
+``np.random.seed``, which takes 0 to 2**32 - 1."""
+MAX_INT = (1 << 63) - 1
+"""Largest integer any engine argument may hold (int64, what torch and vLLM's C++ side take)."""
+
 
 class _Fields(BaseModel):
     """Types of the keys neuronbuild itself interprets; other engine args pass through verbatim."""
@@ -54,11 +71,12 @@ class _Fields(BaseModel):
     toolchain: dict[StrictStr, StrictStr] = {}
     model: StrictStr = Field(min_length=1)
     revision: StrictStr | None = None
-    tensor_parallel_size: StrictInt = Field(default=1, gt=0)
-    max_model_len: StrictInt = Field(gt=0)
-    max_num_seqs: StrictInt = Field(gt=0)
-    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0)
-    block_size: StrictInt | None = Field(default=None, gt=0)
+    tensor_parallel_size: StrictInt = Field(default=1, gt=0, le=MAX_DEVICES)
+    max_model_len: StrictInt = Field(gt=0, le=MAX_TOKENS)
+    max_num_seqs: StrictInt = Field(gt=0, le=MAX_SEQS)
+    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    block_size: StrictInt | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     mm_encoder_only: StrictBool = False
 
 
@@ -80,6 +98,8 @@ _PYDANTIC_HINTS = {
     "bool_type": "must be true or false",
     "dict_type": "must be a mapping",
     "greater_than": "must be greater than {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than_equal": "must be at most {le}",
     "too_short": "cannot be empty",
     "string_too_short": "cannot be empty",
 }
@@ -93,7 +113,12 @@ def _pydantic_errors(exc: ValidationError, data: Mapping[str, Any]) -> list[Reci
         for part in err["loc"]:
             value = value.get(part, MISSING) if isinstance(value, Mapping) else MISSING
         hint = _PYDANTIC_HINTS.get(err["type"], err["msg"].lower().replace("input ", "must "))
-        if err["type"] in ("literal_error", "greater_than"):
+        if err["type"] in (
+            "literal_error",
+            "greater_than",
+            "greater_than_equal",
+            "less_than_equal",
+        ):
             hint = hint.format(**err.get("ctx", {}))
         errors.append(RecipeError(".".join(loc), value, hint))
     return errors
@@ -210,6 +235,33 @@ def check_serve_section(value: Any, serving_only: frozenset[str]) -> list[Recipe
             errors.append(
                 RecipeError(f"serve.{key}", value[key], f"not an option of vLLM's server; {hint}")
             )
+        elif (problem := value_problem(name, value[key])) is not None:
+            errors.append(RecipeError(f"serve.{key}", value[key], problem))
+    return errors
+
+
+def _huge_ints(value: Any, path: str) -> list[RecipeError]:
+    """An error for each integer under ``value`` outside int64 (:data:`MAX_INT`)."""
+    if isinstance(value, Mapping):
+        return [e for k, v in value.items() for e in _huge_ints(v, f"{path}.{k}")]
+    if isinstance(value, list | tuple):
+        return [e for i, v in enumerate(value) for e in _huge_ints(v, f"{path}[{i}]")]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return [RecipeError(path, value, f"must be between -{MAX_INT} and {MAX_INT}")]
+    return []
+
+
+def _value_errors(args: Mapping[str, Any]) -> list[RecipeError]:
+    """Engine arguments whose value vLLM's command line would not give back as it is (see
+    :func:`~neuronbuild.engines.vllm_args.value_problem`; the keys :class:`_Fields` types are
+    left to it), and integers outside int64."""
+    errors = []
+    for key, value in args.items():
+        problem = None if key in _Fields.model_fields else value_problem(str(key), value)
+        if problem is not None:
+            errors.append(RecipeError(str(key), value, problem))
+        else:
+            errors += _huge_ints(value, str(key))
     return errors
 
 
@@ -262,6 +314,7 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
                     "quote it as a string if vLLM expects one",
                 )
             )
+    shape_errors += _value_errors(args)
     fields: _Fields | None = None
     try:
         fields = _Fields.model_validate(data)
@@ -387,30 +440,133 @@ def _load_yaml(text: str, source: str) -> Any:
         loader.dispose()
 
 
+# The file's bounds: a recipe file is read within the bounds a config file keeps (size,
+# nesting, node count, no anchors or aliases, integers of sane length).
+#
+# A recipe is config, not a program: as the store bounds each record it reads
+# (:data:`neuronbuild.store.layout.MAX_RECORD_BYTES`), a recipe is read with a byte limit and its
+# YAML events are checked before anything is built from them, so a hostile or mistaken file is
+# refused in one line, fast: a YAML alias bomb (a few hundred bytes that expand to billions of
+# nodes), a device or FIFO given as the recipe (``/dev/zero`` would be read forever), nesting deep
+# enough to exhaust Python's stack (PyYAML composes recursively, and its scanner slows down
+# quadratically with the depth of flow nesting), or an integer longer than Python converts
+# (4,300 digits, ``sys.int_info.default_max_str_digits``).
+
+MAX_RECIPE_BYTES = 256 << 10
+"""Largest recipe file read (bytes); the checked-in recipes are about 1 KiB."""
+MAX_DEPTH = 16
+"""Deepest nesting of mappings and sequences (the top-level mapping is 1;
+``additional_config.neuron_config`` lists are at 4)."""
+MAX_NODES = 20_000
+"""Most YAML nodes (scalars, mappings, sequences) one recipe may hold; bounds the time to read
+it (about 0.2 s here) whatever the file holds."""
+MAX_INT_DIGITS = 30
+"""Longest integer literal (digits, signs and ``_`` left out); every engine argument's range is
+far below it (:data:`neuronbuild.recipe.MAX_INT`), which then names the field."""
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def _refuse(source: str, hint: str) -> RecipeInvalid:
+    return RecipeInvalid(source, [RecipeError("<file>", NOT_A_VALUE, hint)])
+
+
+def read_recipe_text(path: str | Path) -> str:
+    """The recipe file's text, read with a limit.
+
+    The file is opened without blocking and checked to be a regular file before a byte is read
+    (a FIFO, a device such as ``/dev/zero`` or a directory is refused), and at most
+    :data:`MAX_RECIPE_BYTES` + 1 bytes are read.
+
+    Raises:
+        RecipeInvalid: the file cannot be opened, is not a regular file, is larger than
+            :data:`MAX_RECIPE_BYTES`, or is not UTF-8.
+    """
+    source = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _refuse(source, f"cannot read: {exc.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise _refuse(source, f"is {kind}, not a regular file; give the recipe's YAML file")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_RECIPE_BYTES + 1)
+    if len(data) > MAX_RECIPE_BYTES:
+        raise _refuse(
+            source,
+            f"larger than {size(MAX_RECIPE_BYTES)}, the most a recipe may be; a recipe is "
+            "vLLM's arguments, not data: move large content to files it names",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _refuse(source, f"not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def _line(event: yaml.Event) -> int:
+    mark = event.start_mark
+    return 0 if mark is None else int(mark.line) + 1
+
+
+def check_events(text: str, source: str) -> None:
+    """Walk the YAML events of ``text`` (nothing is composed or constructed) and refuse what a
+    recipe never needs, stopping at the first problem.
+
+    Raises:
+        RecipeInvalid: an anchor or alias (``&x``, ``*x``: write the value out), nesting
+            deeper than :data:`MAX_DEPTH`, more than :data:`MAX_NODES` nodes, or an integer
+            literal of more than :data:`MAX_INT_DIGITS` digits; each names its line.
+        yaml.YAMLError: the text is not YAML (the caller reports it).
+    """
+    resolver = yaml.resolver.Resolver()
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _refuse(
+                source,
+                f"line {_line(event)}: YAML anchors and aliases (&name, *name) are not read in "
+                "a recipe; write the value out where it is used",
+            )
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        nodes += isinstance(event, yaml.NodeEvent)
+        for count, cap, what in (
+            (depth, MAX_DEPTH, "levels deep; vLLM's arguments nest a few levels at most"),
+            (nodes, MAX_NODES, "values; a recipe is vLLM's arguments, not data"),
+        ):
+            if count > cap:
+                raise _refuse(source, f"line {_line(event)}: more than {cap} {what}")
+        if isinstance(event, yaml.ScalarEvent) and event.implicit[0] and event.style is None:
+            tag = resolver.resolve(  # type: ignore[no-untyped-call]
+                yaml.ScalarNode, event.value, (True, False)
+            )
+            digits = re.sub(r"[^0-9A-Fa-f]", "", event.value.removeprefix("0x"))
+            if tag == _INT_TAG and len(digits) > MAX_INT_DIGITS:
+                raise _refuse(
+                    source,
+                    f"line {_line(event)}: an integer of {len(digits)} digits; no argument "
+                    f"takes more than {MAX_INT_DIGITS}",
+                )
+
+
 def load_recipe(path: str | Path) -> Recipe:
     """Read and validate the recipe at ``path``.
 
     Raises:
-        RecipeInvalid: the file is missing, is not YAML, holds a key twice in one mapping, or
-            fails validation (see :func:`parse_recipe`).
+        RecipeInvalid: the file is missing, not a regular file, over the bounds of
+            the file bounds below (size, nesting, nodes, anchors, integer length), is
+            not YAML, holds a key twice in one mapping, or fails validation (see
+            :func:`parse_recipe`).
     """
     source = str(path)
+    text = read_recipe_text(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeInvalid(
-            source, [RecipeError("<file>", NOT_A_VALUE, f"cannot read: {exc.strerror}")]
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise RecipeInvalid(
-            source,
-            [
-                RecipeError(
-                    "<file>", NOT_A_VALUE, f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
-                )
-            ],
-        ) from None
-    try:
+        check_events(text, source)
         data = _load_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

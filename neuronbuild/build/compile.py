@@ -29,7 +29,7 @@ from neuronbuild.build.report import (
     UnitOutcome,
 )
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
-from neuronbuild.build.seal import check_distinct_names, seal_plan
+from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_plan
 from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.engines.compiler import UnitCompiler
@@ -269,6 +269,7 @@ def prepare_recipe(
             folder not writable (only reported in a dry run).
     """
     plan: Plan = build_plan(recipe)
+    check_manifest_fits(plan)  # before hours of compiling end in a refused seal
     report = CompileReport(recipe.name, sharded=sharded)
     try:
         compiler = plan.engine.compiler()

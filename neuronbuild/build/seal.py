@@ -20,7 +20,11 @@ from neuronbuild.build.shard import assign_units
 from neuronbuild.errors import UserError
 from neuronbuild.plan import Plan
 from neuronbuild.store.cas import Store
-from neuronbuild.store.records import Manifest, UnitRecord
+from neuronbuild.store.layout import MAX_RECORD_BYTES
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+
+_SMALLEST_FILE = FileRecord("x", "sha256:" + "0" * 64, 0)
+"""The smallest file a unit record can list (it lists one at least)."""
 
 
 @dataclass(frozen=True)
@@ -141,3 +145,38 @@ def seal_plans(
         )
     report.seconds = time.monotonic() - start
     return report
+
+
+def manifest_floor_bytes(plan: Plan) -> int:
+    """The fewest bytes ``plan``'s manifest can take, known before any compile: its recipe and
+    every unit's record as sealed (its key, factors and graphs are fixed by the plan), each
+    record listing one file with a one-character name and no toolchain; a real build only adds.
+    """
+    empty = len(Manifest(plan.recipe.name, plan.recipe.canonical(), ()).to_bytes())
+    records = [
+        len(
+            UnitRecord(
+                u.key.digest, dict(u.key.factors), u.graphs, (_SMALLEST_FILE,), {}
+            ).to_bytes()
+        )
+        for u in plan.units
+    ]
+    return empty + sum(records) + max(len(records) - 1, 0)  # a comma between records
+
+
+def check_manifest_fits(plan: Plan) -> None:
+    """Refuse a plan whose manifest would be over the cap a store's readers take
+    (:data:`~neuronbuild.store.layout.MAX_RECORD_BYTES`) before anything is compiled, so no
+    hours of compiling end in a refused seal (:meth:`~neuronbuild.store.cas.Store.put_manifest`
+    refuses the real one).
+
+    Raises:
+        UserError: naming the floor, the cap and what to cut.
+    """
+    floor = manifest_floor_bytes(plan)
+    if floor > MAX_RECORD_BYTES:
+        raise UserError(
+            f"{plan.recipe.source}: its {len(plan.units)} units ({len(plan.graphs)} graphs) "
+            f"yield a manifest of at least {floor} bytes, over the {MAX_RECORD_BYTES} a store's "
+            "readers take; cut the build (fewer buckets) or split the recipe"
+        )

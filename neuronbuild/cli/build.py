@@ -39,6 +39,13 @@ DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
 shard that owns it (``skipped``); docs/json.md states the same mapping."""
 
 
+def check_fits(plan: Plan) -> None:
+    """Refuse a plan whose manifest the store's readers would refuse (seal imported lazily)."""
+    from neuronbuild.build.seal import check_manifest_fits
+
+    check_manifest_fits(plan)
+
+
 def invalid(path: str) -> dict[str, Any]:
     """``validate``'s entry for a recipe that failed (its errors added by the caller)."""
     return {
@@ -80,6 +87,7 @@ def validate(recipes: tuple[str, ...], as_json: bool, strict: bool) -> None:
             )
             continue
         plan = build_plan(recipe)
+        check_fits(plan)
         if strict and recipe.warnings:
             results.append(
                 {
@@ -147,6 +155,7 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
 
     recipe = load_or_exit(recipe_path)
     the_plan = build_plan(recipe)
+    check_fits(the_plan)
     given = click.get_current_context().get_parameter_source("cache") != ParameterSource.DEFAULT
     try:
         store = planning_store(cache, given=given)

@@ -2,7 +2,7 @@
 
 Run ``python -m neuronbuild.data.regen`` after moving the vLLM pin; ``--check`` exits 1 when a
 checked-in file differs from what the installed vLLM gives
-(``tests/engines/test_classification.py`` runs it under ``-m vllm``). Three files, each ``#``
+(``tests/engines/test_classification.py`` runs it under ``-m vllm``). Four files, each ``#``
 comments then one tab-separated row per item:
 
 - ``vllm_engine_args.txt``: ``name  default`` for every ``EngineArgs`` field; ``default`` is the
@@ -10,6 +10,10 @@ comments then one tab-separated row per item:
 - ``vllm_server_options.txt``: ``--option  dest  nargs`` for every option of the OpenAI server's
   parser (``make_arg_parser``: frontend options and engine arguments); ``nargs`` is ``0`` for a
   flag, else ``1``, ``?``, ``+`` or ``*``.
+- ``vllm_arg_types.txt``: ``dest  kinds  choices`` for every option of the same parser that takes
+  values: ``kinds`` lists which JSON types its argparse ``type`` turns a rendered value back into
+  (``bool`` for a flag; ``int``, ``float``, ``str``, ``object`` probed with ``7``, ``7.5``,
+  ``abc``, ``[7]``, ``{}``; ``-`` for none of them), ``choices`` the JSON of its choices or ``-``.
 - ``vllm_env_vars.txt``: ``name  hashed|ignored`` for every variable of ``vllm.envs``, ``hashed``
   when vLLM puts it in its own compile key (``vllm.envs.compile_factors``).
 """
@@ -84,6 +88,57 @@ def server_options_text() -> str:
     return "\n".join(head + sorted(set(rows))) + "\n"
 
 
+PROBES: dict[str, tuple[str, Any]] = {
+    "int": ("7", 7),
+    "float": ("7.5", 7.5),
+    "str": ("abc", "abc"),
+    "array": ("[7]", [7]),
+    "object": ("{}", None),
+}
+"""What each kind's probe renders to, and the value it must parse back to (None: any object)."""
+
+
+def _kinds(action: argparse.Action) -> str:
+    if _nargs(action) == "0":
+        return "bool"
+    parse = action.type if callable(action.type) else str
+    kinds = []
+    for kind, (text, want) in PROBES.items():
+        try:
+            got = parse(text)
+        except Exception:
+            continue
+        if want is None:
+            if got is not None and not isinstance(got, str | int | float | list):
+                kinds.append(kind)
+        elif type(got) is type(want) and got == want:
+            kinds.append(kind)
+    return ",".join(kinds) or "-"  # e.g. --device-ids: comma-separated text
+
+
+def _choices(action: argparse.Action) -> str:
+    choices = list(action.choices or ())
+    if not choices or not all(c is None or isinstance(c, str | int) for c in choices):
+        return "-"
+    return json.dumps(choices)
+
+
+def arg_types_text() -> str:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    rows = {
+        action.dest: f"{action.dest}\t{_kinds(action)}\t{_choices(action)}"
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and action.option_strings
+    }
+    head = _header(
+        "Value kinds of vLLM's OpenAI server options (make_arg_parser): dest, kinds, choices"
+    )
+    return "\n".join(head + [rows[d] for d in sorted(rows)]) + "\n"
+
+
 def env_vars_text() -> str:
     import vllm.envs
 
@@ -99,6 +154,7 @@ def env_vars_text() -> str:
 FILES = {
     "vllm_engine_args.txt": engine_args_text,
     "vllm_server_options.txt": server_options_text,
+    "vllm_arg_types.txt": arg_types_text,
     "vllm_env_vars.txt": env_vars_text,
 }
 

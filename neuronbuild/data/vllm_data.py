@@ -64,3 +64,26 @@ def env_vars() -> dict[str, bool]:
     """Every environment variable ``vllm.envs`` reads -> whether vLLM hashes it into its own
     compile key (a different value at serve is then a cache miss)."""
     return {row[0]: row[1] == "hashed" for row in _rows("vllm_env_vars.txt")}
+
+
+@dataclass(frozen=True)
+class ArgType:
+    """What vLLM's CLI reads back for one server option (by ``dest``): ``kinds``, the JSON types
+    its argparse ``type`` turns a rendered value into (``bool`` for a flag; ``int``, ``float``,
+    ``str``, ``array``, ``object``; none for an option whose text is none of them, such as
+    ``--device-ids 2,3``), and its ``choices`` (empty when any value of a kind goes)."""
+
+    kinds: frozenset[str]
+    choices: tuple[Any, ...]
+
+
+@cache
+def arg_types() -> dict[str, ArgType]:
+    """Every value-taking option of the pinned vLLM's OpenAI server, by ``dest``."""
+    return {
+        row[0]: ArgType(
+            frozenset(row[1].split(",")) - {"-"},
+            tuple(json.loads(row[2])) if row[2] != "-" else (),
+        )
+        for row in _rows("vllm_arg_types.txt")
+    }

@@ -440,8 +440,21 @@ class Store:
     # Manifests.
 
     def put_manifest(self, manifest: Manifest) -> str:
-        """Seal ``manifest``: check every unit record and blob is present, then write it under
-        its own digest (exclusive create). Returns ``sha256:<hex>``."""
+        """Seal ``manifest``: check it is no larger than readers take (:data:`MAX_RECORD_BYTES`)
+        and every unit record and blob is present, then write it under its own digest
+        (exclusive create). Returns ``sha256:<hex>``.
+
+        Raises:
+            UserError: the manifest is over the cap (nothing is written: every ``serve``,
+                ``verify`` and ``gc`` would refuse it). StoreError: a unit or blob is missing.
+        """
+        data = manifest.to_bytes()
+        if len(data) > MAX_RECORD_BYTES:
+            raise UserError(
+                f"recipe {manifest.name} yields a manifest of {len(data)} bytes, over the "
+                f"{MAX_RECORD_BYTES} a store's readers take; nothing was sealed: cut the build "
+                "(fewer buckets) or split the recipe"
+            )
         with ThreadPoolExecutor(max_workers=16) as pool:
             present = list(pool.map(self.has_unit, [u.key for u in manifest.units]))
         for unit, there in zip(manifest.units, present, strict=True):
@@ -457,7 +470,7 @@ class Store:
                 "compile (or push) the recipe again"
             )
         digest = manifest.digest
-        self.backend.create(self.layout.manifest(digest), manifest.to_bytes())
+        self.backend.create(self.layout.manifest(digest), data)
         return digest
 
     def has_manifest(self, digest: str) -> bool:
