@@ -1,10 +1,13 @@
-"""Each example break of issue 8, applied to the product by hand, must fail the tests named with
-it: ``python -m tests.claim_breaks [NAME...]`` applies one break at a time, runs its tests,
-restores the file, and exits 1 if any break survives. (``make mutation`` is the systematic
-version; these are the breaks the README's claims are known to hinge on.)"""
+"""Each example break of issues 8 and 19, applied to the product by hand, must fail the tests
+named with it: ``python -m tests.claim_breaks [NAME...]`` first runs those tests on the unbroken
+product (a kill means nothing if they already fail), then applies one break at a time, runs its
+tests, restores the file, and exits 1 if any break survives (2 if the tests fail unbroken).
+(``make mutation`` is the systematic version; these are the breaks the README's claims are known
+to hinge on.)"""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -887,30 +890,28 @@ def restore(saved: dict[Path, str]) -> None:
         path.write_text(text)
 
 
+def run_tests(tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """The named tests (real vLLM left out), in a process of their own, from the checkout."""
+    argv = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not vllm", *tests]
+    return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True)
+
+
 def main(names: list[str]) -> int:
+    """Exit 0 when every selected break is killed, 1 when one survives, 2 when the named tests
+    fail on the unbroken product (then a "kill" would prove nothing)."""
+    chosen = [b for b in BREAKS if not names or any(n in b.name for n in names)]
+    baseline = run_tests(tuple(sorted({t for b in chosen for t in b.tests})))
+    if baseline.returncode != 0:
+        print(baseline.stdout[-3000:], baseline.stderr[-2000:])
+        print("the named tests fail without any break: fix them before trusting a kill")
+        return 2
+    # A SIGTERM (a CI job's timeout) unwinds through ``finally``: the product is restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     survived = []
-    for brk in BREAKS:
-        if names and not any(n in brk.name for n in names):
-            continue
+    for brk in chosen:
         saved = apply(brk.edits)
         try:
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-x",
-                    "-p",
-                    "no:cacheprovider",
-                    "-m",
-                    "not vllm",
-                    *brk.tests,
-                ],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-            )
+            run = run_tests(brk.tests)
         finally:
             restore(saved)
         killed = run.returncode == 1

@@ -188,7 +188,7 @@ def test_a_manifest_over_the_readers_cap_is_refused_before_anything_is_written(
     from neuronbuild.store.cas import Store
     from tests.lib.builders import publish_units
 
-    cap = 2000  # every reader of the store (get_manifest, gc) and its writer, together
+    cap = 8000  # every reader of the store (get_manifest, gc) and its writer; a unit record fits
     monkeypatch.setattr(cas, "MAX_RECORD_BYTES", cap)
     monkeypatch.setattr(gc, "MAX_RECORD_BYTES", cap)
     store = Store(str(tmp_path / "store"), create=True)

@@ -34,7 +34,14 @@ from neuronbuild.store.layout import (
     parse_ref,
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
-from neuronbuild.store.records import FileRecord, Manifest, RefMove, UnitRecord, UnitTiming
+from neuronbuild.store.records import (
+    MAX_TIMING_SECONDS,
+    FileRecord,
+    Manifest,
+    RefMove,
+    UnitRecord,
+    UnitTiming,
+)
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 
@@ -379,20 +386,29 @@ class Store:
         be read as a record: then this build repairs it by replacing it.
 
         Raises:
+            UserError: the record is larger than readers take (:data:`MAX_RECORD_BYTES`: the
+                unit wrote too many files); nothing is written.
             StoreError: a blob of ``record`` is missing.
         """
+        data = record.to_bytes()
+        if len(data) > MAX_RECORD_BYTES:
+            raise UserError(
+                f"unit {record.key} has a record of {len(data)} bytes ({len(record.files)} files), "
+                f"over the {MAX_RECORD_BYTES} a store's readers take; nothing was published: "
+                "split its graphs across more buckets or report the engine's output"
+            )
         missing = self.missing_blobs(record.files)
         if missing:
             raise StoreError(f"{self.url}: unit {record.key} lacks blobs for {missing[0].path}")
         path = self.layout.unit(record.key)
-        if self.backend.create(path, record.to_bytes()):
+        if self.backend.create(path, data):
             return record
         try:
             stored = self.get_unit(record.key)
         except StoreDataInvalid:  # unreadable or hostile: this build repairs it
             stored = None
         if stored is None or self.missing_blobs(stored.files):
-            self.backend.put(path, record.to_bytes())
+            self.backend.put(path, data)
             return record
         return stored
 
@@ -407,7 +423,11 @@ class Store:
     # Timings.
 
     def put_timing(self, timing: UnitTiming) -> None:
-        """Record how long a unit took (the last measurement of a key wins)."""
+        """Record how long a unit took (the last measurement of a key wins). A measurement
+        readers would refuse (over :data:`~neuronbuild.store.records.MAX_TIMING_SECONDS`) is not
+        recorded: the unit's cost stays unmeasured rather than making ``timings`` fail."""
+        if not 0 <= timing.seconds <= MAX_TIMING_SECONDS:
+            return
         self.backend.put(self.layout.timing(timing.shape, timing.key), timing.to_bytes())
 
     def timings(self, shapes: Iterable[str], workers: int = 16) -> list[UnitTiming]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,20 @@ def test_an_old_orphan_unit_record_goes_with_its_blob(tmp_path: Path) -> None:
     assert report.deleted["blobs"] == [store.layout.blob(record.files[0].digest)]
 
 
+def at_mark(action: Callable[[], None]) -> Callable[[str], None]:
+    """gc's ``at_step`` hook that runs ``action`` once gc has marked (writers racing its sweep)."""
+    return lambda step: action() if step == "marked" else None
+
+
+def age_everything(store: Store, days: float = 10) -> None:
+    """Date every object of the folder ``store`` ``days`` back (gc reads ages off the store's
+    clock: a move racing a sweep is then the one young thing in it)."""
+    past = time.time() - days * 86400
+    for path in Path(store.root).rglob("*"):
+        if path.is_file():
+            os.utime(path, (past, past))
+
+
 def test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything_it_uses(
     tmp_path: Path,
 ) -> None:
@@ -86,7 +101,8 @@ def test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything
         entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
         store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
 
-    report = collect_garbage(store, now=LATER, after_mark=a_move_half_way)
+    age_everything(store)
+    report = collect_garbage(store, at_step=at_mark(a_move_half_way))
     assert report.restored == [orphan]
     store.backend.swap(store.layout.ref("app", "prod"), (orphan + "\n").encode(), None)
     assert not verify_manifest(store, orphan, deep=True).problems
@@ -197,7 +213,8 @@ def test_a_raced_manifest_put_back_keeps_its_node_layout_record(tmp_path: Path) 
         entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
         store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
 
-    report = collect_garbage(store, now=LATER, after_mark=a_move_half_way)
+    age_everything(store)
+    report = collect_garbage(store, at_step=at_mark(a_move_half_way))
     assert report.restored == [orphan]
     assert "layouts" not in report.deleted and store.backend.exists(record)
 
