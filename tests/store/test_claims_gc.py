@@ -14,7 +14,7 @@ import pytest
 
 from neuronbuild.digest import canonical_json
 from neuronbuild.store.cas import Store
-from neuronbuild.store.gc import collect_garbage
+from neuronbuild.store.gc import GcReport, collect_garbage
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
 from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import stored_unit
@@ -88,6 +88,18 @@ def age_everything(store: Store, days: float = 10) -> None:
             os.utime(path, (past, past))
 
 
+def gc_racing_a_move_to(store: Store, orphan: str) -> GcReport:
+    """gc of a store whose every object is old, while a move of ``app/prod`` to ``orphan`` has
+    written its history entry (after gc's mark) but not yet swapped the ref."""
+
+    def a_move_half_way() -> None:
+        entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
+        store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
+
+    age_everything(store)
+    return collect_garbage(store, at_step=at_mark(a_move_half_way))
+
+
 def test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything_it_uses(
     tmp_path: Path,
 ) -> None:
@@ -97,12 +109,7 @@ def test_a_move_seen_only_by_its_history_entry_keeps_its_manifest_and_everything
     store = Store(str(tmp_path / "store"), create=True)
     orphan = sealed(store, tmp_path, 0)
 
-    def a_move_half_way() -> None:
-        entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
-        store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
-
-    age_everything(store)
-    report = collect_garbage(store, at_step=at_mark(a_move_half_way))
+    report = gc_racing_a_move_to(store, orphan)
     assert report.restored == [orphan]
     store.backend.swap(store.layout.ref("app", "prod"), (orphan + "\n").encode(), None)
     assert not verify_manifest(store, orphan, deep=True).problems
@@ -209,12 +216,7 @@ def test_a_raced_manifest_put_back_keeps_its_node_layout_record(tmp_path: Path) 
     record = store.layout.layout_record(orphan)
     store.backend.put(record, canonical_json({"manifest": orphan, "root": str(tmp_path)}))
 
-    def a_move_half_way() -> None:
-        entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
-        store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
-
-    age_everything(store)
-    report = collect_garbage(store, at_step=at_mark(a_move_half_way))
+    report = gc_racing_a_move_to(store, orphan)
     assert report.restored == [orphan]
     assert "layouts" not in report.deleted and store.backend.exists(record)
 
