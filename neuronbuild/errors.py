@@ -141,6 +141,18 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 or a job runner's stop, a closed terminal."""
 
 
+def catch_stop_signals(handler: Any) -> dict[int, Any]:
+    """Install ``handler`` for each of :data:`STOP_SIGNALS` this process does not ignore, and
+    return the handlers it replaced (to restore). An ignored one stays ignored, as Python leaves
+    an ignored SIGINT: ``nohup neuronbuild compile`` outlives its terminal, a background job of
+    a script is not stopped by the terminal's Ctrl-C."""
+    return {
+        s: signal.signal(s, handler)
+        for s in STOP_SIGNALS
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
+
+
 class Interrupted(BaseException):
     """neuronbuild received one of :data:`STOP_SIGNALS` and stopped cleanly: exit code 128 + N.
 

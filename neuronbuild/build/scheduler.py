@@ -24,7 +24,7 @@ from typing import Any
 from neuronbuild.build.events import BuildObserver
 from neuronbuild.build.report import UnitFailure
 from neuronbuild.build.tether import tethered
-from neuronbuild.errors import STOP_SIGNALS, Interrupted
+from neuronbuild.errors import Interrupted, catch_stop_signals
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import duration
 
@@ -171,7 +171,7 @@ def signals_cancel(groups: ProcessGroups) -> Iterator[list[int]]:
         received.append(signum)
         threading.Thread(target=groups.end_all, daemon=True).start()
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    previous = catch_stop_signals(handler)
     try:
         yield received
     finally:

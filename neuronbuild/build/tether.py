@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def main(argv: list[str]) -> int:
     if code < 0:
         with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
             signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # the engine's core is the one to keep
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.kill(os.getpid(), -code)
         return 128 - code  # a signal whose default is not to end a process
     return code

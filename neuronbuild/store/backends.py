@@ -167,8 +167,14 @@ class Backend(ABC):
         return _modified_of(info)
 
     def exists(self, path: str) -> bool:
+        """Whether ``path`` is there now: asked of the store, never answered from a listing
+        cached earlier (s3fs keeps one: a ref move must not see a manifest gc has deleted)."""
         with self._errors(f"cannot stat {path}"):
-            return bool(self.fs.exists(path))
+            try:
+                self._fresh_info(path)
+            except (FileNotFoundError, NotADirectoryError):  # as fsspec's exists answers
+                return False
+            return True
 
     def find(self, prefix: str) -> list[str]:
         """Every object path under ``prefix`` (recursively), sorted; [] when there is none."""

@@ -11,13 +11,14 @@ Racing writers and kills: a ref move writes its history entry (its intent), then
 manifest some gc run has condemned, or one that is missing, then swaps the ref
 (:meth:`~neuronbuild.store.cas.Store.move_ref`). gc, after its mark, (1) writes a condemned
 marker per manifest it means to delete (``tmp/condemned/<manifest>/<run>``), (2) re-reads every
-intent younger than :data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (each ref's history, off
-its chain or at its head) and then every ref, and spares the manifests they name, (3) deletes
+intent younger than :data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (wherever it sits in its
+ref's chain) and then every ref, and spares the manifests they name, (3) deletes
 the rest, (4) then removes its markers. A mover either wrote its intent before (2), and gc spares
 its manifest, or checks after (1), and sees the marker, or after (3), and sees the manifest gone.
 No manifest is deleted before its marker is durable, so a gc killed anywhere leaves every ref on
 a manifest that exists; its leftover markers stop moves to their manifests for at most
-:data:`~neuronbuild.store.cas.CONDEMNED_SECONDS`, and the next run removes them. Then unit
+:data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (a run stopped by an error or a signal
+removes its own), and a later run removes them once stale or once their manifest is gone. Then unit
 records, blobs, temporary files, stale locks, history entries of moves that never happened, and
 node layouts of dead manifests are swept. On S3, multipart uploads abandoned before the grace
 period (a publisher killed mid-upload) are aborted too.
@@ -25,6 +26,7 @@ period (a publisher killed mid-upload) are aborted too.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import uuid
@@ -36,7 +38,8 @@ from neuronbuild import envs
 from neuronbuild.digest import hex_of, parse_canonical
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
-from neuronbuild.store.layout import MAX_RECORD_BYTES, parse_ref
+from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, parse_ref
+from neuronbuild.store.records import RefMove
 
 DAY = 86400.0
 
@@ -110,19 +113,16 @@ class _Sweep:
 def store_now(store: Store, *, dry_run: bool = False) -> float:
     """The store's clock (seconds since the epoch): the modification time of a probe object
     written under ``tmp/`` and deleted (a folder's file system's time, S3's server's time).
-    This host's clock where the store keeps no times, or, in a dry run, where it cannot be
-    written (a read-only store).
+    This host's clock where the store keeps no times, and in a dry run, which writes nothing (so
+    a dry run on a host whose clock is skewed may list what a real run keeps, or the reverse).
 
     Raises:
         StoreError: the probe could not be written (outside a dry run).
     """
+    if dry_run:
+        return time.time()
     probe = store.layout.tmp(f"clock-{uuid.uuid4().hex}")
-    try:
-        store.backend.put(probe, b"")
-    except (StoreError, UserError):
-        if dry_run:
-            return time.time()
-        raise
+    store.backend.put(probe, b"")
     try:
         when = store.backend.modified(probe)
     finally:
@@ -131,17 +131,18 @@ def store_now(store: Store, *, dry_run: bool = False) -> float:
 
 
 def in_flight(store: Store, since: float) -> set[str]:
-    """Manifests a ref move may be about to point a ref at: those named by a history entry
-    written at or after ``since`` (seconds, store time) that is off its ref's chain or at its
-    head (a move not yet swapped, or just swapped), then by every ref. Read in that order, so a
-    swap between the two reads is seen by one of them."""
-    prefix = store.layout.folder("history") + "/"
-    times = store.backend.list_modified(prefix.rstrip("/"))
-    young = {path for path, when in times.items() if when is None or when >= since}
-    named: set[str] = set()
-    for name, tag in sorted({tuple(p.removeprefix(prefix).split("/")[:2]) for p in young}):
-        chain, off = store.walk_chain(store.get_ref(name, tag), store.history_entries(name, tag))
-        named.update(move.manifest for path, move in [*off, *chain[-1:]] if path in young)
+    """Manifests a ref move may be about to point a ref at: those named by any history entry
+    written at or after ``since`` (seconds, store time), wherever it sits in its ref's chain (a
+    move not yet swapped may name a manifest further back: a rollback), then by every ref. Read
+    in that order, so a swap between the two reads is seen by one of them."""
+    prefix = store.layout.folder("history")
+    times = store.backend.list_modified(prefix)
+    young = [path for path, when in times.items() if when is None or when >= since]
+    named = set()
+    for path in young:
+        data = store.backend.read(path, MAX_SMALL_BYTES)
+        if data is not None:
+            named.add(RefMove.from_bytes(data, f"{store.url}: ref history {path}").manifest)
     return named | set(store.refs().values())
 
 
@@ -183,34 +184,41 @@ def collect_garbage(
 
     # Condemn, spare what racing moves name, then delete (see the module's docstring).
     run = uuid.uuid4().hex
-    if not dry_run:
-        for digest in doomed:
-            store.backend.put(layout.condemned(digest, run), b"")
-    condemned_at = time.monotonic()
-    step("condemned")
-    spared = in_flight(store, now - CONDEMNED_SECONDS) & set(doomed)
-    for digest in sorted(spared):
-        report.restored.append(digest)
+    condemned_at = time.monotonic()  # before the first marker: the window counts from it
+    try:
         if not dry_run:
-            store.backend.delete(layout.condemned(digest, run))
-    step("spared")
-    for digest in doomed:
-        if digest in spared:
-            continue
-        if time.monotonic() - condemned_at > CONDEMNED_SECONDS / 2:
-            spared.add(digest)  # its marker may no longer hold: the next run deletes it
-            continue
-        sweep.delete("manifests", layout.manifest(digest))
+            for digest in doomed:
+                store.backend.put(layout.condemned(digest, run), b"")
+        step("condemned")
+        spared = in_flight(store, now - CONDEMNED_SECONDS) & set(doomed)
+        for digest in sorted(spared):
+            report.restored.append(digest)
+            if not dry_run:
+                store.backend.delete(layout.condemned(digest, run))
+        step("spared")
+        for digest in doomed:
+            if digest in spared:
+                continue
+            if time.monotonic() - condemned_at > CONDEMNED_SECONDS / 2:
+                spared.add(digest)  # its marker may no longer hold: the next run deletes it
+                continue
+            sweep.delete("manifests", layout.manifest(digest))
+    except BaseException:
+        if not dry_run:  # a run that stops here frees the moves its markers hold off
+            for digest in doomed:
+                with contextlib.suppress(StoreError, UserError):
+                    store.backend.delete(layout.condemned(digest, run))
+        raise
     kept = (set(listed) | live) - set(doomed) | spared
     live_units, live_blobs = sweep.uses(kept & set(listed))
     step("deleted")
     for path in store.backend.find(layout.tmp("condemned")):
         marked = layout.condemned_of(path)
-        # Another run's marker goes once its manifest is gone, is reached (a ref or a move
-        # needs it: that run, killed, left it behind), or the marker is stale.
-        done = marked is None or marked not in kept or marked in live | spared
+        # Another run's marker goes once its manifest is gone or the marker is stale, never
+        # on this run's view of what is live (a run still going may be about to delete).
+        gone = marked is None or (marked not in kept and not store.has_manifest(marked))
         stale = (store.backend.modified(path) or 0.0) < now - CONDEMNED_SECONDS
-        if path.endswith("/" + run) or done or stale:
+        if path.endswith("/" + run) or gone or stale:
             if not path.endswith("/" + run):
                 report.deleted.setdefault("tmp", []).append(path)
             if not dry_run:

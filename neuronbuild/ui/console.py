@@ -22,7 +22,13 @@ from typing import Any
 import click
 
 from neuronbuild import notices
-from neuronbuild.errors import STOP_SIGNALS, Interrupted, StoreError, exit_code, message_lines
+from neuronbuild.errors import (
+    Interrupted,
+    StoreError,
+    catch_stop_signals,
+    exit_code,
+    message_lines,
+)
 from neuronbuild.schemas import ERROR, schema_id
 from neuronbuild.ui import streams
 
@@ -79,8 +85,12 @@ def _cut_short(signum: int) -> None:
     signal cannot reach): say so and exit with 128 + N now. Store writes are atomic, so a cut
     one leaves only a temporary object that ``gc`` sweeps."""
     interrupted = Interrupted(signum)
-    say(stop_lines(interrupted))
-    _exit_now(interrupted.exit_code)
+    text = "".join(f"{line}\n" for line in stop_lines(interrupted))
+    # Straight to the descriptor, no flush: the thread that is stuck may hold a stream's lock
+    # (a full stdout pipe), and waiting on it would make this exit wait too.
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode(errors="replace"))
+    os._exit(interrupted.exit_code)
 
 
 def stop_lines(exc: Interrupted) -> list[str]:
@@ -120,7 +130,7 @@ def run(command: click.Command, argv: Sequence[str] | None = None) -> None:
     global _printed_json
     _printed_json = False
     args = list(sys.argv[1:] if argv is None else argv)
-    previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
+    previous = catch_stop_signals(_interrupt)
     interrupted = False
     try:
         with streams.watched():

@@ -187,3 +187,20 @@ def test_stderr_on_a_full_device_still_exits_with_the_commands_code(tmp_path: Pa
         )  # fmt: skip
     assert done.returncode == 2  # bad input, whose line went nowhere: not 3, not a traceback's 1
     assert done.stdout == ""
+
+
+def test_a_stop_signal_the_process_ignores_stays_ignored() -> None:
+    """``nohup neuronbuild compile`` (SIGHUP ignored) outlives its terminal: the CLI's and the
+    scheduler's handlers are installed only for stop signals not ignored (review finding)."""
+    from neuronbuild.errors import catch_stop_signals
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = catch_stop_signals(lambda *_: None)
+        assert signal.SIGHUP not in previous
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert set(previous) == {signal.SIGINT, signal.SIGTERM}
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -23,6 +23,7 @@ import pytest
 from neuronbuild.errors import StoreError
 from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
 from neuronbuild.store.gc import DAY, collect_garbage
+from neuronbuild.store.records import RefMove
 from tests.lib.builders import cpu_recipe, publish_build, stored_unit
 from tests.lib.claims import audit, fresh_url, s3_root
 from tests.lib.commands import neuronbuild as nb
@@ -366,3 +367,25 @@ def test_every_command_that_moves_a_ref_refuses_a_manifest_a_killed_gc_condemned
         landed = nb(*args)
         assert landed.returncode == 0, landed.stderr
         assert store.get_ref("old", "latest") == orphan and audit(store) == []
+
+
+def test_a_rollback_racing_gc_lands_on_a_manifest_gc_kept(tmp_path: Path) -> None:
+    """A move back to a manifest further down its ref's chain (a rollback, or a rebuild that
+    seals an old digest again) whose intent lands after gc's mark: gc spares that manifest even
+    though the walk puts the intent mid-chain, so the swap that follows points at a build that
+    exists (review finding: only the chain's head was spared)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    old = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
+    new = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    assert old != new and [m.manifest for m in store.ref_history("tiny", "latest")] == [old, new]
+    age(Path(store.root), 2 * DAY)
+
+    def a_rollback_half_way(step: str) -> None:
+        if step == "marked":  # the mover's intent, written after its condemned/present checks
+            entry = store.layout.history_entry("tiny", "latest", time.time_ns(), old)
+            store.backend.create(entry, RefMove(time.time(), old, new).to_bytes())
+
+    report = collect_garbage(store, keep_last=1, at_step=a_rollback_half_way)
+    assert report.restored == [old]
+    store.backend.put(store.layout.ref("tiny", "latest"), (old + "\n").encode())  # its swap
+    assert store.has_manifest(old) and audit(store) == []
