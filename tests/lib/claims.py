@@ -4,6 +4,7 @@ between, and a full consistency audit of a store after a crash."""
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,12 @@ def blob_bytes(i: int) -> bytes:
 
 def blob_digest(i: int) -> str:
     return sha256_digest(blob_bytes(i))
+
+
+def age(root: Path, seconds: float) -> None:
+    """Set back the modification time of every file under ``root`` by ``seconds`` (gc reads ages
+    off the store's clock, so a folder store is aged by its file times)."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            os.utime(path, (stat.st_atime - seconds, stat.st_mtime - seconds))

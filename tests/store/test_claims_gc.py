@@ -18,6 +18,7 @@ from neuronbuild.store.gc import GcReport, collect_garbage
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
 from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import stored_unit
+from tests.lib.claims import age
 
 LATER = time.time() + 10 * 86400
 
@@ -79,15 +80,6 @@ def at_mark(action: Callable[[], None]) -> Callable[[str], None]:
     return lambda step: action() if step == "marked" else None
 
 
-def age_everything(store: Store, days: float = 10) -> None:
-    """Date every object of the folder ``store`` ``days`` back (gc reads ages off the store's
-    clock: a move racing a sweep is then the one young thing in it)."""
-    past = time.time() - days * 86400
-    for path in Path(store.root).rglob("*"):
-        if path.is_file():
-            os.utime(path, (past, past))
-
-
 def gc_racing_a_move_to(store: Store, orphan: str) -> GcReport:
     """gc of a store whose every object is old, while a move of ``app/prod`` to ``orphan`` has
     written its history entry (after gc's mark) but not yet swapped the ref."""
@@ -96,7 +88,7 @@ def gc_racing_a_move_to(store: Store, orphan: str) -> GcReport:
         entry = store.layout.history_entry("app", "prod", time.time_ns(), orphan)
         store.backend.create(entry, RefMove(time.time(), orphan, None).to_bytes())
 
-    age_everything(store)
+    age(Path(store.root), 10 * 86400)
     return collect_garbage(store, at_step=at_mark(a_move_half_way))
 
 

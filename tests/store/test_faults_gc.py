@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.records import RefMove
 from tests.lib.builders import cpu_recipe, publish_build, stored_unit
-from tests.lib.claims import audit, fresh_url, s3_root
+from tests.lib.claims import age, audit, fresh_url, s3_root
 from tests.lib.commands import neuronbuild as nb
 
 __all__ = ["s3_root"]  # the module-scoped moto server fixture
@@ -34,14 +33,6 @@ GC_STEPS = ("marked", "condemned", "spared", "deleted", "swept")
 MOVER_PHASES = 4
 """A ref move's pieces between its pauses: read the ref | write its intent | refuse a condemned or
 missing manifest | swap the ref."""
-
-
-def age(root: Path, seconds: float) -> None:
-    """Set back the modification time of every object under ``root`` by ``seconds``."""
-    for path in root.rglob("*"):
-        if path.is_file():
-            stat = path.stat()
-            os.utime(path, (stat.st_atime - seconds, stat.st_mtime - seconds))
 
 
 def orphaned_store(tmp_path: Path) -> tuple[Store, str, str]:
