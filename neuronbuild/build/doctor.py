@@ -19,6 +19,7 @@ from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import UnitRecord
+from neuronbuild.store.unit_state import UnitState, diagnose_units, refuse_unreadable
 
 
 @dataclass
@@ -35,6 +36,17 @@ class UnitDiagnosis:
     explanations: list[str] = field(default_factory=list)
     differing: list[str] = field(default_factory=list)
     """The names of the factors ``differences`` describes, in its order (not in the JSON)."""
+    state: str = ""
+    """Its :class:`~neuronbuild.store.unit_state.UnitState` value (what ``verify`` and
+    ``status`` say of the same unit); unset: cached, or no record."""
+    problems: list[str] = field(default_factory=list)
+    """What the store lacks for it, one line per object with its URL (empty when cached)."""
+    sealed_in: str | None = None
+    """``<name>/latest (sha256:...)`` when the last sealed build names this very unit."""
+
+    def __post_init__(self) -> None:
+        if not self.state:
+            self.state = (UnitState.CACHED if self.cached else UnitState.NO_RECORD).value
 
     def to_json(self) -> dict[str, Any]:
         """One unit of ``doctor --json`` (``neuronbuild/schemas/doctor.json``)."""
@@ -65,19 +77,37 @@ def summary(units: list[UnitDiagnosis]) -> str:
         verb = "differs" if len(counts) == 1 else "differ"
         compared = next(u.compared_with for u in misses if u.compared_with)
         parts.append(f"{which} {names} {verb} from {compared}")
-    unmatched = sum(not u.differences for u in misses)
+    damaged = Counter(u.state for u in misses if u.sealed_in or u.state != UnitState.NO_RECORD)
+    for state, n in damaged.items():
+        them = "it" if n == 1 else "them"
+        parts.append(f"{n} with {STATE_TEXT[UnitState(state)]} (compile {them} again)")
+    unmatched = sum(
+        not u.differences and not u.sealed_in and u.state == UnitState.NO_RECORD for u in misses
+    )
     if unmatched:
         them = "it" if unmatched == 1 else "them"
         parts.append(f"{unmatched} with no sealed build to compare with (compile {them})")
     return f"{line}, {len(misses)} missing: {'; '.join(parts)}"
 
 
+STATE_TEXT = {
+    UnitState.NO_RECORD: "its unit record missing though the sealed build names it",
+    UnitState.RECORD_UNREADABLE: "an unreadable unit record",
+    UnitState.BLOB_MISSING: "a blob missing or truncated",
+    UnitState.BLOB_CORRUPT: "a corrupt blob",
+}
+"""How doctor's summary names a missing unit's state, beyond a factor that differs."""
+
+
 def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
     """Where ``<name>/latest`` points, cached/missing graph counts per kind, the missing graphs
-    (``status --json``'s ``recipe``)."""
+    and each unit's state by key, as ``doctor`` and ``verify`` give it (``status --json``'s
+    ``recipe``)."""
     kinds: dict[str, dict[str, int]] = {}
     missing: list[dict[str, Any]] = []
+    states: dict[str, str] = {}
     for unit in diagnose(recipe, store):
+        states[unit.key] = unit.state
         state = "cached" if unit.cached else "missing"
         for graph in unit.graphs:
             kinds.setdefault(graph["kind"], {"cached": 0, "missing": 0})[state] += 1
@@ -88,27 +118,42 @@ def recipe_status(recipe: Recipe, store: Store) -> dict[str, Any]:
         "latest": store.get_ref(recipe.name, LATEST),
         "n_graphs_by_kind": kinds,
         "missing_graphs": missing,
+        "unit_states": states,
     }
 
 
 def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
     plan = build_plan(recipe)
-    cached = store.cached_units(u.key.digest for u in plan.units)
     latest = store.get_ref(recipe.name, LATEST)
+    held = store.get_manifest(latest).units if latest is not None else ()
     sealed: dict[tuple[tuple[str, tuple[tuple[str, int], ...]], ...], UnitRecord] = {}
-    if latest is not None:
-        for record in store.get_manifest(latest).units:
-            sealed[_identity(record.graphs)] = record
+    for record in held:
+        sealed[_identity(record.graphs)] = record
+    compared_with = f"{recipe.name}/{LATEST} ({latest})"
+    health = diagnose_units(
+        store,
+        [u.key.digest for u in plan.units],
+        sealed={r.key: r for r in held},
+        sealed_in=compared_with,
+    )
+    refuse_unreadable(health)  # bad data is reported, never taken for a miss
     out = []
     for unit in plan.units:
         graphs = [g.to_json() for g in unit.graphs]
+        held_unit = health[unit.key.digest]
         diagnosis = UnitDiagnosis(
-            unit.key.digest, graphs, dict(unit.key.factors), unit.key.digest in cached
+            unit.key.digest,
+            graphs,
+            dict(unit.key.factors),
+            held_unit.cached,
+            state=held_unit.state.value,
+            problems=list(held_unit.problems),
+            sealed_in=held_unit.sealed_in,
         )
         previous = sealed.get(_identity(unit.graphs))
-        if not diagnosis.cached and previous is not None:
-            diagnosis.compared_with = f"{recipe.name}/{LATEST} ({latest})"
+        if not diagnosis.cached and previous is not None and previous.key != unit.key.digest:
+            diagnosis.compared_with = compared_with
             found = differing_key_factors(diagnosis.factors, previous.factors)
             diagnosis.differences = [str(d) for d in found]  # formatted once, here
             diagnosis.differing = [d.name for d in found]

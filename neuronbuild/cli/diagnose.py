@@ -61,6 +61,11 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
             for line in unit.explanations:
                 echo(f"       {line}")
             echo("     every factor:")
+        elif unit.problems:  # the store holds it only in part: say what is gone
+            where = f"sealed in {unit.sealed_in}" if unit.sealed_in else "in the store"
+            echo(f"     {where}, but incomplete ({unit.state}); compile it again:")
+            for line in unit.problems:
+                echo(f"       {line}", fg="yellow", bold=True)
         elif not unit.cached:
             echo("     no sealed build of this graph to compare with; compile it")
         indent = " " * (7 if unit.differences else 5)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from neuronbuild.store.cas import Store
+from neuronbuild.store.unit_state import diagnose_units
 
 
 @dataclass
@@ -17,6 +17,8 @@ class VerifyReport:
     bytes: int
     deep: bool
     problems: list[str] = field(default_factory=list)
+    unit_states: dict[str, str] = field(default_factory=dict)
+    """Each unit's :class:`~neuronbuild.store.unit_state.UnitState` value, by key."""
 
     def to_json(self) -> dict[str, object]:
         """``verify --json`` less its ``store`` (``neuronbuild/schemas/verify.json``)."""
@@ -27,14 +29,16 @@ class VerifyReport:
             "deep": self.deep,
             "ok": not self.problems,
             "problems": self.problems,
+            "unit_states": self.unit_states,
         }
 
 
 def verify_manifest(
     store: Store, digest: str, *, deep: bool = False, jobs: int = 8
 ) -> VerifyReport:
-    """Check manifest ``digest``: its unit records and every blob present with its size (bytes);
-    with ``deep``, every blob re-hashed through the store's verifying reader.
+    """Check manifest ``digest``: its unit records stored and readable, every blob present with
+    its size (bytes); with ``deep``, every blob re-hashed through the store's verifying reader.
+    Each unit's state is the one ``doctor`` and ``status`` report (:func:`diagnose_units`).
 
     Raises:
         UserError: no such manifest. StoreDataInvalid: the manifest itself is malformed, or
@@ -43,15 +47,15 @@ def verify_manifest(
     manifest = store.get_manifest(digest)
     files = manifest.blobs()
     report = VerifyReport(digest, len(files), sum(e.size for e in files), deep)
-    for unit in manifest.units:
-        if not store.has_unit(unit.key):
-            report.problems.append(f"{store.url}: unit record {unit.key} is missing")
-    missing = store.missing_blobs(files, workers=jobs)
-    report.problems += [
-        f"{store.blob_url(e.digest)}: missing or not {e.size} bytes ({e.path})" for e in missing
-    ]
-    if deep:
-        present = [e for e in files if e not in missing]
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            report.problems += [p for p in pool.map(store.check_blob, present) if p]
+    health = diagnose_units(
+        store,
+        [u.key for u in manifest.units],
+        sealed={u.key: u for u in manifest.units},
+        sealed_in=digest,
+        deep=deep,
+        jobs=jobs,
+    )
+    report.unit_states = {key: unit.state.value for key, unit in health.items()}
+    # A blob two units share is one problem.
+    report.problems = list(dict.fromkeys(p for unit in health.values() for p in unit.problems))
     return report
