@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from neuronbuild.human import count
 from neuronbuild.keys import UnitKey
 
 
@@ -72,5 +73,5 @@ class CompileUnit:
     def label(self) -> str:
         """``prefill (6 graphs)`` for a phase unit, else its graphs' labels."""
         if self.phase is not None:
-            return f"{self.phase} ({len(self.graphs)} graphs)"
+            return f"{self.phase} ({count(len(self.graphs), 'graph')})"
         return ", ".join(g.label() for g in self.graphs)

@@ -64,15 +64,34 @@ def _describe(value: Any) -> str:
 class FactorDifference(NamedTuple):
     """One key factor that differs between a recipe's unit and a stored one: its dotted
     ``name`` (``engine_args.max_num_seqs``; one level deep) and the two values (None when
-    absent)."""
+    absent; ``recipe`` is this command's value, whatever its source)."""
 
     name: str
     recipe: Any
     manifest: Any
 
     def __str__(self) -> str:
-        """``name: recipe X, manifest Y``, each value as compact JSON (60 characters at most)."""
-        return f"{self.name}: recipe {_describe(self.recipe)}, manifest {_describe(self.manifest)}"
+        """``name: recipe X, manifest Y``, each value as compact JSON (60 characters at most);
+        the first label names where this side's value came from (:func:`factor_source`)."""
+        mine = f"{factor_source(self.name)} {_describe(self.recipe)}"
+        return f"{self.name}: {mine}, manifest {_describe(self.manifest)}"
+
+
+FACTOR_SOURCES = {
+    "env": "environment",
+    "installed": "this host",
+    "model_files": "model folder",
+    "schema": "neuronbuild",
+}
+"""Where a unit key factor's value comes from when it is not the recipe: the environment the
+command was started with (``env``), the distributions installed here (``installed``), the files
+of a local model folder (``model_files``) and neuronbuild's own key schema (``schema``)."""
+
+
+def factor_source(name: str) -> str:
+    """The source ``doctor`` labels factor ``name``'s value with (``env.NEURON_CC_FLAGS`` ->
+    ``environment``); ``recipe`` for every factor the recipe sets (:data:`FACTOR_SOURCES`)."""
+    return FACTOR_SOURCES.get(name.split(".", 1)[0], "recipe")
 
 
 def differing_factors(mine: dict[str, Any], theirs: dict[str, Any]) -> list[FactorDifference]:

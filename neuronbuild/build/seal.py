@@ -18,6 +18,7 @@ from typing import Any
 from neuronbuild.build.costs import PlannedUnit
 from neuronbuild.build.shard import assign_units
 from neuronbuild.errors import UserError
+from neuronbuild.human import count
 from neuronbuild.plan import Plan
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_RECORD_BYTES
@@ -176,7 +177,8 @@ def check_manifest_fits(plan: Plan) -> None:
     floor = manifest_floor_bytes(plan)
     if floor > MAX_RECORD_BYTES:
         raise UserError(
-            f"{plan.recipe.source}: its {len(plan.units)} units ({len(plan.graphs)} graphs) "
+            f"{plan.recipe.source}: its {count(len(plan.units), 'unit')} "
+            f"({count(len(plan.graphs), 'graph')}) "
             f"yield a manifest of at least {floor} bytes, over the {MAX_RECORD_BYTES} a store's "
             "readers take; cut the build (fewer buckets) or split the recipe"
         )

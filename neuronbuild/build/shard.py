@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from neuronbuild import envs
+from neuronbuild import envs, human
 from neuronbuild.build.costs import PlannedUnit, unit_costs
 from neuronbuild.errors import UserError
 from neuronbuild.store.cas import Store
@@ -77,7 +77,8 @@ def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
     if not value.strip().isdigit() or int(value) >= count:
         raise UserError(
             f"--shard {text!r}: ${name}={value!r} is not an index from 0 to {count - 1}; "
-            f"run {count} copies of the job (completions / array size {count})"
+            f"run {human.count(count, 'copy', 'copies')} of the job "
+            f"(completions / array size {count})"
         )
     return Shard(int(value), count)
 

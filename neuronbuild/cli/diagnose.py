@@ -77,11 +77,16 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
 
 
 @click.command()
-def isa() -> None:
+@json_option()
+def isa(as_json: bool) -> None:
     """Print this host's CPU instruction set, as a recipe's cpu_isa names it.
 
     \b
     Examples:
       neuronbuild isa
+      neuronbuild isa --json
     """
-    click.echo(host_isa())
+    if as_json:
+        echo_json("isa", {"isa": host_isa()})
+    else:
+        click.echo(host_isa())

@@ -271,7 +271,7 @@ class NeuronCompiler(UnitCompiler):
         elif note is not None:
             note += (
                 f" and {count(self.workers, 'compile worker')} per rank: {gib(memory)} and "
-                f"{host_cores()} cores at {gib(per_process)} per neuronx-cc process "
+                f"{count(host_cores(), 'core')} at {gib(per_process)} per neuronx-cc process "
                 f"(${envs.NEURONBUILD_NEURON_COMPILE_GIB}={per_process:g})"
             )
         removed = [name for name in SERVE_ONLY if name in start_env.environ()]
@@ -347,8 +347,8 @@ class NeuronCompiler(UnitCompiler):
         entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]
         if len(entries) < len(unit.graphs):
             raise RuntimeError(
-                f"vLLM-Neuron left {len(entries)} complete entries (written or hit) under {root} "
-                f"for {len(unit.graphs)} graphs"
+                f"vLLM-Neuron left {count(len(entries), 'complete entry', 'complete entries')} "
+                f"(written or hit) under {root} for {count(len(unit.graphs), 'graph')}"
             )
 
     def harvest(self, cache_root: Path) -> list[Path]:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from neuronbuild.engines.neuron_coverage import complete_entries
 from neuronbuild.engines.versions import pin_matches
+from neuronbuild.human import count
 
 Status = Literal["PASS", "FAIL", "SKIP"]
 
@@ -120,7 +121,9 @@ def check_optimization_level(expected: int, commands: Mapping[str, str]) -> Chec
     wrong = sorted(e for e, v in levels.items() if int(v) != expected)
     if wrong:
         shown = ", ".join(wrong[:6])
-        why = f"{len(wrong)} of {len(levels)} entries differ from -O{expected}: {shown}"
+        differ = "differs" if len(wrong) == 1 else "differ"
+        of = count(len(levels), "entry", "entries")
+        why = f"{len(wrong)} of {of} {differ} from -O{expected}: {shown}"
         return Check("B10", what, "FAIL", why, evidence)
     return Check("B10", what, "PASS", "", evidence)
 

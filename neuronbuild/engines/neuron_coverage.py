@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from neuronbuild.engines.neuron_nki import COMPILE_CACHE, SHARED_DIRS
+from neuronbuild.human import count
 
 if TYPE_CHECKING:
     from neuronbuild.engines.coverage import Needed
@@ -54,6 +55,7 @@ def phase_gaps(needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         entries = complete_entries(f.path for u in units for f in u.files)
         if not missing and len(entries) < len(graphs):
             gaps.append(
-                f"{phase} phase has {len(entries)} complete entries for {len(graphs)} graphs"
+                f"{phase} phase has {count(len(entries), 'complete entry', 'complete entries')}"
+                f" for {count(len(graphs), 'graph')}"
             )
     return gaps

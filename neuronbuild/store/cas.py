@@ -23,6 +23,7 @@ from neuronbuild import envs
 from neuronbuild.digest import check_digest, copy_verified, hash_file, hex_of
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
+from neuronbuild.human import count
 from neuronbuild.notices import retrying
 from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
@@ -393,7 +394,8 @@ class Store:
         data = record.to_bytes()
         if len(data) > MAX_RECORD_BYTES:
             raise UserError(
-                f"unit {record.key} has a record of {len(data)} bytes ({len(record.files)} files), "
+                f"unit {record.key} has a record of {len(data)} bytes "
+                f"({count(len(record.files), 'file')}), "
                 f"over the {MAX_RECORD_BYTES} a store's readers take; nothing was published: "
                 "split its graphs across more buckets or report the engine's output"
             )

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from neuronbuild.digest import short
 from neuronbuild.errors import UserError
+from neuronbuild.human import count
 from neuronbuild.store.layout import LATEST, REF_PART, parse_ref
 
 MIN_PREFIX_HEX = 8
@@ -93,7 +94,8 @@ def _one(matches: list[str], typed: str, where: str) -> str:
     if len(matches) > 1:
         shown = ", ".join(short(d) for d in matches[:5])
         raise UserError(
-            f"{typed} is ambiguous in {where}: it starts {len(matches)} manifests ({shown}); "
+            f"{typed} is ambiguous in {where}: it starts {count(len(matches), 'manifest')} "
+            f"({shown}); "
             "give more hex digits"
         )
     if not matches:

@@ -48,11 +48,12 @@ def echo_json(shape: str, data: Mapping[str, Any]) -> None:
 def echo_error_json(lines: Sequence[str], code: int) -> None:
     """Print a failure as ``{"schema": "neuronbuild.error/1", "error": ..., "errors": [...],
     "exit_code": N}`` on stdout (the one-line messages still go to stderr), unless the command
-    already printed its document."""
+    already printed its document. Neither field keeps the terminal's ``error: `` label;
+    ``errors`` holds the lines as stderr shows them otherwise."""
     if not _printed_json:
-        # "error: " is for a terminal; the document's field says it already.
-        message = "\n".join(line.removeprefix("error: ") for line in lines)
-        echo_json(ERROR, {"error": message, "errors": list(lines), "exit_code": code})
+        # "error: " is for a terminal; the document's fields say it already.
+        errors = [line.removeprefix("error: ") for line in lines]
+        echo_json(ERROR, {"error": "\n".join(errors), "errors": errors, "exit_code": code})
 
 
 def wants_json(argv: Sequence[str]) -> bool:

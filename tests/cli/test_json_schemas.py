@@ -104,6 +104,8 @@ CASES = [
     case("serve", "--manifest", "sha256:f", "--cache", "{store}", "--dry-run", shape=ERROR, code=2),
     case("conformance", "{n}", "--cache", "{store}", neuron=True),  # neuron recipe {n}'s build
     case("conformance", "{a}", "--cache", "{store}", shape=ERROR, code=2),  # not a neuron recipe
+    case("isa"),
+    case("isa", "{a}", shape=ERROR, code=2),  # a usage error: isa takes no argument
 ]
 """Each command with --json: at least one success and one failure (exits 1 and 2 print the
 command's own report where it has one, others print ``neuronbuild.error/1``)."""

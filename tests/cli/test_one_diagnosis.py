@@ -5,36 +5,17 @@ sealed build to compare with")."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from neuronbuild.cli.main import cli
 from neuronbuild.store.cas import Store
-from neuronbuild.ui.console import run
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
-
-
-def nb(*args: str) -> tuple[int, str, str]:
-    """``neuronbuild ARGS`` in this process, through the CLI edge: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    handler = signal.getsignal(signal.SIGTERM)
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run(cli, list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    return code, out.getvalue(), err.getvalue()
+from tests.lib.commands import neuronbuild_in_process as nb
 
 
 def blob_of(store: Store, digest: str) -> Path:
