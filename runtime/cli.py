@@ -13,6 +13,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.names import MIN_PREFIX_HEX
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.env_help import EnvHelpCommand
 from neuronbuild.ui.options import (
     cache_option,
     dry_run_option,
@@ -29,7 +30,7 @@ from .serve_options import split_serve_args
 HELP = {"help_option_names": ["-h", "--help"]}
 
 
-class ServeCommand(click.Command):
+class ServeCommand(EnvHelpCommand):
     """``serve``: vLLM server options are split off before click parses its own (see
     :func:`~.serve_options.split_serve_args`) and kept in ``ctx.meta["vllm_options"]``."""
 

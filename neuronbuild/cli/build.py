@@ -19,6 +19,7 @@ from neuronbuild.human import count, duration, format_table
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.env_help import EnvHelpCommand
 from neuronbuild.ui.logtail import tail_lines
 from neuronbuild.ui.options import (
     cache_option,
@@ -212,7 +213,7 @@ def echo_unit(unit: UnitOutcome) -> None:
         )
 
 
-@click.command(name="compile")
+@click.command(name="compile", cls=EnvHelpCommand)
 @click.argument(
     "recipe_paths", metavar="RECIPE...", nargs=-1, required=True, type=click.Path(dir_okay=False)
 )

@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronbuild.data.vllm_data import engine_arg_defaults
+from neuronbuild.data.vllm_data import engine_arg_defaults, env_vars
 from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resolve_engine_args
-from neuronbuild.engines.env_classes import EnvClass, classify_vllm_env, is_path_valued
+from neuronbuild.engines.env_classes import (
+    AT_COMPILE_AND_SERVE,
+    EnvClass,
+    class_label,
+    classify_vllm_env,
+    is_path_valued,
+)
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
 from neuronbuild.model_files import (
@@ -158,6 +164,26 @@ class Engine(ABC):
                 return self.prefix_path_class if is_path_valued(name) else env_class
         return classify_vllm_env(name)
 
+    def env_classification(self) -> dict[EnvClass, list[str]]:
+        """The variables this engine classifies itself, by class (``--help``'s environment
+        section): its :attr:`env_classes` and :attr:`key_env`, each vLLM variable it classifies
+        otherwise than vLLM's own rule, and each prefix of :attr:`env_prefix_classes` as
+        ``PREFIX*`` (and ``PREFIX* holding a path`` under :attr:`prefix_path_class` where that
+        differs); names sorted. Every other variable vLLM reads follows
+        :func:`~.env_classes.vllm_env_classification`."""
+        names = set(self.env_classes) | set(self.key_env)
+        names |= {n for n in env_vars() if self.classify_env(n) != classify_vllm_env(n)}
+        out: dict[EnvClass, list[str]] = {c: [] for c in EnvClass}
+        for name in sorted(names):
+            env_class = self.classify_env(name)
+            if env_class is not None:
+                out[env_class].append(name)
+        for prefix, env_class in self.env_prefix_classes:
+            out[env_class].append(f"{prefix}*")
+            if self.prefix_path_class is not env_class:
+                out[self.prefix_path_class].append(f"{prefix}* holding a path")
+        return out
+
     def is_key_env(self, name: str) -> bool:
         """Whether environment variable ``name`` belongs in unit keys."""
         return self.classify_env(name) is EnvClass.KEYED
@@ -187,23 +213,26 @@ class Engine(ABC):
         self, environ: Mapping[str, str], built: Mapping[str, str] | None = None
     ) -> list[str]:
         """One warning per variable of the user's ``environ`` that the engine process will not
-        get as set, for compile and serve alike. ``built``: at serve, the keyed values the build
-        was compiled with (a keyed variable is then replaced by the build's value, or unset);
-        None at compile, where the user's keyed values enter the unit key."""
+        get as set, for compile and serve alike, naming its class and what happens to it
+        (:data:`~.env_classes.AT_COMPILE_AND_SERVE`). ``built``: at serve, the keyed values the
+        build was compiled with (a keyed variable is then replaced by the build's value, or
+        unset); None at compile, where the user's keyed values enter the unit key."""
         out = []
         for name in sorted(environ):
             env_class = self.classify_env(name)
             if env_class in (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE):
-                out.append(
-                    f"{name} is not passed to the engine (it would change vLLM's output unkeyed)"
-                )
+                what = f"{class_label(env_class)}: {AT_COMPILE_AND_SERVE[env_class]}"
+                out.append(f"{name} is not passed to the engine ({what})")
             elif (
                 env_class is EnvClass.KEYED
                 and built is not None
                 and built.get(name) != environ[name]
             ):
                 value = "unset" if name not in built else repr(str(built[name]))
-                out.append(f"{name} is replaced by the build's value ({value})")
+                out.append(
+                    f"{name} is replaced by the build's value ({value}); it is keyed: "
+                    f"{AT_COMPILE_AND_SERVE[env_class]} (compile with this value to serve it)"
+                )
         return out
 
     def refused_at_serve(self, environ: Mapping[str, str]) -> list[str]:

@@ -56,3 +56,32 @@ def classify_vllm_env(name: str) -> EnvClass | None:
     if is_path_valued(name):
         return EnvClass.DROPPED if hashed else EnvClass.NODE_LOCAL
     return EnvClass.KEYED if hashed else EnvClass.NODE_LOCAL
+
+
+AT_COMPILE_AND_SERVE = {
+    EnvClass.KEYED: "it enters every unit key at compile, and at serve the build's value "
+    "replaces the node's",
+    EnvClass.NODE_LOCAL: "passed to the engine as set, at compile and at serve, and never keyed",
+    EnvClass.DROPPED: "kept from the engine at compile and at serve, since it would change "
+    "vLLM's output unkeyed",
+    EnvClass.REFUSED_AT_SERVE: "serve exits 2 when it is set, since a node would compile or "
+    "build for another target; compile keeps it from the engine, which sets its own value",
+}
+"""What happens to a variable of each class, as ``--help`` and the warnings say it."""
+
+
+def class_label(env_class: EnvClass) -> str:
+    """A class as a sentence names it (``refused at serve``, ``node-local``)."""
+    return "refused at serve" if env_class is EnvClass.REFUSED_AT_SERVE else env_class.value
+
+
+def vllm_env_classification() -> dict[EnvClass, list[str]]:
+    """Every variable ``vllm.envs`` of the pinned vLLM reads, by its class
+    (:func:`classify_vllm_env`), names sorted; the same for every engine unless the engine
+    classifies a name itself (:meth:`Engine.env_classification`)."""
+    out: dict[EnvClass, list[str]] = {c: [] for c in EnvClass}
+    for name in sorted(env_vars()):
+        env_class = classify_vllm_env(name)
+        if env_class is not None:
+            out[env_class].append(name)
+    return out

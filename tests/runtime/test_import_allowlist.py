@@ -64,6 +64,7 @@ OURS = {
     "neuronbuild.store.transfer",
     "neuronbuild.ui",
     "neuronbuild.ui.console",
+    "neuronbuild.ui.env_help",  # serve --help's environment section (engines imported on --help)
     "neuronbuild.ui.formatting",  # whether human output is coloured
     "neuronbuild.ui.logtail",  # the last lines of a log (progress's heartbeat reads one)
     "neuronbuild.ui.options",  # the options commands share
