@@ -62,21 +62,13 @@ def test_no_message_of_the_product_counts_a_plural_noun_without_count() -> None:
 
 
 def test_a_plan_phase_of_one_graph_is_labelled_in_the_singular(write_recipe: Any) -> None:
-    recipe = write_recipe(
-        neuron_recipe(
-            {
-                "num_seqs_buckets": [1, 2, 4, 8],
-                "kv_segment_size_buckets": [2048],
-                "num_batched_tokens_buckets": [2048],
-            },
-            max_num_batched_tokens=2048,
-            block_size=128,
-        )
-    )
+    one_prefill = {"num_batched_tokens_buckets": [2048], "kv_segment_size_buckets": [2048]}
+    config = {**one_prefill, "num_seqs_buckets": [4, 8]}
+    recipe = write_recipe(neuron_recipe(config, max_num_batched_tokens=2048, block_size=128))
     code, out, err = nb("plan", str(recipe), "--json")
     assert code == 0, err
     labels = [unit["label"] for unit in json.loads(out)["units"]]
-    assert labels == ["prefill (1 graph)", "decode (4 graphs)"]
+    assert labels == ["prefill (1 graph)", "decode (2 graphs)"]
 
 
 def test_a_shard_count_of_one_asks_for_one_copy_of_the_job() -> None:
