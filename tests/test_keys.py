@@ -422,18 +422,15 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
         "target": "cpu",
     }
     lines = factor_differences(mine, theirs)
-    assert (
-        lines
-        == [
-            "engine_args.max_num_seqs: recipe 4, manifest 8",
-            "engine_args.seed: recipe null, manifest 0",
-            'env: environment {"a": 2, "b": 1}, manifest null',  # its source, not the recipe
-            f'model: recipe "{fits}", manifest "m"',
-            f'revision: recipe "{too_long[:56]}..., manifest "r"',
-            'target: recipe null, manifest "cpu"',
-            "toolchain_x: recipe null, manifest 1",
-        ]
-    )
+    assert lines == [
+        "engine_args.max_num_seqs: recipe 4, manifest 8",
+        "engine_args.seed: recipe null, manifest 0",
+        'env: environment {"a": 2, "b": 1}, manifest null',
+        f'model: recipe "{fits}", manifest "m"',
+        f'revision: recipe "{too_long[:56]}..., manifest "r"',
+        'target: recipe null, manifest "cpu"',
+        "toolchain_x: recipe null, manifest 1",
+    ]
     assert explain_differences(d.name for d in differing_factors(mine, theirs)) == [
         "engine_args: a keyed engine argument differs after resolving vLLM's defaults",
         "env: a keyed environment variable differs from the build's; start the command with the "
