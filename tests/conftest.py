@@ -75,6 +75,14 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     return result
 
 
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test runs in its own temporary folder: a recipe parsed without a file (and every
+    command a test starts without ``cwd``) resolves a relative ``model`` there, never in the
+    checkout (issue 20)."""
+    monkeypatch.chdir(tmp_path)
+
+
 NKI_INTERMEDIATE_VARS = (
     "NEURONBUILD_NKI_INTERMEDIATE_CACHE",
     "NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE",

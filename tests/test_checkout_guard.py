@@ -15,7 +15,8 @@ from tests.lib import checkout
 def test_an_open_of_the_checkouts_build_in_the_test_process_is_recorded() -> None:
     with contextlib.suppress(OSError):
         open(os.path.join(checkout.BUILD, "tiny-llama", "config.json")).close()
-    assert checkout.take_reads(None) == [f"open {checkout.BUILD}/tiny-llama/config.json"]
+    log = Path(os.environ[checkout.LOG_VARIABLE])
+    assert checkout.take_reads(log) == [f"open {checkout.BUILD}/tiny-llama/config.json"]
 
 
 def test_a_listing_of_the_checkouts_build_in_a_started_process_is_recorded(

@@ -190,4 +190,4 @@ def test_a_command_given_a_bad_value_exits_2_with_one_line_naming_it(
     )
     assert result.returncode == 2, (result.stdout, result.stderr)
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: ${name}={BAD[name]!r}: "), result.stderr
+    assert line.startswith("error: ") and f"${name}={BAD[name]!r}: " in line, result.stderr

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from neuronbuild import envs
 from neuronbuild.build.costs import PlannedUnit, unit_costs
-from neuronbuild.errors import UserError
+from neuronbuild.errors import EnvInvalid, UserError
 from neuronbuild.store.cas import Store
 
 SHARD = re.compile(r"^(?P<index>\d+|auto)/(?P<count>\d+)$")
@@ -60,7 +60,10 @@ def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
                 f"--shard {text!r}: shards count from 0, so the index must be below {count}"
             )
         return Shard(index, count)
-    found = {v.name: i for v in envs.SHARD_INDEXES if (i := v.get(environ)) is not None}
+    try:
+        found = {v.name: i for v in envs.SHARD_INDEXES if (i := v.get(environ)) is not None}
+    except EnvInvalid as exc:
+        raise EnvInvalid(f"--shard {text!r}: {exc}") from None
     if not found:
         raise UserError(
             f"--shard {text!r}: neither ${envs.JOB_COMPLETION_INDEX} (Kubernetes indexed Job) "
