@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -83,13 +84,14 @@ class Var(Generic[T]):
     parse: Callable[[str], T]
     default: T
 
-    def get(self) -> T:
-        """The typed value, read now.
+    def get(self, environ: Mapping[str, str] | None = None) -> T:
+        """The typed value, read now from ``environ`` (default: this process's environment; pass
+        :func:`neuronbuild.start_env.environ` for the one the command was started with).
 
         Raises:
             EnvInvalid: the value does not parse; the message names the variable (exit code 2).
         """
-        text = os.environ.get(self.name, "")
+        text = (os.environ if environ is None else environ).get(self.name, "")
         if not text:
             return self.default
         try:
@@ -122,13 +124,89 @@ STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
 NKI_INTERMEDIATE_CACHE: Var[Path | None] = Var(
     NEURONBUILD_NKI_INTERMEDIATE_CACHE, absolute_path, Path("/var/tmp/nki-intermediate-cache")
 )
+# Typed values of the variables read elsewhere than above (issue 20: every read goes through a
+# Var, so a bad value is one line naming it, exit 2, never a traceback).
+XDG_CACHE_HOME = "XDG_CACHE_HOME"
+RAY_ADDRESS = "RAY_ADDRESS"
+"""The Ray cluster ``compile --executor ray`` joins when ``--address`` is not given (Ray's own)."""
+
+
+def whole_number(what: str) -> Callable[[str], int]:
+    """A parser of a count of ``what`` from 0 (0 and unset alike: neuronbuild sizes it)."""
+
+    def parse(text: str) -> int:
+        if not text.strip().isdigit():
+            raise ValueError(f"must be a whole number of {what} (0 or unset: sized by neuronbuild)")
+        return int(text)
+
+    return parse
+
+
+def positive_gib(text: str) -> float:
+    """A positive, finite number of GiB."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            "must be a positive number of GiB (host memory one neuronx-cc process takes)"
+        )
+    return value
+
+
+def job_index(text: str) -> int:
+    """An array or indexed job's index, a whole number from 0 (its range: ``--shard auto/N``)."""
+    if not text.strip().isdigit():
+        raise ValueError("is not an index from 0 (a whole number)")
+    return int(text)
+
+
+def neuron_family(text: str) -> str:
+    """A Neuron target family as the Neuron tools name it (trn1, trn2, trn3, inf2)."""
+    if re.fullmatch(r"(trn|inf)\d", text.strip()) is None:
+        raise ValueError("expected a Neuron target family: trn1, trn2, trn3 or inf2")
+    return text.strip()
+
+
+def switch(text: str) -> bool:
+    """``1`` on, ``0`` off."""
+    if text.strip() not in ("0", "1"):
+        raise ValueError("expected 1 (on) or 0 (off)")
+    return text.strip() == "1"
+
+
+XDG_CACHE: Var[Path | None] = Var(XDG_CACHE_HOME, absolute_path, None)
+RAY_CLUSTER: Var[str | None] = Var(RAY_ADDRESS, str, None)
+COMPILE_GIB: Var[float | None] = Var(NEURONBUILD_NEURON_COMPILE_GIB, positive_gib, None)
+"""None: the neuron engine's default."""
+PARALLEL_COMPILE_WORKERS = Var(
+    NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS, whole_number("compiler processes per rank"), 0
+)
+PARALLEL_TRACE_WORKERS = Var(
+    VLLM_NEURON_PARALLEL_TRACE_WORKERS, whole_number("trace processes per rank"), 0
+)
+SHARD_INDEXES: tuple[Var[int | None], ...] = (
+    Var(JOB_COMPLETION_INDEX, job_index, None),
+    Var(AWS_BATCH_JOB_ARRAY_INDEX, job_index, None),
+)
+"""Where ``--shard auto/N`` reads its index: Kubernetes indexed Jobs, then AWS Batch arrays."""
+NODE_TARGET: Var[str | None] = Var(NEURONBUILD_NODE_TARGET, neuron_family, None)
+VLLM_COMPAT = Var(NEURONBUILD_VLLM_COMPAT, switch, True)
+
 NO_COLOR_SET = Var(NO_COLOR, lambda text: True, False)
 """Whether ``$NO_COLOR`` is set (an empty value counts as unset, as no-color.org says)."""
 
 
+def process_environ() -> dict[str, str]:
+    """A copy of this process's environment as it is now, to pass whole to a child process
+    (values are read through a :class:`Var`, never from here)."""
+    return dict(os.environ)
+
+
 def user_cache() -> Path:
     """``$XDG_CACHE_HOME/neuronbuild`` (``~/.cache/neuronbuild`` by default): node-local."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuronbuild"
+    return (XDG_CACHE.get() or Path.home() / ".cache") / "neuronbuild"
 
 
 def default_log_dir(name: str) -> Path:

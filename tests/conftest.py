@@ -4,6 +4,7 @@ build), the commands run in a process of their own and the loopback S3 server li
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from neuronbuild import start_env
+from tests.lib import checkout
 from tests.lib.builders import (
     NEURON_TOOLCHAIN,
     RECIPES,
@@ -39,6 +41,46 @@ __all__ = [
     "published_with_model",
     "serve_without_vllm",
 ]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Watch every read of the checkout's ``build/`` (:mod:`tests.lib.checkout`), this process's
+    and those of the Python processes tests start (one log per pytest process)."""
+    log = Path(tempfile.mkdtemp(prefix="neuronbuild-checkout-reads-")) / "reads"
+    config.stash[READS_LOG] = log
+    checkout.install(log)
+
+
+READS_LOG = pytest.StashKey[Path]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    checkout.take_reads(item.config.stash[READS_LOG])  # what came before belongs to no test
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Fail a test that read the checkout's ``build/`` in its setup or body (issue 20): tests
+    build what they use in their own temporary folders."""
+    result = yield
+    found = checkout.take_reads(item.config.stash[READS_LOG])
+    if found:
+        raise AssertionError(
+            f"the test read the checkout's build/ ({checkout.BUILD}); build what it uses in "
+            "tmp_path instead:\n  " + "\n  ".join(found[:10])
+        )
+    return result
+
+
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every test runs in its own temporary folder: a recipe parsed without a file (and every
+    command a test starts without ``cwd``) resolves a relative ``model`` there, never in the
+    checkout (issue 20)."""
+    monkeypatch.chdir(tmp_path)
 
 
 NKI_INTERMEDIATE_VARS = (

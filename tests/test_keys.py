@@ -22,7 +22,7 @@ from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
-from tests.conftest import REPO, cpu_recipe, neuron_recipe
+from tests.conftest import cpu_recipe, neuron_recipe
 from tests.test_properties import plausible_recipes
 
 ENGINES = ("cpu", "neuron")
@@ -271,8 +271,7 @@ def test_keys_come_from_the_starting_environment_not_variables_the_process_sets(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TORCHINDUCTOR_"))}
     out = subprocess.run(
         [sys.executable, "-c", script, json.dumps(cpu_recipe())],
-        env=env,
-        cwd=REPO,
+        env=env,  # in the test's folder (conftest), where keys() resolves the model too
         capture_output=True,
         text=True,
         check=True,

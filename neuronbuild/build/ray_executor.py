@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from neuronbuild import notices
+from neuronbuild import envs, notices
 from neuronbuild.build.executor import Batch, Executor, Work
 from neuronbuild.build.scheduler import (
     KILL_GRACE_SECONDS,
@@ -91,7 +91,7 @@ class RayExecutor(Executor):
             return False
         options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
         try:
-            self.ray.init(address=self.address, **options)
+            self.ray.init(address=self.address or envs.RAY_CLUSTER.get(), **options)
         except ConnectionError as exc:
             raise StoreError(
                 f"--address {self.address}: cannot reach the Ray cluster: {exc}"

@@ -11,19 +11,18 @@ environment.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from neuronbuild import envs, human
 from neuronbuild.build.costs import PlannedUnit, unit_costs
-from neuronbuild.errors import UserError
+from neuronbuild.errors import EnvInvalid, UserError
 from neuronbuild.store.cas import Store
 
 SHARD = re.compile(r"^(?P<index>\d+|auto)/(?P<count>\d+)$")
 
-INDEX_VARIABLES = (envs.JOB_COMPLETION_INDEX, envs.AWS_BATCH_JOB_ARRAY_INDEX)
+INDEX_VARIABLES = tuple(var.name for var in envs.SHARD_INDEXES)
 """Where ``--shard auto/N`` reads its index: Kubernetes indexed Jobs, then AWS Batch arrays (both
 count from 0)."""
 
@@ -48,7 +47,6 @@ def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
         UserError: another form, an index out of range, no index variable for ``auto`` or two
             that disagree; the message names the option or the variable and the fix.
     """
-    environ = os.environ if environ is None else environ
     match = SHARD.match(text.strip())
     if not match:
         raise UserError(f"--shard {text!r}: expected I/N (e.g. 0/4, counting from 0) or auto/N")
@@ -62,25 +60,27 @@ def parse_shard(text: str, environ: Mapping[str, str] | None = None) -> Shard:
                 f"--shard {text!r}: shards count from 0, so the index must be below {count}"
             )
         return Shard(index, count)
-    found = {name: environ[name] for name in INDEX_VARIABLES if environ.get(name, "").strip()}
+    try:
+        found = {v.name: i for v in envs.SHARD_INDEXES if (i := v.get(environ)) is not None}
+    except EnvInvalid as exc:
+        raise EnvInvalid(f"--shard {text!r}: {exc}") from None
     if not found:
         raise UserError(
             f"--shard {text!r}: neither ${envs.JOB_COMPLETION_INDEX} (Kubernetes indexed Job) "
             f"nor ${envs.AWS_BATCH_JOB_ARRAY_INDEX} (AWS Batch array job) is set; pass the "
             f"index itself, e.g. --shard 0/{count}"
         )
-    values = {v.strip() for v in found.values()}
-    if len(values) > 1:
+    if len(set(found.values())) > 1:
         shown = ", ".join(f"${k}={v}" for k, v in found.items())
         raise UserError(f"--shard {text!r}: the index variables disagree ({shown})")
     name, value = next(iter(found.items()))
-    if not value.strip().isdigit() or int(value) >= count:
+    if value >= count:
         raise UserError(
-            f"--shard {text!r}: ${name}={value!r} is not an index from 0 to {count - 1}; "
+            f"--shard {text!r}: ${name}='{value}' is not an index from 0 to {count - 1}; "
             f"run {human.count(count, 'copy', 'copies')} of the job "
             f"(completions / array size {count})"
         )
-    return Shard(int(value), count)
+    return Shard(value, count)
 
 
 def assign_shards(costs: Mapping[str, float], count: int) -> dict[str, int]:

@@ -22,23 +22,42 @@ scheduler sends the group (SIGTERM, then SIGKILL) reach the engine, and the teth
 them until the engine has gone. It imports only the standard library and runs isolated
 (``python -I``), whatever the engine's environment holds.
 
+Not only the group (issue 20): a process that left it (``setsid``, as compile workers and
+vLLM's engine core may) and one whose parent died (re-parented) must end too. So on Linux the
+tether is a child subreaper (``PR_SET_CHILD_SUBREAPER``): every orphan below it is re-parented to
+it, not to init, and every process the engine started stays its descendant, found by walking
+``/proc``'s parent links. It ends its descendants, then its group, on end of file; the engine
+gets ``PR_SET_PDEATHSIG`` (SIGKILL) for a tether killed on its own. And when the engine exits,
+the tether ends what it left (SIGTERM, then SIGKILL after :data:`GRACE_SECONDS`) before it
+exits, still watching the pipe: before, neuronbuild ended the group after the tether had gone,
+so a SIGKILL of ``compile`` in those seconds left the helpers running, and setsid'd ones always.
+
 Run as ``python -I tether.py FD ARGV...`` (:func:`tethered` builds that command line).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 HELD_OFF = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Signals the tether outlives (its engine gets them too, as a member of the group); a caught
 signal, not an ignored one, so that the engine, after ``exec``, gets the default action back."""
+
+GRACE_SECONDS = 10.0
+"""From the first stop signal (or the engine's exit) to SIGKILL of what the engine left: the
+scheduler's own grace (``neuronbuild.build.scheduler.KILL_GRACE_SECONDS``)."""
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+"""``prctl`` options (linux/prctl.h)."""
 
 
 @contextlib.contextmanager
@@ -54,27 +73,131 @@ def tethered(argv: Sequence[str]) -> Iterator[tuple[list[str], int]]:
         os.close(write_end)
 
 
+def prctl() -> Callable[[int, int], int] | None:
+    """libc's ``prctl(option, value)``, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    return call
+
+
+def descendants() -> list[int]:
+    """The live processes below this one (from ``/proc``'s parent links; zombies left out), or
+    an empty list where there is no ``/proc``."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [os.getpid()]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def group_of(pid: int) -> int | None:
+    """The process group of ``pid``, or None once it is gone."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def signal_all(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signum)
+
+
+def reap_orphans() -> None:
+    """Collect re-parented orphans that exited (this process is their subreaper)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def kill_everything() -> None:
+    """SIGKILL every descendant (until none is left: one may fork meanwhile), then the group,
+    this process included."""
+    for _ in range(50):
+        left = descendants()
+        if not left:
+            break
+        signal_all(left, signal.SIGKILL)
+    os.killpg(0, signal.SIGKILL)
+
+
 def watch(fd: int) -> None:
     """Block until the pipe on ``fd`` reaches end of file (its writer, neuronbuild, is gone),
-    then SIGKILL this process group: the tether, the engine and what the engine started."""
+    then SIGKILL every process below this one and this process group."""
     while os.read(fd, 1):
         pass  # nothing is ever written; a byte would not mean anything
-    os.killpg(0, signal.SIGKILL)
+    kill_everything()
+
+
+def end_leftovers(deadline: float) -> None:
+    """SIGTERM every descendant (what the engine left), then SIGKILL those alive at
+    ``deadline`` (``time.monotonic()``)."""
+    signal_all(descendants(), signal.SIGTERM)
+    while time.monotonic() < deadline:
+        reap_orphans()
+        if not descendants():
+            return
+        time.sleep(0.1)
+    signal_all(descendants(), signal.SIGKILL)
+    reap_orphans()
 
 
 def main(argv: list[str]) -> int:
     """Run ``argv[1:]`` tethered to the pipe on file descriptor ``argv[0]``; return its exit code
     (a signal that ended it ends the tether the same way)."""
     fd, command = int(argv[0]), argv[1:]
+    first_stop: list[float] = []
+
+    def held_off(signum: int, frame: object) -> None:
+        # The group got it; what left the group gets it too, and ends by the same deadline.
+        first_stop.append(time.monotonic())
+        signal_all([p for p in descendants() if group_of(p) != os.getpgrp()], signum)
+
     for signum in HELD_OFF:
-        signal.signal(signum, lambda signum, frame: None)
-    threading.Thread(target=watch, args=(fd,), daemon=True).start()
+        signal.signal(signum, held_off)
+    call = prctl()
+    if call is not None:
+        call(PR_SET_CHILD_SUBREAPER, 1)
+    parent = os.getpid()
+
+    def die_with_the_tether() -> None:  # in the engine, before exec
+        if call is not None:
+            call(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the tether died before the line above
+            os._exit(128 + signal.SIGKILL)
+
     try:
-        engine = subprocess.Popen(command)  # stdio, environment and folder: the tether's own
+        engine = subprocess.Popen(command, preexec_fn=die_with_the_tether)
     except OSError as exc:  # as a shell says it: 127 not found, 126 not runnable
         print(f"neuronbuild: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
+    # Started after the fork (no thread in the child); a pipe closed meanwhile reads EOF now.
+    threading.Thread(target=watch, args=(fd,), daemon=True).start()
     code = engine.wait()
+    start = first_stop[0] if first_stop else time.monotonic()
+    end_leftovers(start + GRACE_SECONDS - 1.0)  # before the scheduler's SIGKILL of the group
     if code < 0:
         with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
             signal.signal(-code, signal.SIG_DFL)

@@ -11,7 +11,6 @@ sits under a ``__main__`` guard, as every script that builds ``vllm.LLM`` (cpu-e
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -61,7 +60,7 @@ class PlainVllm(Child):
 
     def __enter__(self) -> Self:
         self.cache_root = Path(tempfile.mkdtemp(prefix="neuronbuild-plain-vllm-"))
-        self.env = {**os.environ, envs.HF_HUB_OFFLINE: "1"}
+        self.env = {**envs.process_environ(), envs.HF_HUB_OFFLINE: "1"}
         self.env[envs.VLLM_CACHE_ROOT] = str(self.cache_root)
         self.env[envs.NEURONBUILD_VLLM_COMPAT] = "0"
         self.env[envs.VLLM_ENABLE_V1_MULTIPROCESSING] = "0"

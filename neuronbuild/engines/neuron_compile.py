@@ -113,21 +113,10 @@ def compile_gib() -> float:
     """The per-process memory estimate (GiB): ``NEURONBUILD_NEURON_COMPILE_GIB`` or the default.
 
     Raises:
-        UserError: the variable is not a positive number.
+        EnvInvalid: the variable is not a positive number (exit 2, naming it).
     """
-    raw = start_env.environ().get(envs.NEURONBUILD_NEURON_COMPILE_GIB)
-    if raw is None:
-        return DEFAULT_COMPILE_GIB
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise UserError(
-            f"{envs.NEURONBUILD_NEURON_COMPILE_GIB}={raw!r}: must be a positive number of GiB "
-            "(host memory one neuronx-cc process takes)"
-        )
-    return value
+    value = envs.COMPILE_GIB.get(start_env.environ())
+    return DEFAULT_COMPILE_GIB if value is None else value
 
 
 def is_complete(entry: Path) -> bool:
@@ -246,9 +235,7 @@ class NeuronCompiler(UnitCompiler):
         ranks = int(recipe.engine_args.get("tensor_parallel_size") or 1)
         memory = host_memory_gib()
         budget = max(1, min(host_cores(), int(memory // per_process)))
-        user_workers = int(
-            start_env.environ().get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0
-        )
+        user_workers = envs.PARALLEL_COMPILE_WORKERS.get(start_env.environ())
         at_once = max(1, min(jobs, units, budget // (ranks * (user_workers or 1))))
         at_once = self.size_trace_pool(ranks, memory, at_once)
         self.workers = user_workers or max(1, budget // (at_once * ranks))
@@ -287,7 +274,7 @@ class NeuronCompiler(UnitCompiler):
         ``VLLM_NEURON_PARALLEL_TRACE_WORKERS`` if set) fit in ``memory_gib`` at
         :data:`DEFAULT_TRACE_GIB` each, and :attr:`trace_workers` is sized to what is left (at
         most the plugin's default). Returns the units at once."""
-        user = int(start_env.environ().get(envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS) or 0)
+        user = envs.PARALLEL_TRACE_WORKERS.get(start_env.environ())
         fits = int(memory_gib // (ranks * (user or 1) * DEFAULT_TRACE_GIB))
         at_once = max(1, min(at_once, fits))
         spare = int(memory_gib // (at_once * ranks * DEFAULT_TRACE_GIB))
@@ -299,10 +286,10 @@ class NeuronCompiler(UnitCompiler):
         pressure, timeout = run.pressure, run.timeout
         started_with = start_env.environ()
         env = self.engine.engine_env(started_with, unit.key.factors["env"])
-        workers = int(started_with.get(envs.NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS) or 0)
-        workers = max(1, (workers or self.workers) >> pressure)
-        trace = int(started_with.get(envs.VLLM_NEURON_PARALLEL_TRACE_WORKERS) or 0)
-        trace = max(1, (trace or self.trace_workers) >> pressure)  # OOM: both pools shrink
+        workers = envs.PARALLEL_COMPILE_WORKERS.get(started_with) or self.workers
+        workers = max(1, workers >> pressure)
+        trace = envs.PARALLEL_TRACE_WORKERS.get(started_with) or self.trace_workers
+        trace = max(1, trace >> pressure)  # OOM: both pools shrink
         env.update(
             {
                 envs.VLLM_CACHE_ROOT: str(cache_root),

@@ -9,7 +9,6 @@ that hides the instance type names its family with :data:`NODE_TARGET_OVERRIDE` 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,9 +26,12 @@ FAMILY = re.compile(r"^(trn\d|inf\d)")
 
 def node_target(root: Path = Path("/"), environ: Mapping[str, str] | None = None) -> str | None:
     """This node's Neuron target family, or None when it is not a Neuron instance (or the
-    instance type cannot be read). ``root`` is the file system root (a test's fake tree)."""
-    environ = os.environ if environ is None else environ
-    if value := environ.get(NODE_TARGET_OVERRIDE):
+    instance type cannot be read). ``root`` is the file system root (a test's fake tree);
+    ``environ`` where :data:`NODE_TARGET_OVERRIDE` is read (default: this process's).
+
+    Raises:
+        EnvInvalid: :data:`NODE_TARGET_OVERRIDE` names no Neuron family (exit 2)."""
+    if value := envs.NODE_TARGET.get(environ):
         return value
     try:
         product = (root / PRODUCT_NAME).read_text().strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,14 @@ from neuronbuild.store.cas import Store
 from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild, publish_build
 
 
-def test_validate_accepts_every_shipped_recipe() -> None:
-    recipes = sorted(RECIPES.glob("*.yaml"))
+def shipped(tmp_path: Path) -> Path:
+    """A copy of the shipped recipes in ``tmp_path/recipes``: their relative model folders
+    (``../build/tiny-llama``) resolve in ``tmp_path``, not in the checkout's ``build/``."""
+    return Path(shutil.copytree(RECIPES, tmp_path / "recipes"))
+
+
+def test_validate_accepts_every_shipped_recipe(tmp_path: Path) -> None:
+    recipes = sorted(shipped(tmp_path).glob("*.yaml"))
     result = neuronbuild("validate", *map(str, recipes))
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("ok: ") == len(recipes) >= 5
@@ -45,9 +52,10 @@ def test_missing_recipe_file_exits_2_without_traceback(tmp_path: Path) -> None:
     assert "cannot read" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_validate_json_lists_every_recipe(write_recipe: Any) -> None:
+def test_validate_json_lists_every_recipe(write_recipe: Any, tmp_path: Path) -> None:
     bad = write_recipe(neuron_recipe(max_model_len=None), "bad.yaml")
-    result = neuronbuild("validate", "--json", str(RECIPES / "cpu-tiny-llama.yaml"), str(bad))
+    cpu = shipped(tmp_path) / "cpu-tiny-llama.yaml"
+    result = neuronbuild("validate", "--json", str(cpu), str(bad))
     assert result.returncode == 2
     data = json.loads(result.stdout)["recipes"]
     assert [r["valid"] for r in data] == [True, False]
@@ -68,8 +76,8 @@ def test_plan_text_has_a_table_with_totals_per_kind() -> None:
     assert "total: prefill 1, vision 2, decode 6; 9 graphs in 2 units" in result.stdout
 
 
-def test_plan_of_the_cpu_recipe_says_it_is_one_dynamic_graph() -> None:
-    result = neuronbuild("plan", str(RECIPES / "cpu-tiny-llama.yaml"))
+def test_plan_of_the_cpu_recipe_says_it_is_one_dynamic_graph(tmp_path: Path) -> None:
+    result = neuronbuild("plan", str(shipped(tmp_path) / "cpu-tiny-llama.yaml"))
     assert "one dynamic-shape graph" in result.stdout
     assert "dynamic" in result.stdout
 

@@ -157,12 +157,22 @@ def entry_folders(seed: str, plan: Plan, unit: CompileUnit) -> dict[Path, bytes]
     return {rel: f"{seed}:{rel}".encode() * 100 for rel in rels}
 
 
+def recipe_source(tmp_path: Path) -> str:
+    """A recipe file in ``tmp_path`` (where the ``write_recipe`` fixture writes), created empty
+    when missing: a recipe parsed with it as its source resolves a relative model folder in
+    ``tmp_path``, as a command run on a written recipe does, never in the checkout (whose
+    ``build/`` holds whatever ``make run`` last trained, issue 20)."""
+    path = tmp_path / ".source.yaml"
+    path.touch()
+    return str(path)
+
+
 def publish_build(
     store: Store,
     recipe_data: dict[str, Any],
     tmp_path: Path,
     seed: str,
-    source: str = "<recipe>",
+    source: str | None = None,
     *,
     files: EntryFiles = cpu_cache_files,
     toolchain: Mapping[str, str] | None = CPU_RECORDED_TOOLCHAIN,
@@ -171,10 +181,11 @@ def publish_build(
     ``files`` written under a fresh scratch folder in ``tmp_path``, ingested (blobs, unit record),
     sealed, and ``<name>/latest`` moved to it. Returns the manifest digest.
 
-    ``source``: the recipe's file, where a relative model folder resolves (default: the current
-    folder). ``toolchain``: recorded in each unit record (None: the recipe's pins).
+    ``source``: the recipe's file, where a relative model folder resolves (default:
+    :func:`recipe_source`, where ``write_recipe`` writes, so a command run on the written recipe
+    resolves the same folder). ``toolchain``: recorded in each unit record (None: the recipe's pins).
     """
-    recipe = parse_recipe(recipe_data, source)
+    recipe = parse_recipe(recipe_data, recipe_source(tmp_path) if source is None else source)
     plan = build_plan(recipe)
     root = tmp_path / f"build-{seed}-{uuid.uuid4().hex[:6]}"
     records = []

@@ -31,7 +31,16 @@ if behaviour == "spawn":  # a compiler process of its own that runs on, as neuro
     import subprocess
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     print("compiler process started", flush=True)
-if behaviour in ("hang", "spawn"):
+if behaviour in ("session", "leave"):  # compile workers in a session of their own (setsid)
+    import subprocess
+    stays = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    for i in range(2):  # "leave": one in the engine's group too, ignoring SIGTERM as helpers may
+        subprocess.Popen([sys.executable, "-c", stays if behaviour == "leave" else "import time; time.sleep(300)"],
+                         start_new_session=behaviour == "session" or i == 0)
+    if behaviour == "leave":
+        time.sleep(1)  # the helpers have ignored SIGTERM by now
+    print("compiler process started", flush=True)
+if behaviour in ("hang", "spawn", "session"):
     time.sleep(300)
 if behaviour.startswith("sleep"):  # a long compile that keeps printing, as neuronx-cc does
     end, step = time.monotonic() + float(behaviour[5:]), 0
@@ -49,8 +58,10 @@ if behaviour != "incomplete":
 
 class FakeCompiler(UnitCompiler):
     """``behaviour``: graph label -> ``ok`` (default), ``exitN``, ``hang``, ``spawn`` (start a
-    compiler process that hangs, then hang), ``incomplete`` or ``sleepS`` (print ``compiling
-    step N`` every 0.1 s for S seconds, then succeed).
+    compiler process that hangs, then hang), ``session`` (start two that hang in sessions of
+    their own, then hang), ``leave`` (start two that hang, one in its own session, one in the
+    group, then succeed at once), ``incomplete`` or ``sleepS`` (print ``compiling step N`` every
+    0.1 s for S seconds, then succeed).
     ``started`` collects the labels of the units it was asked to compile, in order."""
 
     cache_dir: ClassVar[Path] = Path("fake")

@@ -295,7 +295,9 @@ def test_a_manifest_sealed_under_the_previous_key_schema_asks_for_a_compile(
     monkeypatch.setattr(neuronbuild.plan, "SCHEMA", "neuronbuild.unit/1")
     publish_build(Store(str(store), create=True), cpu_recipe(cpu_isa="host"), tmp_path, "a")
     monkeypatch.undo()
-    result = serve_without_vllm("--ref", "tiny/latest", "--cache", str(store), "--dry-run")
+    result = serve_without_vllm(
+        "--ref", "tiny/latest", "--cache", str(store), "--dry-run", cwd=tmp_path
+    )
     assert result.returncode == 2
     assert "sealed with unit key schema neuronbuild.unit/1" in result.stderr
     assert "compile the recipe again" in result.stderr

@@ -21,6 +21,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, UnitRecord
 from tests.conftest import cpu_recipe, publish_build, published_with_model, serve_without_vllm
 from tests.conftest import neuronbuild as nb
+from tests.lib.builders import recipe_source
 
 
 def commands_reading(store: str, recipe: Path) -> list[list[str]]:
@@ -113,7 +114,7 @@ def one_unit_build(tmp_path: Path) -> tuple[Store, Plan, UnitRecord]:
     data = cpu_recipe(cpu_isa="host")
     digest = publish_build(store, data, tmp_path, "a")
     [unit] = store.get_manifest(digest).units
-    return store, build_plan(parse_recipe(data)), unit
+    return store, build_plan(parse_recipe(data, recipe_source(tmp_path))), unit
 
 
 def test_compile_repairs_a_unit_whose_blobs_are_gone(tmp_path: Path) -> None:
