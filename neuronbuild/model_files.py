@@ -90,11 +90,17 @@ def hub_id_problem(model: str) -> str | None:
     return None
 
 
-def check_model_present(model: str, revision: str | None, workdir: Path) -> None:
+def check_model_present(
+    model: str, revision: str | None, workdir: Path, *, built_from_folder: bool = False
+) -> None:
     """Raise UserError, saying how to fetch it, unless the model vLLM will load is on this host:
     the local folder with its ``config.json``, or the hub snapshot of ``revision`` (``main`` when
     None) in the local Hugging Face cache. vLLM runs with ``HF_HUB_OFFLINE=1``, so a missing
-    snapshot would otherwise fail late, inside vLLM."""
+    snapshot would otherwise fail late, inside vLLM.
+
+    ``built_from_folder``: the build read ``model`` as a local folder (its units have a
+    ``model_files`` factor), so a missing folder is named with where it was looked for and how
+    to point there, never taken for a hub id (issue 20)."""
     folder = local_folder(model, workdir)
     if folder is not None:
         if not (folder / "config.json").is_file():
@@ -103,6 +109,16 @@ def check_model_present(model: str, revision: str | None, workdir: Path) -> None
                 "model folder (config, tokenizer and weights)"
             )
         return
+    if built_from_folder:
+        path = Path(model).expanduser()
+        there = path if path.is_absolute() else workdir / path
+        fix = (
+            "" if path.is_absolute() else f", or pass --workdir with the folder that holds {model}"
+        )
+        raise UserError(
+            f"model {model}: the build read it from a local folder, and {there} does not "
+            f"exist on this node; copy the model folder there{fix}"
+        )
     if looks_like_path(model):
         raise UserError(
             f"model {model}: no such folder from {workdir}; build or copy the model there, or, "

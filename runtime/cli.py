@@ -24,7 +24,8 @@ from neuronbuild.ui.options import (
 from neuronbuild.ui.progress import ByteProgress
 from neuronbuild.ui.verbosity import echo_notes, info
 
-from .serve import ServeSource, exec_vllm, prepare
+from .node_config import check_node_folder
+from .serve import Prepared, ServeSource, exec_vllm, prepare
 from .serve_options import split_serve_args
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -101,8 +102,11 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     if local_cache is None and remote.is_folder:
         return TieredStore(remote)
     local_url = local_cache or str(envs.user_cache() / "store")
-    if dry_run and not Path(local_url).is_dir():
-        return TieredStore(remote)
+    if not Path(local_url).is_dir():  # a tier to create: checked before any byte moves
+        fix = "pass --local-cache with a folder this node may write"
+        check_node_folder(Path(local_url), "local tier", fix)
+        if dry_run:
+            return TieredStore(remote)
     return TieredStore(Store(local_url, create=not dry_run), remote, progress=ByteProgress)
 
 
@@ -147,7 +151,13 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
 @dry_run_option(
     "check the manifest, the node and every blob's presence, print the vLLM command, start nothing"
 )
-@json_option(" (with --dry-run)")
+@click.option(
+    "--layout-only",
+    is_flag=True,
+    help="Fetch, verify and lay the artifacts out, print the vLLM command, start nothing (for an "
+    "image build, or before running that command by hand).",
+)
+@json_option(" (with --dry-run or --layout-only)")
 def serve(
     recipe: str | None,
     ref: str | None,
@@ -159,6 +169,7 @@ def serve(
     workdir: str | None,
     allow_mismatch: tuple[str, ...],
     dry_run: bool,
+    layout_only: bool,
     as_json: bool,
 ) -> None:
     """Serve RECIPE (its <name>/latest), --ref NAME[/TAG] or --manifest DIGEST (or a unique
@@ -179,8 +190,10 @@ def serve(
     """
     if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
         raise UserError("give exactly one of RECIPE, --ref NAME[/TAG] or --manifest DIGEST")
-    if as_json and not dry_run:
+    if as_json and not (dry_run or layout_only):
         raise click.UsageError("--json needs --dry-run (a server's output is not one document)")
+    if dry_run and layout_only:
+        raise click.UsageError("--dry-run writes nothing and --layout-only lays out: give one")
     serving = list(click.get_current_context().meta.get("vllm_options", []))
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
@@ -191,6 +204,7 @@ def serve(
         deep=deep,
         dry_run=dry_run,
         allow_mismatch=allow_mismatch,
+        check_address=not layout_only,
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:
@@ -201,17 +215,11 @@ def serve(
             f"node with {m.node}; they may fail or misbehave",
             err=True,
         )
-    if dry_run:
+    if dry_run or layout_only:
         if as_json:
             echo_json("serve", prepared.to_json())
         else:
-            click.echo(
-                f"manifest {prepared.manifest}: {count(prepared.files, 'file')}, "
-                f"{size(prepared.bytes)}"
-            )
-            click.echo(f"would lay out under {prepared.cache_root}")
-            click.echo("would run:")
-            click.echo(prepared.command())
+            echo_command(prepared, dry_run)
         return
     info(
         f"neuronbuild: serving {prepared.manifest} ({count(prepared.files, 'file')} verified) from "
@@ -219,3 +227,25 @@ def serve(
         err=True,
     )
     exec_vllm(prepared)
+
+
+def echo_command(prepared: Prepared, dry_run: bool) -> None:
+    """What ``serve --dry-run`` or ``--layout-only`` prints: the manifest, its lay-out and the
+    vLLM command to paste, saying what to run first when the lay-out is not there yet (vLLM
+    would find no artifacts and stop: issue 20)."""
+    click.echo(
+        f"manifest {prepared.manifest}: {count(prepared.files, 'file')}, {size(prepared.bytes)}"
+    )
+    if not dry_run:
+        click.echo(f"laid out under {prepared.cache_root}")
+        click.echo("run:")
+    elif prepared.laid_out:
+        click.echo(f"laid out under {prepared.cache_root} already")
+        click.echo("would run:")
+    else:
+        click.echo(f"would lay out under {prepared.cache_root}")
+        click.echo(
+            "would run, once laid out (first run this serve command with --layout-only instead "
+            "of --dry-run):"
+        )
+    click.echo(prepared.command())

