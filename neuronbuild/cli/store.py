@@ -91,7 +91,6 @@ def push(
             f"nor {dst.url} holds (e.g. {absent[0].path}); push to the store the build read, "
             "or compile again"
         )
-    src.blobs_elsewhere = dst  # blobs the destination holds need not be in SRC
     # ByteProgress shows on stderr: stdout keeps --json.
     report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
     echo_notes(list(report.notes))  # a corrupt copy the destination held, replaced
