@@ -328,6 +328,7 @@ def compile_recipes(
     shard: Shard | None = None,
     executor: Executor | None = None,
     observe: ObserverFactory = silent,
+    reuse: Store | None = None,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -372,6 +373,11 @@ def compile_recipes(
         for recipe, folder in zip(recipes, folders, strict=True)
     ]
     check_distinct_names([run.plan for run in runs])
+    if reuse is not None:
+        for run in runs:
+            lacking = [u.key.digest for u in run.plan.units if u.key.digest not in run.records]
+            for key, record in reuse.cached_units(lacking, repairing=True).items():
+                run.records[key] = record if dry_run else store.put_unit(record)
     union: dict[str, PlannedUnit] = {}
     works: dict[str, Work] = {}
     logs: dict[str, Path] = {}  # where the heartbeats read each unit's last compiler line

@@ -257,6 +257,14 @@ def echo_unit(unit: UnitOutcome) -> None:
     help="With --executor ray: the cluster (ray://HOST:10001, HOST:6379 or auto); default "
     "$RAY_ADDRESS, else a local cluster.",
 )
+@click.option(
+    "--stage",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Only read --cache (units it holds are reused, their blobs not fetched); write "
+    "everything this build makes (blobs, records, manifest, <name>/latest) to the folder "
+    "store DIR, for `neuronbuild push NAME/latest --from DIR` once the build succeeded.",
+)
 @dry_run_option(
     "list each unit and whether it would compile, check the store, model, toolchain and log folder"
 )
@@ -272,6 +280,7 @@ def compile_(
     shard_text: str | None,
     executor: str,
     address: str | None,
+    stage: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -289,6 +298,7 @@ def compile_(
       neuronbuild compile recipe.yaml --cache s3://bucket/store -j 4
       neuronbuild compile recipe.yaml --dry-run
       neuronbuild compile a.yaml b.yaml --cache s3://bucket/store --shard auto/3
+      neuronbuild compile recipe.yaml --cache s3://bucket/store --stage build/stage
     """
     from neuronbuild.build.compile import compile_recipes
     from neuronbuild.build.executor import executor_for
@@ -300,12 +310,19 @@ def compile_(
     shard = parse_shard(shard_text) if shard_text is not None else None
     if shard is not None and local_cache:
         raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
+    if stage is not None and (shard is not None or local_cache):
+        given = "--shard" if shard is not None else "--local-cache"
+        raise UserError(f"--stage: not with {given}; drop one of them")
     runner = executor_for(executor, address)
     recipes = [load_or_exit(path) for path in recipe_paths]
     for recipe in recipes:
         warn_removed_env(recipe)
     # A missing folder reads as empty and is created by the first write, after every check.
     store = Store(cache, last_writer_wins=last_writer_wins, missing_ok=True)
+    shared = None
+    if stage is not None:  # read the shared store, write only the stage
+        shared, store = store, Store(stage, create=not dry_run, missing_ok=dry_run)
+        store.blobs_elsewhere = shared
     local = None
     if local_cache:  # checked before hours of work; a dry run creates nothing
         local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
@@ -320,6 +337,7 @@ def compile_(
         shard=shard,
         executor=runner,
         observe=Progress,
+        reuse=shared,
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)

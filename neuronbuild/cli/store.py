@@ -75,7 +75,7 @@ def push(
     Examples:
       neuronbuild push app/latest --from ./ci-store --cache s3://bucket/store
     """
-    from neuronbuild.errors import NoRoom
+    from neuronbuild.errors import NoRoom, StoreDataInvalid
     from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
     from neuronbuild.ui.progress import ByteProgress
@@ -83,6 +83,14 @@ def push(
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
     found = src.resolve_target(target)
+    lacking = dst.missing_blobs(src.get_manifest(found.digest).blobs())
+    absent = src.missing_blobs(lacking)
+    if absent:  # a stage (compile --stage) names blobs of the store it read: not this one
+        raise StoreDataInvalid(
+            f"--from {src.url}: {found.digest} names {count(len(absent), 'blob')} neither it "
+            f"nor {dst.url} holds (e.g. {absent[0].path}); push to the store the build read, "
+            "or compile again"
+        )
     # ByteProgress shows on stderr: stdout keeps --json.
     report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
     echo_notes(list(report.notes))  # a corrupt copy the destination held, replaced

@@ -153,6 +153,9 @@ class Store:
         self.layout = Layout(root.rstrip("/"))
         self.backend: Backend = backend_for(fs, self.layout, url, last_writer_wins)
         self.root = self.layout.root
+        self.blobs_elsewhere: Store | None = None
+        """A store whose blobs count as this one's (a ``compile --stage`` folder leans on the
+        shared store it read: records and manifests name blobs only that store holds)."""
         if missing_ok and not self.backend.exists(self.root):
             return  # read as empty (a dry run of a command that would create it)
         self.backend.check_root(create)
@@ -214,8 +217,15 @@ class Store:
         """The files whose blob is absent or of the wrong size.
 
         Up to :data:`LIST_THRESHOLD` blobs are checked one request each, concurrently; more are
-        checked against one paginated listing of ``blobs/`` (1,000 keys per S3 request).
+        checked against one paginated listing of ``blobs/`` (1,000 keys per S3 request). A blob
+        :attr:`blobs_elsewhere` holds is not missing.
         """
+        missing = self._missing_here(files, workers)
+        if missing and self.blobs_elsewhere is not None:
+            return self.blobs_elsewhere.missing_blobs(missing, workers)
+        return missing
+
+    def _missing_here(self, files: Iterable[FileRecord], workers: int) -> list[FileRecord]:
         unique = list({e.digest: e for e in files}.values())
         if len(unique) > LIST_THRESHOLD:
             sizes = self.backend.list_sizes(self.layout.folder("blobs"))
