@@ -89,3 +89,15 @@ def test_validate_warns_for_the_checked_in_trn2_recipes() -> None:
     assert recipes
     for path in recipes:
         assert any("no table of vllm 0.24.0" in w for w in load_recipe(path).warnings)
+
+
+def test_strict_does_not_refuse_a_trn2_recipe_for_this_hosts_missing_table(tmp_path: Path) -> None:
+    import yaml
+
+    from tests.lib.commands import neuronbuild
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(trn2()))
+    result = neuronbuild("validate", "--strict", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "no table of vllm 0.24.0" in result.stderr
