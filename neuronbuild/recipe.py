@@ -20,8 +20,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from neuronbuild.data.vllm_data import engine_arg_names, server_options
-from neuronbuild.engines.registry import engine_for
+from neuronbuild.data.vllm_data import ArgTables, engine_arg_names, server_options
+from neuronbuild.engines.arg_sources import ArgSource
+from neuronbuild.engines.registry import engine_for, get_engine
 from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.human import size
@@ -144,6 +145,10 @@ class Recipe:
     source: str = "<recipe>"
     warnings: tuple[str, ...] = field(default=())
     serve: dict[str, Any] = field(default_factory=dict)
+    host_warnings: tuple[str, ...] = field(default=())
+    """The :attr:`warnings` about this host rather than the recipe (no table of the pinned vLLM
+    here to check its arguments with): ``validate --strict`` does not make them errors, so a
+    trn2 recipe can pass it on a CPU-only CI host."""
 
     @property
     def model(self) -> str:
@@ -207,7 +212,9 @@ def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
     return errors
 
 
-def check_serve_section(value: Any, serving_only: frozenset[str]) -> list[RecipeError]:
+def check_serve_section(
+    value: Any, serving_only: frozenset[str], tables: ArgTables | None = None
+) -> list[RecipeError]:
     """The ``serve:`` section: a mapping of vLLM server options (by ``dest``, e.g.
     ``chat_template``) that cannot change what was compiled: frontend options and the engine
     arguments in ``serving_only``."""
@@ -235,7 +242,7 @@ def check_serve_section(value: Any, serving_only: frozenset[str]) -> list[Recipe
             errors.append(
                 RecipeError(f"serve.{key}", value[key], f"not an option of vLLM's server; {hint}")
             )
-        elif (problem := value_problem(name, value[key])) is not None:
+        elif tables is not None and (problem := value_problem(name, value[key], tables)):
             errors.append(RecipeError(f"serve.{key}", value[key], problem))
     return errors
 
@@ -251,13 +258,15 @@ def _huge_ints(value: Any, path: str) -> list[RecipeError]:
     return []
 
 
-def _value_errors(args: Mapping[str, Any]) -> list[RecipeError]:
+def _value_errors(args: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
     """Engine arguments whose value vLLM's command line would not give back as it is (see
-    :func:`~neuronbuild.engines.vllm_args.value_problem`; the keys :class:`_Fields` types are
-    left to it), and integers outside int64."""
+    :func:`~neuronbuild.engines.vllm_args.value_problem`, judged by ``tables``, none when no
+    table fits the recipe's vLLM; the keys :class:`_Fields` types are left to it), and integers
+    outside int64."""
     errors = []
     for key, value in args.items():
-        problem = None if key in _Fields.model_fields else value_problem(str(key), value)
+        typed = key in _Fields.model_fields or tables is None
+        problem = None if typed else value_problem(str(key), value, tables)
         if problem is not None:
             errors.append(RecipeError(str(key), value, problem))
         else:
@@ -284,6 +293,23 @@ def _parse_additional_config(args: dict[str, Any]) -> list[RecipeError]:
     if value is not None and not isinstance(value, dict):
         return [RecipeError("additional_config", value, "must be a mapping (a JSON object)")]
     return []
+
+
+def _arg_source(data: Mapping[str, Any]) -> ArgSource:
+    """The vLLM tables that judge ``data``'s engine arguments: its engine's, for its pins (read
+    from the raw mapping, so a mistyped field elsewhere does not hide them); none for a target
+    that names no engine (an error of its own)."""
+    target = data.get("target")
+    engine_name = TARGET_ENGINES.get(target) if isinstance(target, str) else None
+    if engine_name is None:
+        return ArgSource(None)
+    pins = data.get("toolchain")
+    toolchain = (
+        {str(k): v for k, v in pins.items() if isinstance(v, str)}
+        if isinstance(pins, Mapping)
+        else {}
+    )
+    return get_engine(engine_name).arg_source(toolchain)
 
 
 def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
@@ -314,7 +340,8 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
                     "quote it as a string if vLLM expects one",
                 )
             )
-    shape_errors += _value_errors(args)
+    arg_source = _arg_source(data)
+    shape_errors += _value_errors(args, arg_source.tables)
     fields: _Fields | None = None
     try:
         fields = _Fields.model_validate(data)
@@ -365,11 +392,12 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     engine = engine_for(recipe)
     engine_errors, warnings = engine.validate(recipe)
     errors += engine_errors
-    errors += check_serve_section(data.get("serve"), engine.serving_only_args)
+    errors += check_serve_section(data.get("serve"), engine.serving_only_args, arg_source.tables)
     if errors:
         raise RecipeInvalid(source, errors)
+    host = () if arg_source.warning is None else (arg_source.warning,)
     serve = {str(k).replace("-", "_"): v for k, v in (data.get("serve") or {}).items()}
-    return dataclasses.replace(recipe, warnings=tuple(warnings), serve=serve)
+    return dataclasses.replace(recipe, warnings=(*warnings, *host), serve=serve, host_warnings=host)
 
 
 def duplicate_keys(node: yaml.Node | None, path: str = "") -> list[RecipeError]:

