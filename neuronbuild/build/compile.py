@@ -45,6 +45,7 @@ from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, UnitRecord
+from neuronbuild.ui.logtail import error_line
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -211,10 +212,14 @@ def run_unit(
             attempts = MAX_MEMORY_RETRIES + 1
             retrying(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
         else:
-            found = UnitFailure(unit.phase, str(log), failure.bucket, failure.code, failure.reason)
+            said = error_line(log)
+            found = UnitFailure(
+                unit.phase, str(log), failure.bucket, failure.code, failure.reason, said
+            )
             where = f"{unit.phase} phase" if unit.phase else "unit"
             bucket = f" at {failure.bucket}" if failure.bucket else ""
-            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}", found)
+            quote = f": {said}" if said and said not in failure.reason else ""
+            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}{quote}", found)
         with open(log, "a") as f:
             f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
         if groups.cancelled.wait(wait):
