@@ -32,7 +32,7 @@ from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_plan
 from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
-from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
@@ -45,7 +45,6 @@ from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import FileRecord, UnitRecord
-from neuronbuild.ui.logtail import error_line
 
 RETRY_BACKOFF_SECONDS = 30.0
 """Pause before the one retry of a transient engine failure (e.g. neuronx-cc's exit 70)."""
@@ -212,13 +211,13 @@ def run_unit(
             attempts = MAX_MEMORY_RETRIES + 1
             retrying(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
         else:
-            said = error_line(log)
+            said = error_line(text)
             found = UnitFailure(
                 unit.phase, str(log), failure.bucket, failure.code, failure.reason, said
             )
             where = f"{unit.phase} phase" if unit.phase else "unit"
             bucket = f" at {failure.bucket}" if failure.bucket else ""
-            quote = f": {said}" if said and said not in failure.reason else ""
+            quote = f": {said}" if said and said not in failure.reason and is_error(said) else ""
             raise UnitFailed(f"{where} failed{bucket}: {failure.reason}{quote}", found)
         with open(log, "a") as f:
             f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")

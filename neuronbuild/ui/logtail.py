@@ -34,19 +34,3 @@ def tail_lines(path: str | Path | None, lines: int = LOG_TAIL_LINES) -> list[str
         return []
     found = (_ANSI.sub("", line).rstrip() for line in re.split(r"[\r\n]+", text))
     return [line for line in found if line.strip()][-lines:]
-
-
-ERROR_LINE_CHARS = 300
-"""The most of an engine's error line a summary shows (a traceback's last line can be long)."""
-
-_LOOKS_LIKE_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\berror:|\bERROR\b|\bFATAL\b")
-
-
-def error_line(path: str | Path | None) -> str | None:
-    """The engine's own last error line in the log at ``path``: the last line that looks like an
-    error (``SomethingError: ...``, ``error:``, ``ERROR``, ``FATAL``: Python's traceback ends with
-    its exception, neuronx-cc and vLLM's logger mark theirs), else the last non-empty line; at most
-    :data:`ERROR_LINE_CHARS` characters, stripped. None: no path, an unreadable or empty log."""
-    lines = tail_lines(path, lines=LOG_TAIL_BYTES)
-    found = [line for line in lines if _LOOKS_LIKE_ERROR.search(line)] or lines
-    return found[-1].strip()[:ERROR_LINE_CHARS] if found else None

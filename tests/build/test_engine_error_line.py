@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from neuronbuild.ui.logtail import error_line
+from neuronbuild.engines.compiler import error_line
 from tests.build.test_shards import double_env, double_recipe, neuronbuild, write_recipes
 
 DOUBLE_ERROR = "RuntimeError: cpu double: told to fail this build"
@@ -39,21 +39,18 @@ def test_json_gives_each_failed_unit_the_engines_error_line(tmp_path: Path) -> N
     assert Path(unit["log"]).is_file() and DOUBLE_ERROR in Path(unit["log"]).read_text()
 
 
-def test_the_error_line_is_the_last_that_looks_like_an_error_else_the_last_line(
-    tmp_path: Path,
-) -> None:
-    log = tmp_path / "unit.log"
-    log.write_text(
+def test_the_error_line_is_the_last_that_looks_like_an_error_else_the_last_line() -> None:
+    log = (
         "INFO loading\nValueError: first\nTraceback (most recent call last):\n"
         "  File x\nValueError: max_model_len 9999 is too long\nINFO shutting down\n\n"
     )
     assert error_line(log) == "ValueError: max_model_len 9999 is too long"
-    log.write_text("ERROR 12-02 the compiler gave up\nbye\n")
+    log = "ERROR 12-02 the compiler gave up\nbye\n"
     assert error_line(log) == "ERROR 12-02 the compiler gave up"
-    log.write_text("2026-12-02 neuronx-cc error: NCC_INLA001 bad shape\n")
+    log = "2026-12-02 neuronx-cc error: NCC_INLA001 bad shape\n"
     assert error_line(log) == "2026-12-02 neuronx-cc error: NCC_INLA001 bad shape"
-    log.write_text("starting\nlast words\n\n")
+    log = "starting\nlast words\n\n"
     assert error_line(log) == "last words"
-    log.write_text("RuntimeError: " + "x" * 1000 + "\n")
+    log = "RuntimeError: " + "x" * 1000 + "\n"
     assert len(error_line(log) or "") == 300
-    assert error_line(tmp_path / "missing.log") is None
+    assert error_line("\n\n") is None
