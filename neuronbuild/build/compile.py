@@ -32,7 +32,7 @@ from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
 from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_plan
 from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
-from neuronbuild.engines.compiler import UnitCompiler
+from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
@@ -211,10 +211,14 @@ def run_unit(
             attempts = MAX_MEMORY_RETRIES + 1
             retrying(pressure + 1, attempts, wait, f"{unit.label()}: {failure.reason}")
         else:
-            found = UnitFailure(unit.phase, str(log), failure.bucket, failure.code, failure.reason)
+            said = error_line(text)
+            found = UnitFailure(
+                unit.phase, str(log), failure.bucket, failure.code, failure.reason, said
+            )
             where = f"{unit.phase} phase" if unit.phase else "unit"
             bucket = f" at {failure.bucket}" if failure.bucket else ""
-            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}", found)
+            quote = f": {said}" if said and said not in failure.reason and is_error(said) else ""
+            raise UnitFailed(f"{where} failed{bucket}: {failure.reason}{quote}", found)
         with open(log, "a") as f:
             f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
         if groups.cancelled.wait(wait):

@@ -21,13 +21,16 @@ it, another shard owns it (``skipped`` is counted only in a shard's report)."""
 class UnitFailure:
     """Where a unit's engine failed, as its engine read the log: ``phase`` (None: one-phase
     engines), the failing ``bucket`` and error ``code`` and one-line ``reason`` where the log names
-    them, and the ``log`` file (a path on the machine that ran the unit). None: not known."""
+    them, the ``log`` file (a path on the machine that ran the unit) and ``engine_error``, the
+    engine's own last error line in it (:func:`neuronbuild.ui.logtail.error_line`). None: not
+    known."""
 
     phase: str | None = None
     log: str | None = None
     bucket: str | None = None
     code: str | int | None = None
     reason: str | None = None
+    engine_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The known fields, in ``compile --json``'s order."""
@@ -37,6 +40,7 @@ class UnitFailure:
             "bucket": self.bucket,
             "code": self.code,
             "reason": self.reason,
+            "engine_error": self.engine_error,
         }
         return {k: v for k, v in fields.items() if v is not None}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -34,6 +35,27 @@ def worker_command(module: str, recipe: Recipe, env: dict[str, str]) -> EngineCo
     JSON), in the recipe's folder."""
     argv = [sys.executable, "-m", module, json.dumps(recipe.engine_args)]
     return EngineCommand(argv, env, recipe.workdir)
+
+
+ERROR_LINE_CHARS = 300
+"""The most of an engine's error line a summary shows (a traceback's last line can be long)."""
+
+_LOOKS_LIKE_ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|\berror:|\bERROR\b|\bFATAL\b")
+
+
+def is_error(line: str) -> bool:
+    """Whether ``line`` looks like an error (the summary quotes only such a line)."""
+    return _LOOKS_LIKE_ERROR.search(line) is not None
+
+
+def error_line(log: str) -> str | None:
+    """The engine's own last error line in the text ``log`` one run wrote: the last line that
+    looks like an error (``SomethingError: ...``, ``error:``, ``ERROR``, ``FATAL``: Python's
+    traceback ends with its exception, neuronx-cc and vLLM's logger mark theirs), else the last
+    non-empty line; at most :data:`ERROR_LINE_CHARS` characters, stripped. None: nothing logged."""
+    lines = [line.strip() for line in re.split(r"[\r\n]+", log) if line.strip()]
+    found = [line for line in lines if is_error(line)] or lines
+    return found[-1][:ERROR_LINE_CHARS] if found else None
 
 
 @dataclass(frozen=True)
