@@ -28,10 +28,11 @@ from neuronbuild.build.report import (
     UnitFailure,
     UnitOutcome,
 )
-from neuronbuild.build.scheduler import ProcessGroups, UnitFailed
+from neuronbuild.build.scheduler import ProcessGroups, UnitFailed, UnitResult
 from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_plan
 from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
+from neuronbuild.build.sharing import Sharing
 from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
@@ -44,6 +45,7 @@ from neuronbuild.notices import retrying
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
+from neuronbuild.store.leases import Leases, LeaseTimes
 from neuronbuild.store.records import FileRecord, UnitRecord
 
 RETRY_BACKOFF_SECONDS = 30.0
@@ -333,6 +335,7 @@ def compile_recipes(
     executor: Executor | None = None,
     observe: ObserverFactory = silent,
     reuse: Store | None = None,
+    lease_times: LeaseTimes | None = None,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -348,6 +351,14 @@ def compile_recipes(
     observer told of each unit's start and end and of the run's notes (default: none; the
     command line passes the ``ui`` wing's ``Progress``); ``stream`` is where a
     previous build's unreadable entry is reported (default stderr).
+
+    Another builder's units are shared, not compiled twice (:mod:`.sharing`): each unit is
+    leased in ``store`` just before it starts; a unit another live builder holds is left while
+    the others run, then waited for and adopted (status ``adopted``) once its record appears, or
+    compiled here once its lease is gone or expired. ``lease_times``: expiry, renewal and poll
+    periods (default :class:`~neuronbuild.store.leases.LeaseTimes`). A dry run takes no lease,
+    and neither does a run with ``reuse`` (``compile --stage``): the shared store is only read
+    there, and a stage is one job's own.
 
     Raises:
         UserError: broken install, toolchain or host mismatch (before anything runs), or two
@@ -419,6 +430,8 @@ def compile_recipes(
 
     estimates = {k: planned.estimate for k, planned in union.items()}
     observer = observe(len(todo))
+    adopted: dict[str, UnitRecord] = {}
+    results: list[UnitResult] = []
     try:
         at_once = jobs
         for run in runs:  # each engine may lower parallelism for its units (e.g. host memory)
@@ -429,7 +442,19 @@ def compile_recipes(
                 if note:
                     observer.note(note)
         runner = executor or LocalExecutor()
-        results = runner.run(todo, work, at_once, observer, estimates, logs) if todo else []
+        sharing = None
+        if todo and reuse is None:
+            sharing = Sharing(store, Leases(store, lease_times), observer, outages)
+        pending = todo
+        while pending and not outages:
+            claim = sharing.claim if sharing is not None else None
+            ran = runner.run(pending, work, at_once, observer, estimates, logs, claim)
+            results += [r for r in ran if not r.held]
+            held = [r.unit for r in ran if r.held]
+            if sharing is None or not held:
+                break
+            found, pending = sharing.wait_for(held)
+            adopted.update(found)
     finally:
         observer.close()
     if outages:
@@ -441,7 +466,10 @@ def compile_recipes(
         for unit in run.plan.units:
             key = unit.key.digest
             done = by_key.get(key)
-            if done is None:
+            if key in adopted:
+                report.units.append(outcome(unit, "adopted"))
+                run.records[key] = adopted[key]
+            elif done is None:
                 report.units.append(outcome(unit, "cached" if key in cached else "skipped"))
             elif done.ok:
                 record, entries = done.value

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronbuild.build.events import BuildObserver
-from neuronbuild.build.scheduler import ProcessGroups, UnitResult, run_units
+from neuronbuild.build.scheduler import Claim, ProcessGroups, UnitResult, run_units
 from neuronbuild.engines.base import UnitEstimate
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
@@ -68,6 +68,7 @@ class Batch:
     observer: BuildObserver
     estimates: Mapping[str, UnitEstimate]
     logs: Mapping[str, Path] = field(default_factory=dict)
+    claim: Claim | None = None
 
 
 class Executor(ABC):
@@ -81,17 +82,22 @@ class Executor(ABC):
         observer: BuildObserver,
         estimates: Mapping[str, UnitEstimate],
         logs: Mapping[str, Path] | None = None,
+        claim: Claim | None = None,
     ) -> list[UnitResult]:
         """Run ``work`` for every unit, at most ``jobs`` at once, telling ``observer`` as each
         starts (with its log file from ``logs``, by unit key) and ends; ``estimates`` (by unit
-        key) size each unit's resources where the executor reserves them. Returns one result per
-        unit, in the order of ``units``; ``seconds`` is the unit's own run time.
+        key) size each unit's resources where the executor reserves them. ``claim``
+        (:data:`~neuronbuild.build.scheduler.Claim`) is asked here, just before a unit would
+        start: a unit it does not give is not run (its result is ``held``) and the next one is
+        taken. Returns one result per unit, in the order of ``units``; ``seconds`` is the unit's
+        own run time.
 
         Raises:
             Interrupted: a stop signal (SIGINT, SIGTERM, SIGHUP) arrived; every engine process
                 was ended.
         """
-        return self._execute(Batch(units, work, jobs, observer, estimates, dict(logs or {})))
+        batch = Batch(units, work, jobs, observer, estimates, dict(logs or {}), claim)
+        return self._execute(batch)
 
     @abstractmethod
     def _execute(self, batch: Batch) -> list[UnitResult]:
@@ -106,7 +112,9 @@ class LocalExecutor(Executor):
         del address  # not a connecting executor: executor_for refuses one
 
     def _execute(self, batch: Batch) -> list[UnitResult]:
-        return run_units(batch.units, batch.work, batch.jobs, batch.observer, batch.logs)
+        return run_units(
+            batch.units, batch.work, batch.jobs, batch.observer, batch.logs, batch.claim
+        )
 
 
 def executor_for(name: str, address: str | None = None) -> Executor:

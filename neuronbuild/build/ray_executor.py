@@ -21,6 +21,7 @@ from neuronbuild import envs, notices
 from neuronbuild.build.executor import Batch, Executor, Work
 from neuronbuild.build.scheduler import (
     KILL_GRACE_SECONDS,
+    Held,
     ProcessGroups,
     UnitResult,
     signals_cancel,
@@ -132,9 +133,20 @@ class RayExecutor(Executor):
         outages: list[StoreError | StoreDataInvalid] = []
         pending = list(enumerate(units))
         running: dict[Any, tuple[int, CompileUnit, float]] = {}
+        holding: dict[Any, Held] = {}  # what each running task's claim gave (its lease)
 
         def submit() -> None:
             i, unit = pending.pop(0)
+            try:
+                held = batch.claim(unit) if batch.claim is not None else None
+            except Exception as exc:  # as a local worker: the claim fails its unit
+                failed = UnitResult(unit, 0.0, error=str(exc) or type(exc).__name__)
+                results[i] = failed
+                unit_finished(observer, failed)
+                return
+            if batch.claim is not None and held is None:
+                results[i] = UnitResult(unit, 0.0, held=True)  # another builder is on it
+                return
             estimate = batch.estimates[unit.key.digest]
             options: dict[str, Any] = {"num_cpus": min(estimate.cpus, max_cpus)}
             if max_memory:
@@ -142,9 +154,13 @@ class RayExecutor(Executor):
             unit_started(observer, unit, batch.logs.get(unit.key.digest))
             ref = task.options(**options).remote(shared_work, unit, listener)
             running[ref] = (i, unit, time.monotonic())
+            if held is not None:
+                holding[ref] = held
 
         def finish(ref: Any) -> None:
             i, unit, start = running.pop(ref)
+            if ref in holding:
+                holding.pop(ref).release()
             try:
                 value, seconds = ray.get(ref)
                 result = UnitResult(unit, seconds, value=value)
@@ -169,9 +185,13 @@ class RayExecutor(Executor):
                     ray.wait(
                         list(running), num_returns=len(running), timeout=KILL_GRACE_SECONDS + 10
                     )
+                    for held in holding.values():
+                        held.release()
                     raise Interrupted(received[0])
                 while pending and len(running) < max(1, batch.jobs):
                     submit()
+                if not running:
+                    continue  # every unit submitted was held
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=0.2)
                 for ref in ready:
                     finish(ref)

@@ -12,9 +12,14 @@ from typing import Any
 from neuronbuild.build.shard import Shard
 from neuronbuild.graph import CompileUnit
 
-STATUSES = ("cached", "compiled", "failed", "missing", "skipped")
+STATUSES = ("cached", "compiled", "failed", "missing", "skipped", "adopted")
 """A unit's status: the store held it, this run compiled it, it failed, a dry run would compile
-it, another shard owns it (``skipped`` is counted only in a shard's report)."""
+it, another shard owns it (``skipped`` is counted only in a shard's report), another builder
+compiled it while this run waited for it (``adopted``, reused as ``cached`` is: counted only
+when some unit has it)."""
+
+COUNTED = ("cached", "compiled", "failed", "missing")
+"""The statuses a report's totals always count, zeros included."""
 
 
 @dataclass(frozen=True)
@@ -123,8 +128,10 @@ class CompileReport:
 
     @property
     def statuses(self) -> tuple[str, ...]:
-        """The statuses its totals count (``skipped`` only in a shard's report)."""
-        return STATUSES if self.sharded else STATUSES[:-1]
+        """The statuses its totals count: :data:`COUNTED`, ``skipped`` in a shard's report, and
+        any other status some unit has."""
+        always = COUNTED + (("skipped",) if self.sharded else ())
+        return tuple(s for s in STATUSES if s in always or self.count(s))
 
     @property
     def failed(self) -> int:
@@ -136,7 +143,7 @@ class CompileReport:
         return sum(u.status == status for u in self.units)
 
     def by_status(self) -> dict[str, int]:
-        """Units per counted status (:attr:`statuses`, zeros included), in that order."""
+        """Units per counted status (:attr:`statuses`), in that order."""
         return {s: self.count(s) for s in self.statuses}
 
     def to_json(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from neuronbuild.build.events import BuildObserver
 from neuronbuild.build.report import UnitFailure
@@ -44,18 +44,37 @@ class UnitFailed(Exception):
 @dataclass(frozen=True)
 class UnitResult:
     """The outcome of one unit: ``value`` (the worker's return) on success, else ``error`` and
-    the ``failure`` its :class:`UnitFailed` carried. ``seconds``: the unit's own run time."""
+    the ``failure`` its :class:`UnitFailed` carried. ``seconds``: the unit's own run time.
+    ``held``: not run, because its :data:`Claim` found another builder on it."""
 
     unit: CompileUnit
     seconds: float
     value: Any = None
     error: str | None = None
     failure: UnitFailure | None = None
+    held: bool = False
 
     @property
     def ok(self) -> bool:
-        """The unit succeeded."""
-        return self.error is None
+        """The unit ran and succeeded."""
+        return self.error is None and not self.held
+
+
+class Held(Protocol):
+    """What a claimed unit holds while it runs (a lease); released when it ends."""
+
+    def release(self) -> None:
+        """Give it up (the unit ended, however)."""
+
+
+Claim = Callable[[CompileUnit], Held | None]
+"""Asked just before a unit starts: what it holds while it runs, or None when another builder is
+on it (the unit does not run; its result is ``held``). A claim that raises fails its unit."""
+
+
+class _Unclaimed:
+    def release(self) -> None:
+        pass
 
 
 def unit_started(observer: BuildObserver, unit: CompileUnit, log: Path | None) -> None:
@@ -185,9 +204,12 @@ def run_units(
     jobs: int,
     observer: BuildObserver,
     logs: Mapping[str, Path] | None = None,
+    claim: Claim | None = None,
 ) -> list[UnitResult]:
     """Run ``work(unit, groups)`` for every unit on up to ``jobs`` threads, telling ``observer``
-    as each starts (with its log from ``logs``, by unit key) and ends.
+    as each starts (with its log from ``logs``, by unit key) and ends; ``claim`` is asked first
+    on the unit's thread (a unit it does not give is left, ``held``, and the thread takes the
+    next).
 
     ``work`` starts its engine processes through ``groups`` and raises UnitFailed (or any
     exception) to fail its unit. Returns one result per unit, in the order of ``units``.
@@ -200,8 +222,12 @@ def run_units(
 
     def one(unit: CompileUnit) -> UnitResult:
         start = time.monotonic()
-        unit_started(observer, unit, (logs or {}).get(unit.key.digest))
+        held: Held | None = _Unclaimed()
         try:
+            held = claim(unit) if claim is not None and not groups.cancelled.is_set() else held
+            if held is None:
+                return UnitResult(unit, 0.0, held=True)
+            unit_started(observer, unit, (logs or {}).get(unit.key.digest))
             value = work(unit, groups)
             result = UnitResult(unit, time.monotonic() - start, value=value)
         except UnitFailed as exc:
@@ -210,6 +236,9 @@ def run_units(
             result = UnitResult(
                 unit, time.monotonic() - start, error=str(exc) or type(exc).__name__
             )
+        finally:
+            if held is not None:
+                held.release()
         unit_finished(observer, result)
         return result
 

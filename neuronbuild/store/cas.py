@@ -724,3 +724,23 @@ class Store:
     def resolve(self, text: str) -> str:
         """The manifest digest ``text`` names (see :meth:`resolve_target`)."""
         return self.resolve_target(text).digest
+
+
+def store_now(store: Store, *, dry_run: bool = False) -> float:
+    """The store's clock (seconds since the epoch): the modification time of a probe object
+    written under ``tmp/`` and deleted (a folder's file system's time, S3's server's time).
+    This host's clock where the store keeps no times, and in a dry run, which writes nothing (so
+    a dry run on a host whose clock is skewed may list what a real run keeps, or the reverse).
+
+    Raises:
+        StoreError: the probe could not be written (outside a dry run).
+    """
+    if dry_run:
+        return time.time()
+    probe = store.layout.tmp(f"clock-{uuid.uuid4().hex}")
+    store.backend.put(probe, b"")
+    try:
+        when = store.backend.modified(probe)
+    finally:
+        store.backend.delete(probe)
+    return time.time() if when is None else when

@@ -19,9 +19,9 @@ No manifest is deleted before its marker is durable, so a gc killed anywhere lea
 a manifest that exists; its leftover markers stop moves to their manifests for at most
 :data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (a run stopped by an error or a signal
 removes its own), and a later run removes them once stale or once their manifest is gone. Then unit
-records, blobs, temporary files, stale locks, history entries of moves that never happened, and
-node layouts of dead manifests are swept. On S3, multipart uploads abandoned before the grace
-period (a publisher killed mid-upload) are aborted too.
+records, blobs, expired unit leases, temporary files, stale locks, history entries of moves that
+never happened, and node layouts of dead manifests are swept. On S3, multipart uploads abandoned
+before the grace period (a publisher killed mid-upload) are aborted too.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from pathlib import Path
 from neuronbuild import envs
 from neuronbuild.digest import hex_of, parse_canonical
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
-from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
+from neuronbuild.store.cas import CONDEMNED_SECONDS, Store, store_now
 from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, parse_ref
+from neuronbuild.store.leases import expired_leases
 from neuronbuild.store.records import RefMove
 
 DAY = 86400.0
@@ -52,6 +53,7 @@ KIND_NOUNS = {
     "tmp": ("temporary file",),
     "locks": ("stale lock",),
     "timings": ("unit timing",),
+    "leases": ("expired lease",),
     "multipart uploads": ("abandoned multipart upload",),
 }
 """What ``gc`` says for each store folder it sweeps (its JSON keeps the folder names)."""
@@ -108,26 +110,6 @@ class _Sweep:
             units.update(u.key for u in manifest.units)
             blobs.update(f.digest for f in manifest.files())
         return units, blobs
-
-
-def store_now(store: Store, *, dry_run: bool = False) -> float:
-    """The store's clock (seconds since the epoch): the modification time of a probe object
-    written under ``tmp/`` and deleted (a folder's file system's time, S3's server's time).
-    This host's clock where the store keeps no times, and in a dry run, which writes nothing (so
-    a dry run on a host whose clock is skewed may list what a real run keeps, or the reverse).
-
-    Raises:
-        StoreError: the probe could not be written (outside a dry run).
-    """
-    if dry_run:
-        return time.time()
-    probe = store.layout.tmp(f"clock-{uuid.uuid4().hex}")
-    store.backend.put(probe, b"")
-    try:
-        when = store.backend.modified(probe)
-    finally:
-        store.backend.delete(probe)
-    return time.time() if when is None else when
 
 
 def in_flight(store: Store, since: float) -> set[str]:
@@ -244,6 +226,8 @@ def collect_garbage(
         named = layout.timing_of(path)
         if (named is None or named[1] not in live_units) and sweep.old(path):
             sweep.delete("timings", path)
+    for path in expired_leases(store, now):  # their builders died (a lease is renewed)
+        sweep.delete("leases", path)
     for path in store.backend.find(layout.folder("tmp")):
         if layout.condemned_of(path) is None and sweep.old(path):
             sweep.delete("tmp", path)

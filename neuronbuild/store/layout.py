@@ -8,6 +8,7 @@
 <root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
 <root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
 <root>/timings/<shape hex>/<unit key hex>.json  UnitTiming: how long a unit took to compile
+<root>/leases/<unit key hex>.json               a builder compiling that unit now (advice only)
 <root>/tmp/                                     temporary files of atomic writes
 <root>/tmp/condemned/<manifest hex>/<run hex>   a gc run is about to delete that manifest
 <root>/locks/refs/<name>/<tag>.lock             the lock of a ref's compare-and-swap (folders)
@@ -37,7 +38,18 @@ MAX_SMALL_BYTES = 4096
 NODE_STAMP = ".neuronbuild/layout.json"
 """In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
 
-KINDS = ("blobs", "units", "manifests", "refs", "history", "layouts", "timings", "tmp", "locks")
+KINDS = (
+    "blobs",
+    "units",
+    "manifests",
+    "refs",
+    "history",
+    "layouts",
+    "timings",
+    "leases",
+    "tmp",
+    "locks",
+)
 """Every top-level folder of a store; anything else under the root is not ours."""
 
 
@@ -122,6 +134,11 @@ class Layout:
         ):
             return None
         return "sha256:" + shape, "sha256:" + name.removesuffix(".json")
+
+    def lease(self, key: str) -> str:
+        """The lease of unit key ``key``: which builder compiles it now
+        (:mod:`neuronbuild.store.leases`)."""
+        return f"{self.root}/leases/{hex_of(key)}.json"
 
     def tmp(self, name: str) -> str:
         """A temporary object (``""``: the folder itself)."""
