@@ -7,7 +7,8 @@ written last), with a key derived from the engine arguments, in a fraction of a 
 
 Knobs (environment): ``CPU_DOUBLE_BUILDS`` a file each build appends one JSON line to (its
 engine arguments, process id and parent's), so a test can count builds across processes;
-``CPU_DOUBLE_SECONDS`` how long a build takes; ``CPU_DOUBLE_FAIL_SEQS`` a ``max_num_seqs``
+``CPU_DOUBLE_SECONDS`` how long a build takes; ``CPU_DOUBLE_GATE`` a file a build waits for
+before it starts (a test holds a build open so); ``CPU_DOUBLE_FAIL_SEQS`` a ``max_num_seqs``
 value whose build fails (exit 1 from the worker).
 
 ``LLM.generate`` answers each prompt with a JSON text of what it was given (engine arguments,
@@ -53,6 +54,9 @@ class LLM:
         self.engine_args = engine_args
         if str(engine_args.get("max_num_seqs")) == os.environ.get("CPU_DOUBLE_FAIL_SEQS"):
             raise RuntimeError("cpu double: told to fail this build")
+        gate = os.environ.get("CPU_DOUBLE_GATE")
+        while gate and not os.path.exists(gate):
+            time.sleep(0.05)
         time.sleep(float(os.environ.get("CPU_DOUBLE_SECONDS", "0")))
         text = json.dumps(engine_args, sort_keys=True)
         key = hashlib.sha256(text.encode()).hexdigest()[:10]
