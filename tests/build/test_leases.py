@@ -103,15 +103,31 @@ def test_gc_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path) -> None:
 # Two builders, as real processes with the CPU test double of vLLM.
 
 
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_builder_left() -> Iterator[None]:
+    """A test that fails while a builder waits (at the double's gate, or for a lease) ends it."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()  # neuronbuild ends its engine's process group on SIGTERM
+            proc.communicate(timeout=60)
+
+
 def start(*args: str, env: dict[str, str], err: Path) -> subprocess.Popen[str]:
     with open(err, "w") as stream:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "neuronbuild", *args],
             stdout=subprocess.PIPE,
             stderr=stream,
             text=True,
             env=env,
         )
+    STARTED.append(proc)
+    return proc
 
 
 def wait_until(what: Callable[[], bool], seconds: float = 60.0) -> None:
@@ -126,8 +142,10 @@ def statuses(out: str) -> dict[str, int]:
     return {status: n for status, n in counts.items() if n}
 
 
-def key_of(recipe: str) -> str:
-    return build_plan(load_recipe(recipe)).units[0].key.digest
+def lease_of(recipe: str, cache: Path) -> Path:
+    """Where the layout puts the lease of the recipe's (one) unit: ``leases/<key hex>.json``."""
+    key = build_plan(load_recipe(recipe)).units[0].key.digest
+    return cache / "leases" / f"{key.removeprefix('sha256:')}.json"
 
 
 def test_a_second_compile_of_one_recipe_waits_for_the_first_and_adopts_its_unit(
@@ -137,7 +155,7 @@ def test_a_second_compile_of_one_recipe_waits_for_the_first_and_adopts_its_unit(
     gate = tmp_path / "gate"
     env = double_env(tmp_path, CPU_DOUBLE_GATE=str(gate))
     cache = str(tmp_path / "store")
-    lease = Path(Store(cache, create=True).layout.lease(key_of(recipe)))
+    lease = lease_of(recipe, tmp_path / "store")
     args = ("compile", recipe, "--cache", cache, "--json")
     first = start(*args, env=env, err=tmp_path / "first.err")
     wait_until(lease.exists)  # the first builder holds the unit, its build held at the gate
@@ -159,7 +177,7 @@ def test_a_second_compile_of_one_recipe_waits_for_the_first_and_adopts_its_unit(
 def test_an_expired_lease_of_a_dead_builder_is_taken_over(tmp_path: Path) -> None:
     (recipe,) = write_recipes(tmp_path, [double_recipe("orphan")])
     cache = str(tmp_path / "store")
-    lease = Path(Store(cache, create=True).layout.lease(key_of(recipe)))
+    lease = lease_of(recipe, tmp_path / "store")
     lease.parent.mkdir(parents=True)
     lease.write_text(json.dumps(OTHER))
     os.utime(lease, (time.time() - 600, time.time() - 600))  # not renewed for 10 minutes
@@ -181,7 +199,7 @@ def test_a_unit_another_live_builder_holds_is_left_while_the_others_compile(
         tmp_path, [double_recipe("held", max_num_seqs=1), double_recipe("free", max_num_seqs=2)]
     )
     cache = str(tmp_path / "store")
-    lease = Path(Store(cache, create=True).layout.lease(key_of(held)))
+    lease = lease_of(held, tmp_path / "store")
     lease.parent.mkdir(parents=True)
     lease.write_text(json.dumps(OTHER))  # fresh: a live builder compiles it
     err = tmp_path / "err"
