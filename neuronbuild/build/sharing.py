@@ -12,6 +12,7 @@ other builder's unit failed) or expires (that builder died) is claimed again and
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
@@ -78,7 +79,9 @@ class Sharing:
         adopted: dict[str, UnitRecord] = {}
         waiting = list(units)
         said = ""
-        previous = catch_stop_signals(_interrupt)
+        # Handlers can be set on the main thread only (a library caller may run a build on another).
+        main = threading.current_thread() is threading.main_thread()
+        previous = catch_stop_signals(_interrupt) if main else {}
         try:
             while waiting:
                 found = self.store.cached_units((u.key.digest for u in waiting), repairing=True)

@@ -230,3 +230,74 @@ def test_a_dry_run_takes_no_lease(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "store" / "leases").exists()
+
+
+class _Ref:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _InlineRay:
+    """Just enough of Ray for :class:`RayExecutor`'s loop: each task runs when submitted."""
+
+    class exceptions:  # as Ray spells it
+        RayError = RuntimeError
+
+    def remote(self, **options: object) -> Callable[[Callable[..., object]], object]:
+        def wrap(fn: Callable[..., object]) -> object:
+            class Task:
+                def options(self, **given: object) -> Task:
+                    return self
+
+                def remote(self, *args: object) -> object:
+                    return _Ref(fn(*args))
+
+            return Task()
+
+        return wrap
+
+    def put(self, value: object) -> object:
+        return value
+
+    def get(self, ref: _Ref) -> object:
+        return ref.value
+
+    def wait(self, refs: list[object], **options: object) -> tuple[list[object], list[object]]:
+        return refs[:1], refs[1:]
+
+    def nodes(self) -> list[dict[str, object]]:
+        return [{"Alive": True, "Resources": {"CPU": 4.0}}]
+
+    def is_initialized(self) -> bool:
+        return True
+
+
+def test_the_ray_executor_claims_each_unit_before_submitting_it(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from neuronbuild.build.events import Silent
+    from neuronbuild.build.ray_executor import RayExecutor
+
+    held, free = write_recipes(
+        tmp_path, [double_recipe("held", max_num_seqs=1), double_recipe("free", max_num_seqs=2)]
+    )
+    units = [build_plan(load_recipe(r)).units[0] for r in (held, free)]
+    store = Store(str(tmp_path / "store"), create=True)
+    other, ours = Leases(store), Leases(store)
+    taken = other.take(units[0].key.digest)
+    ran: list[str] = []
+    executor = RayExecutor(None)
+    executor.ray = _InlineRay()
+    engine = build_plan(load_recipe(held)).engine
+    estimates = {u.key.digest: engine.estimate(len(u.graphs)) for u in units}
+    results = executor.run(
+        units,
+        lambda unit, groups: ran.append(unit.key.digest),
+        1,
+        Silent(),
+        estimates,
+        claim=lambda unit: ours.take(unit.key.digest),
+    )
+    assert [r.held for r in results] == [True, False] and ran == [units[1].key.digest]
+    assert ours.holder(units[1].key.digest) is None  # released once its task ended
+    assert taken is not None
+    taken.release()
