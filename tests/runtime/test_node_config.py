@@ -203,3 +203,40 @@ def test_a_unix_socket_is_not_taken_for_a_port(tmp_path: Path, busy_port: int) -
         "--port", str(busy_port), "--uds", str(tmp_path / "s.sock"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr  # vLLM binds the socket file, not the port
+
+
+# pull: the same node settings, the same one line (issue 20: a read-only tier exited 3, retried).
+
+
+@needs_mounts
+@pytest.mark.parametrize("fresh", [False, True], ids=["an-empty-tier", "a-tier-to-create"])
+def test_a_pull_into_a_read_only_local_tier_exits_2_naming_local_cache_before_fetching(
+    tmp_path: Path, fresh: bool
+) -> None:
+    _, store = built(tmp_path)
+    ro = tmp_path / "ro"
+    tier = ro / "tier" if fresh else ro
+    if not fresh:
+        Store(str(tier), create=True)
+    ro.mkdir(exist_ok=True)
+    args = ("pull", "tiny/latest", "--cache", str(store), "--local-cache", str(tier))
+    line = one_line(in_mounts(read_only_bind(ro), *args))
+    probed = tier if fresh else tier / "tmp"
+    assert line.startswith(f"error: local tier {probed}: cannot write in {ro} "), line
+    assert "Read-only file system" in line
+    assert "pass --local-cache with a folder this node may write" in line
+    assert fetched(tier) == []
+
+
+@needs_mounts
+def test_a_pull_writing_only_a_ref_into_a_read_only_tier_exits_2(tmp_path: Path) -> None:
+    _, store = built(tmp_path)
+    tier = tmp_path / "tier"
+    digest = Store(str(store)).resolve("tiny/latest")
+    by_digest = ("pull", digest, "--cache", str(store), "--local-cache", str(tier))
+    assert in_mounts([], *by_digest).returncode == 0  # every blob, but no ref
+    args = ("pull", "tiny/latest", "--cache", str(store), "--local-cache", str(tier))
+    line = one_line(in_mounts(read_only_bind(tier), *args))
+    assert line.startswith(f"error: local tier {tier}/tmp: "), line
+    assert "pass --local-cache" in line
+    assert in_mounts(read_only_bind(tier), *by_digest).returncode == 0  # nothing to write
