@@ -117,12 +117,16 @@ def check_listen(args: list[str]) -> None:
 
     Raises:
         NodeConfigInvalid: the port is in use, or the host is no address of this node (or does
-            not resolve), naming the option and the fix.
+            not resolve), naming the option and the fix (and, for vLLM's default port, that it
+            is the default: ``port 8000 (vLLM's default; pass --port)``).
     """
     address = listen_address(args)
     if address is None:
         return
     host, port = address
+    option = f"--port {port}"  # port 8000 when not given, which the operator may not know
+    if _last_value(args, "--port") is None:
+        option = f"port {port} (vLLM's default; pass --port)"
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:  # a host name, or "" for every interface
@@ -136,13 +140,13 @@ def check_listen(args: list[str]) -> None:
             why = exc.strerror or str(exc)
             if exc.errno == errno.EADDRINUSE:
                 raise NodeConfigInvalid(
-                    f"--port {port}: {where} is already in use on this node; pass --port with "
-                    "a free port, or stop the server holding it"
+                    f"{option} is in use on this node ({where}); pass --port with a free port, "
+                    "or stop the server holding it"
                 ) from None
             if exc.errno == errno.EACCES:
                 raise NodeConfigInvalid(
-                    f"--port {port}: this user may not listen on {where} ({why}); pass --port "
-                    "with a port above 1023"
+                    f"{option}: this user may not listen on {where} ({why}); pass --port with "
+                    "a port above 1023"
                 ) from None
             raise NodeConfigInvalid(
                 f"--host {host}: vLLM cannot listen on {where} ({why}); pass --host with an "
