@@ -10,7 +10,7 @@ from neuronbuild import envs
 from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
 from neuronbuild.store.cas import Store
-from neuronbuild.store.names import MIN_PREFIX_HEX
+from neuronbuild.store.names import MIN_PREFIX_HEX, Target
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.ui.console import echo_json
 from neuronbuild.ui.env_help import EnvHelpCommand
@@ -24,7 +24,7 @@ from neuronbuild.ui.options import (
 from neuronbuild.ui.progress import ByteProgress
 from neuronbuild.ui.verbosity import echo_notes, info
 
-from .node_config import check_node_folder
+from .node_config import check_local_tier
 from .serve import Prepared, ServeSource, exec_vllm, prepare
 from .serve_options import split_serve_args
 
@@ -62,9 +62,13 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
       neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
     """
     remote = Store(cache)
-    tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
     found = remote.resolve_target(target)
     digest = found.digest
+    if not Path(local_cache).is_dir():  # a tier to create: checked before any byte moves
+        check_local_tier(local_cache)
+    tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
+    if pull_writes(tiers, found):
+        check_local_tier(tiers.local)
     report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
@@ -87,6 +91,20 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
         )
 
 
+def pull_writes(tiers: TieredStore, found: Target) -> bool:
+    """Whether pulling ``found`` writes in the local tier: it lacks the manifest or one of its
+    blobs, or the ref points elsewhere there. A tier that holds it all may be read-only (a node
+    image's, checked by pulling again)."""
+    local = tiers.local
+    if tiers.remote is None:
+        return False  # the --cache store itself: refused by the fill
+    if not local.has_manifest(found.digest):
+        return True
+    if found.ref and local.get_ref(*found.ref) != found.digest:
+        return True
+    return bool(local.missing_blobs(tiers.get_manifest(found.digest).files()))
+
+
 def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStore:
     """The stores ``serve`` reads: ``--local-cache`` in front of ``--cache``; without it, a
     folder store alone (read-only is fine: files are linked or copied out of it), or the
@@ -103,8 +121,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
         return TieredStore(remote)
     local_url = local_cache or str(envs.user_cache() / "store")
     if not Path(local_url).is_dir():  # a tier to create: checked before any byte moves
-        fix = "pass --local-cache with a folder this node may write"
-        check_node_folder(Path(local_url), "local tier", fix)
+        check_local_tier(local_url)
         if dry_run:
             return TieredStore(remote)
     return TieredStore(Store(local_url, create=not dry_run), remote, progress=ByteProgress)

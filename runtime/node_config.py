@@ -16,6 +16,7 @@ from pathlib import Path
 
 from neuronbuild.errors import NoRoom, UserError
 from neuronbuild.folders import check_writable_folder
+from neuronbuild.store.cas import Store
 
 NOT_WRITABLE_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 """A write refused by the node's configuration (a read-only mount, permissions, an ACL)."""
@@ -52,6 +53,27 @@ def check_node_folder(folder: Path, what: str, fix: str) -> None:
         if room is not None:
             raise room.as_role(what) from None
         raise
+
+
+LOCAL_TIER_FIX = "pass --local-cache with a folder this node may write"
+"""The fix of a local tier this node may not write (``serve``, ``pull``)."""
+
+
+def check_local_tier(local: str | Store) -> None:
+    """Raise unless this node may write the local tier ``local``: a folder store, or the folder
+    one would be created in (``--local-cache``); its ``tmp/`` is probed, where every write of a
+    fetch starts (:func:`check_node_folder`). A store that is not a folder is not checked.
+
+    Raises:
+        NodeConfigInvalid: the tier is read-only or not this user's, naming ``--local-cache``.
+        NoRoom: its disk is full or over quota (exit 3).
+    """
+    if isinstance(local, Store):
+        if local.is_folder:
+            fix = f"{LOCAL_TIER_FIX} (now {local.url})"
+            check_node_folder(Path(local.layout.tmp("")), "local tier", fix)
+    else:
+        check_node_folder(Path(local), "local tier", LOCAL_TIER_FIX)
 
 
 def _last_value(args: list[str], option: str) -> str | None:
@@ -95,12 +117,16 @@ def check_listen(args: list[str]) -> None:
 
     Raises:
         NodeConfigInvalid: the port is in use, or the host is no address of this node (or does
-            not resolve), naming the option and the fix.
+            not resolve), naming the option and the fix (and, for vLLM's default port, that it
+            is the default: ``port 8000 (vLLM's default; pass --port)``).
     """
     address = listen_address(args)
     if address is None:
         return
     host, port = address
+    option = f"--port {port}"  # port 8000 when not given, which the operator may not know
+    if _last_value(args, "--port") is None:
+        option = f"port {port} (vLLM's default; pass --port)"
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:  # a host name, or "" for every interface
@@ -114,13 +140,13 @@ def check_listen(args: list[str]) -> None:
             why = exc.strerror or str(exc)
             if exc.errno == errno.EADDRINUSE:
                 raise NodeConfigInvalid(
-                    f"--port {port}: {where} is already in use on this node; pass --port with "
-                    "a free port, or stop the server holding it"
+                    f"{option} is in use on this node ({where}); pass --port with a free port, "
+                    "or stop the server holding it"
                 ) from None
             if exc.errno == errno.EACCES:
                 raise NodeConfigInvalid(
-                    f"--port {port}: this user may not listen on {where} ({why}); pass --port "
-                    "with a port above 1023"
+                    f"{option}: this user may not listen on {where} ({why}); pass --port with "
+                    "a port above 1023"
                 ) from None
             raise NodeConfigInvalid(
                 f"--host {host}: vLLM cannot listen on {where} ({why}); pass --host with an "

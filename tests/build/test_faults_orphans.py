@@ -11,42 +11,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
 from neuronbuild.build import tether
 from tests.build.test_liveness import BUCKETS, COMPILE_WITH_FAKE, LABELS
 from tests.conftest import REPO, neuron_recipe
+from tests.lib.build_processes import MARK, killed_leaves_nothing, processes_of, wait_for
 from tests.lib.claims import model_folder
-
-MARK = "NEURONBUILD_TEST_BUILD"
-"""The environment variable naming one test's build: every process of it carries it."""
-
-
-def processes_of(build: str) -> list[psutil.Process]:
-    """The live processes (zombies left out) whose environment names ``build``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARK) == build:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def wait_for(predicate: object, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def start_compile(tmp_path: Path, build: str) -> subprocess.Popen[bytes]:
@@ -75,19 +50,7 @@ def test_sigkill_of_compile_leaves_no_engine_or_compiler_process_behind(
     tmp_path: Path, whole_group: bool
 ) -> None:
     build = uuid.uuid4().hex
-    proc = start_compile(tmp_path, build)
-    try:
-        if whole_group:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-        proc.wait(10)
-        assert wait_for(lambda: not processes_of(build), 5), [
-            p.cmdline() for p in processes_of(build)
-        ]
-    finally:
-        for left in processes_of(build):
-            left.kill()
+    killed_leaves_nothing(start_compile(tmp_path, build), build, whole_group=whole_group)
 
 
 def test_sigterm_of_compile_ends_every_engine_and_compiler_process_and_exits_143(

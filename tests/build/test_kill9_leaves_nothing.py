@@ -3,7 +3,7 @@ it lands on (issue 20): an engine starting, engines compiling with compiler proc
 sessions of their own (``setsid``, as compile workers may), engines that have just exited
 leaving helpers that ignore SIGTERM (in the group and out of it), and the neuron double's
 engine with its engine-core helper. Each test marks its build with a variable that every
-process of it inherits and scans ``/proc`` for it (:func:`processes_of`)."""
+process of it inherits and scans ``/proc`` for it (:mod:`tests.lib.build_processes`)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import psutil
 import pytest
 import yaml
 
-from tests.build.test_faults_orphans import MARK, processes_of, wait_for
 from tests.build.test_liveness import BUCKETS, COMPILE_WITH_FAKE, LABELS
 from tests.conftest import REPO, neuron_recipe
+from tests.lib.build_processes import MARK, killed_leaves_nothing, processes_of, wait_for
 from tests.lib.claims import model_folder
 from tests.neuron_double import SITE
 
@@ -37,19 +37,6 @@ def started(
     argv += ["--log-dir", str(tmp_path / "logs")]
     full = {**os.environ, **env, MARK: build, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     return subprocess.Popen(argv, env=full, cwd=tmp_path, start_new_session=True)
-
-
-def killed_leaves_nothing(proc: subprocess.Popen[bytes], build: str) -> None:
-    """SIGKILL ``proc`` alone (not its group); then no process of ``build`` may be left."""
-    try:
-        proc.kill()
-        proc.wait(10)
-        assert wait_for(lambda: not processes_of(build), 5), [
-            p.cmdline() for p in processes_of(build)
-        ]
-    finally:
-        for left in processes_of(build):
-            left.kill()
 
 
 def with_fake(tmp_path: Path, build: str, behaviour: str) -> subprocess.Popen[bytes]:

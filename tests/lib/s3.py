@@ -4,7 +4,9 @@ environment that points s3fs, and child processes, at it."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 from collections.abc import Iterator
 
 from moto.server import ThreadedMotoServer
@@ -48,3 +50,31 @@ def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')
+"""Method and path in werkzeug's request log line (``"GET /b/k HTTP/1.1" 200 -``), maybe styled."""
+
+
+@contextlib.contextmanager
+def s3_requests() -> Iterator[list[tuple[str, str]]]:
+    """Every HTTP request a moto server of this process answers inside the block, from any
+    process (a command run as a child too), as ``(method, path with query)`` in the order
+    answered: read from werkzeug's request log, which moto's server writes one line a request."""
+    seen: list[tuple[str, str]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            found = REQUEST_LINE.search(record.getMessage())
+            if found:
+                seen.append((found[1], found[2]))
+
+    logger, handler = logging.getLogger("werkzeug"), Keep()
+    level = logger.level
+    logger.addHandler(handler)  # also keeps werkzeug from adding its own stderr handler
+    logger.setLevel(logging.INFO)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

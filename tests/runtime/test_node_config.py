@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from neuronbuild.errors import message_lines
 from neuronbuild.store.cas import Store
+from neuronbuild_runtime import node_config
 from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
 from tests.lib.faults import can_mount, in_mounts, read_only_bind
 
@@ -158,8 +160,23 @@ def test_a_port_in_use_exits_2_in_one_line_before_any_blob_is_fetched(
         "--port", str(busy_port), *dry_run,
     )  # fmt: skip
     line = one_line(result)
-    assert f"--port {busy_port}: 0.0.0.0:{busy_port} is already in use on this node" in line
+    assert f"--port {busy_port} is in use on this node (0.0.0.0:{busy_port})" in line
     assert fetched(tier) == [] and not (tmp_path / "root").exists()
+
+
+def test_vllms_default_port_in_use_is_named_as_the_default_with_the_option_to_pass(
+    busy_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(node_config, "DEFAULT_PORT", busy_port)  # not 8000: other tests use it
+    with pytest.raises(node_config.NodeConfigInvalid) as caught:
+        node_config.check_listen(["--model", "m"])  # no --port: serve --dry-run's default
+    [line] = message_lines(caught.value)
+    assert line.startswith(f"error: port {busy_port} (vLLM's default; pass --port) is in use "), (
+        line
+    )
+    with pytest.raises(node_config.NodeConfigInvalid) as caught:
+        node_config.check_listen(["--port", str(busy_port)])
+    assert str(caught.value).startswith(f"--port {busy_port} is in use on this node")
 
 
 def test_a_port_in_the_recipes_serve_section_is_checked_too(tmp_path: Path, busy_port: int) -> None:
@@ -170,7 +187,7 @@ def test_a_port_in_the_recipes_serve_section_is_checked_too(tmp_path: Path, busy
     data = cpu_recipe(cpu_isa="host", model=str(model), serve={"port": busy_port})
     publish_build(Store(str(store), create=True), data, tmp_path, "a")
     result = serve_without_vllm("--ref", "tiny/latest", "--cache", str(store), "--dry-run")
-    assert f"--port {busy_port}: " in one_line(result)
+    assert f"--port {busy_port} is in use on this node" in one_line(result)
     free = serve_without_vllm("--ref", "tiny/latest", "--cache", str(store), "--dry-run",
                               "--port", "0")  # fmt: skip
     assert free.returncode == 0, free.stderr  # the last --port wins, as in vLLM's parser
@@ -203,3 +220,40 @@ def test_a_unix_socket_is_not_taken_for_a_port(tmp_path: Path, busy_port: int) -
         "--port", str(busy_port), "--uds", str(tmp_path / "s.sock"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr  # vLLM binds the socket file, not the port
+
+
+# pull: the same node settings, the same one line (issue 20: a read-only tier exited 3, retried).
+
+
+@needs_mounts
+@pytest.mark.parametrize("fresh", [False, True], ids=["an-empty-tier", "a-tier-to-create"])
+def test_a_pull_into_a_read_only_local_tier_exits_2_naming_local_cache_before_fetching(
+    tmp_path: Path, fresh: bool
+) -> None:
+    _, store = built(tmp_path)
+    ro = tmp_path / "ro"
+    tier = ro / "tier" if fresh else ro
+    if not fresh:
+        Store(str(tier), create=True)
+    ro.mkdir(exist_ok=True)
+    args = ("pull", "tiny/latest", "--cache", str(store), "--local-cache", str(tier))
+    line = one_line(in_mounts(read_only_bind(ro), *args))
+    probed = tier if fresh else tier / "tmp"
+    assert line.startswith(f"error: local tier {probed}: cannot write in {ro} "), line
+    assert "Read-only file system" in line
+    assert "pass --local-cache with a folder this node may write" in line
+    assert fetched(tier) == []
+
+
+@needs_mounts
+def test_a_pull_writing_only_a_ref_into_a_read_only_tier_exits_2(tmp_path: Path) -> None:
+    _, store = built(tmp_path)
+    tier = tmp_path / "tier"
+    digest = Store(str(store)).resolve("tiny/latest")
+    by_digest = ("pull", digest, "--cache", str(store), "--local-cache", str(tier))
+    assert in_mounts([], *by_digest).returncode == 0  # every blob, but no ref
+    args = ("pull", "tiny/latest", "--cache", str(store), "--local-cache", str(tier))
+    line = one_line(in_mounts(read_only_bind(tier), *args))
+    assert line.startswith(f"error: local tier {tier}/tmp: "), line
+    assert "pass --local-cache" in line
+    assert in_mounts(read_only_bind(tier), *by_digest).returncode == 0  # nothing to write
