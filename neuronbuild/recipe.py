@@ -283,12 +283,13 @@ def _huge_ints(value: Any, path: str) -> list[RecipeError]:
 def _value_errors(args: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
     """Engine arguments whose value vLLM's command line would not give back as it is (see
     :func:`~neuronbuild.engines.vllm_args.value_problem`, judged by ``tables``, none when no
-    table fits the recipe's vLLM; the keys :class:`_Fields` types are left to it), and integers
-    outside int64."""
+    table fits the recipe's vLLM), and integers outside int64; the keys :class:`_Fields` types
+    are left to it."""
     errors = []
     for key, value in args.items():
-        typed = key in _Fields.model_fields or tables is None
-        problem = None if typed else value_problem(str(key), value, tables)
+        if key in _Fields.model_fields:
+            continue  # typed there, with their ranges
+        problem = None if tables is None else value_problem(str(key), value, tables)
         if problem is not None:
             errors.append(RecipeError(str(key), value, problem))
         else:
