@@ -3,6 +3,7 @@ another release's table; with no table for that vLLM, one warning says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,83 @@ def test_strict_does_not_refuse_a_trn2_recipe_for_this_hosts_missing_table(tmp_p
     result = neuronbuild("validate", "--strict", str(path))
     assert result.returncode == 0, result.stderr
     assert "no table of vllm 0.24.0" in result.stderr
+
+
+def fake_installed_vllm(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An installed ``vllm-fake 0.9.0`` (its ``.dist-info`` on ``sys.path``); its folder."""
+    info = site / "vllm_fake-0.9.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-fake\nVersion: 0.9.0\n")
+    (info / "RECORD").write_text(
+        "vllm_fake-0.9.0.dist-info/METADATA,,\nvllm_fake-0.9.0.dist-info/RECORD,,\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    return info
+
+
+def test_the_installed_parsers_tables_are_read_once_then_from_the_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 20: reading the installed vLLM's parser takes ~7 s a validate; the next process
+    reads the tables from ``$XDG_CACHE_HOME/neuronbuild`` instead, until the install changes, and
+    a corrupt entry is read again and rewritten."""
+    import os
+    import subprocess
+    from importlib import resources
+
+    from neuronbuild.data.vllm_data import ARG_TABLE_FILES
+
+    info = fake_installed_vllm(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = {
+        n: resources.files("neuronbuild.data").joinpath(n).read_text() for n in ARG_TABLE_FILES
+    }
+    children: list[list[str]] = []
+
+    def child(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        children.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(texts), stderr="")
+
+    monkeypatch.setattr(arg_sources.subprocess, "run", child)
+
+    def read() -> ArgTables | None:
+        arg_sources.read_installed.cache_clear()  # a new process
+        return arg_sources.read_installed("vllm-fake", "0.9.0")
+
+    first = read()
+    assert first is not None and len(children) == 1
+    assert first.types == arg_types()
+    (kept,) = (tmp_path / "cache" / "neuronbuild" / "vllm-arg-tables").iterdir()
+    assert kept.name.startswith("vllm-fake-0.9.0-")
+
+    second = read()
+    assert second is not None and second.types == first.types
+    assert len(children) == 1  # no child: read from the cache
+
+    kept.write_text('{"vllm_engine_args.txt": ')  # corrupt: ignored, read again, rewritten
+    assert read() is not None and len(children) == 2
+    assert json.loads(kept.read_text()) == texts
+    assert read() is not None and len(children) == 2
+
+    stat = (info / "RECORD").stat()
+    os.utime(info / "RECORD", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # reinstalled
+    assert read() is not None and len(children) == 3
+    assert len(list(kept.parent.iterdir())) == 2  # an entry per install, no temporary left
+
+
+def test_a_failed_read_of_the_parser_is_not_cached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import subprocess
+
+    fake_installed_vllm(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def child(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(arg_sources.subprocess, "run", child)
+    arg_sources.read_installed.cache_clear()
+    assert arg_sources.read_installed("vllm-fake", "0.9.0") is None
+    assert not (tmp_path / "cache" / "neuronbuild").exists()
+    arg_sources.read_installed.cache_clear()
