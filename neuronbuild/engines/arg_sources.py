@@ -134,11 +134,13 @@ def read_installed(distribution: str, version: str) -> ArgTables | None:
     return tables
 
 
-def arg_tables_for(distribution: str, pin: str | None) -> ArgSource:
+def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSource:
     """The tables that judge the engine arguments of a recipe whose engine runs vLLM from
     ``distribution`` pinned to ``pin`` (None: the recipe pins none, an error reported on its
     own; the tables shipped for ``distribution`` then stand in, if exactly one version is
-    shipped, so the arguments are still checked in the same pass)."""
+    shipped, so the arguments are still checked in the same pass). ``where``: the words saying
+    where that vLLM comes from and where its table can be read (the end of the warning given
+    when there is none; by default, install it here)."""
     shipped = {v: t for (d, v), t in shipped_arg_tables().items() if d == distribution}
     if pin is None:
         return ArgSource(next(iter(shipped.values())) if len(shipped) == 1 else None)
@@ -153,9 +155,10 @@ def arg_tables_for(distribution: str, pin: str | None) -> ArgSource:
             return ArgSource(own)
     have = ", ".join(f"{distribution} {v}" for v in sorted(shipped)) or "none"
     installed_words = f"{distribution} {installed}" if installed else f"no {distribution}"
+    where = where or f"install {distribution}=={pin} here, or validate where it is installed"
     return ArgSource(
         None,
         f"engine arguments: no table of {distribution} {pin}'s argument types and choices "
-        f"(shipped: {have}; installed here: {installed_words}), so only what every vLLM "
-        f"accepts was checked; validate where {distribution}=={pin} is installed to check all",
+        f"(shipped: {have}; installed here: {installed_words}), so only the checks that hold "
+        f"for every vLLM ran; {where}, to check them all",
     )
