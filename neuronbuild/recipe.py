@@ -212,8 +212,10 @@ class Recipe:
         return {**self.own_fields(), **self.engine_args}
 
 
-def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
-    known = set(OWN_KEYS) | engine_arg_names()
+def _check_keys(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
+    """Keys that are neither neuronbuild's nor an engine argument of the vLLM ``tables`` were
+    read from (the shipped list when no table fits the recipe's vLLM)."""
+    known = set(OWN_KEYS) | _engine_arg_names(tables)
     errors = []
     for key in data:
         if key in known:
@@ -234,18 +236,23 @@ def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
     return errors
 
 
+def _engine_arg_names(tables: ArgTables | None) -> set[str]:
+    return set(engine_arg_names() if tables is None else tables.defaults)
+
+
 def check_serve_section(
     value: Any, serving_only: frozenset[str], tables: ArgTables | None = None
 ) -> list[RecipeError]:
     """The ``serve:`` section: a mapping of vLLM server options (by ``dest``, e.g.
     ``chat_template``) that cannot change what was compiled: frontend options and the engine
-    arguments in ``serving_only``."""
+    arguments in ``serving_only``; names and values judged by ``tables``, the vLLM's the recipe
+    pins (the shipped ones when None)."""
     if value is None:
         return []
     if not isinstance(value, Mapping):
         return [RecipeError("serve", value, "must be a mapping of vLLM server options")]
-    dests = {o.dest for o in server_options().values()}
-    engine_args = engine_arg_names()
+    dests = {o.dest for o in (server_options() if tables is None else tables.options).values()}
+    engine_args = _engine_arg_names(tables)
     errors = []
     for key in value:
         name = str(key).replace("-", "_")
@@ -466,10 +473,10 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         raise RecipeInvalid(
             source, [RecipeError("<top level>", NOT_A_VALUE, "a recipe must be a YAML mapping")]
         )
-    errors = _check_keys(data)
+    arg_source = _arg_source(data)
+    errors = _check_keys(data, arg_source.tables)
     args = {k: v for k, v in data.items() if k not in OWN_KEYS}
     config_errors = _parse_additional_config(args)
-    arg_source = _arg_source(data)
     errors += _json_errors(args) + _value_errors(args, arg_source.tables)
     typed = _typed_fields(data)
     errors += typed.errors + config_errors + _pin_errors(_pins(data))

