@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from neuronbuild.data.vllm_data import ArgTables, engine_arg_names, server_options
+from neuronbuild.engines.arg_classes import SERVING_ONLY_ARGS
 from neuronbuild.engines.arg_sources import ArgSource
 from neuronbuild.engines.registry import engine_for, get_engine
 from neuronbuild.engines.vllm_args import value_problem
@@ -86,9 +87,30 @@ PLACEHOLDERS: dict[str, Any] = {
     "cpu_isa": "host",
     "revision": None,
 }
-"""Stand-ins for mistyped keys, so the engine's rules still run and every error is reported. The
-rules read none of these from the typed fields; ``revision`` they read from ``engine_args``, where
-a mistyped one stays as written, so they type-check it first (:meth:`Engine.validate`)."""
+"""Stand-ins for mistyped keys, so the engine's rules still run and every error is reported
+(:func:`parse_recipe`); the rules' errors about a key stood in are left out."""
+
+STAND_INS: dict[str, Any] = {
+    "model": "org/model",
+    "max_model_len": 4096,
+    "max_num_seqs": 8,
+}
+"""Stand-ins for the required engine arguments when one is missing or mistyped (any other key of
+:class:`_Fields` stands in with its default)."""
+
+CROSS_CHECKED = frozenset(
+    {
+        "tensor_parallel_size",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "block_size",
+        "seed",
+        "mm_encoder_only",
+    }
+)
+"""The typed engine arguments other rules compare with: a rule's error that names one stood in
+(in its hint) judged the stand-in, and is left out."""
 
 _PYDANTIC_HINTS = {
     "missing": "is required; add it to the recipe",
@@ -190,8 +212,10 @@ class Recipe:
         return {**self.own_fields(), **self.engine_args}
 
 
-def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
-    known = set(OWN_KEYS) | engine_arg_names()
+def _check_keys(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
+    """Keys that are neither neuronbuild's nor an engine argument of the vLLM ``tables`` were
+    read from (the shipped list when no table fits the recipe's vLLM)."""
+    known = set(OWN_KEYS) | _engine_arg_names(tables)
     errors = []
     for key in data:
         if key in known:
@@ -212,18 +236,23 @@ def _check_keys(data: Mapping[str, Any]) -> list[RecipeError]:
     return errors
 
 
+def _engine_arg_names(tables: ArgTables | None) -> set[str]:
+    return set(engine_arg_names() if tables is None else tables.defaults)
+
+
 def check_serve_section(
     value: Any, serving_only: frozenset[str], tables: ArgTables | None = None
 ) -> list[RecipeError]:
     """The ``serve:`` section: a mapping of vLLM server options (by ``dest``, e.g.
     ``chat_template``) that cannot change what was compiled: frontend options and the engine
-    arguments in ``serving_only``."""
+    arguments in ``serving_only``; names and values judged by ``tables``, the vLLM's the recipe
+    pins (the shipped ones when None)."""
     if value is None:
         return []
     if not isinstance(value, Mapping):
         return [RecipeError("serve", value, "must be a mapping of vLLM server options")]
-    dests = {o.dest for o in server_options().values()}
-    engine_args = engine_arg_names()
+    dests = {o.dest for o in (server_options() if tables is None else tables.options).values()}
+    engine_args = _engine_arg_names(tables)
     errors = []
     for key in value:
         name = str(key).replace("-", "_")
@@ -261,12 +290,13 @@ def _huge_ints(value: Any, path: str) -> list[RecipeError]:
 def _value_errors(args: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
     """Engine arguments whose value vLLM's command line would not give back as it is (see
     :func:`~neuronbuild.engines.vllm_args.value_problem`, judged by ``tables``, none when no
-    table fits the recipe's vLLM; the keys :class:`_Fields` types are left to it), and integers
-    outside int64."""
+    table fits the recipe's vLLM), and integers outside int64; the keys :class:`_Fields` types
+    are left to it."""
     errors = []
     for key, value in args.items():
-        typed = key in _Fields.model_fields or tables is None
-        problem = None if typed else value_problem(str(key), value, tables)
+        if key in _Fields.model_fields:
+            continue  # typed there, with their ranges
+        problem = None if tables is None else value_problem(str(key), value, tables)
         if problem is not None:
             errors.append(RecipeError(str(key), value, problem))
         else:
@@ -295,12 +325,29 @@ def _parse_additional_config(args: dict[str, Any]) -> list[RecipeError]:
     return []
 
 
+def _json_errors(args: Mapping[str, Any]) -> list[RecipeError]:
+    """Engine arguments whose value is no plain JSON data (a key cannot be computed over it)."""
+    errors = []
+    for key, value in args.items():
+        try:
+            canonical_json(value)
+        except (TypeError, ValueError):
+            errors.append(
+                RecipeError(
+                    str(key),
+                    str(value)[:60],
+                    "must be plain JSON data (no NaN or infinity, dates, or mixed key types); "
+                    "quote it as a string if vLLM expects one",
+                )
+            )
+    return errors
+
+
 def _arg_source(data: Mapping[str, Any]) -> ArgSource:
     """The vLLM tables that judge ``data``'s engine arguments: its engine's, for its pins (read
     from the raw mapping, so a mistyped field elsewhere does not hide them); none for a target
     that names no engine (an error of its own)."""
-    target = data.get("target")
-    engine_name = TARGET_ENGINES.get(target) if isinstance(target, str) else None
+    engine_name = _engine_name(data)
     if engine_name is None:
         return ArgSource(None)
     pins = data.get("toolchain")
@@ -312,8 +359,110 @@ def _arg_source(data: Mapping[str, Any]) -> ArgSource:
     return get_engine(engine_name).arg_source(toolchain)
 
 
+def _engine_name(data: Mapping[str, Any]) -> str | None:
+    """The engine of ``data``'s target; None for a target that names none (an error of its own)."""
+    target = data.get("target")
+    return TARGET_ENGINES.get(target) if isinstance(target, str) else None
+
+
+def _pins(data: Mapping[str, Any]) -> dict[str, str]:
+    """``data``'s ``toolchain`` as text (a mistyped pin, an error of its own, as written); empty
+    when it is no mapping."""
+    pins = data.get("toolchain")
+    return {str(k): str(v) for k, v in pins.items()} if isinstance(pins, Mapping) else {}
+
+
+def _pin_errors(toolchain: Mapping[str, str]) -> list[RecipeError]:
+    """A pin that is not one exact version (a range would let the build drift)."""
+    return [
+        RecipeError(
+            f"toolchain.{dist}", version, "must be one exact version (e.g. 2.13.0), no range"
+        )
+        for dist, version in toolchain.items()
+        if not EXACT_VERSION.match(version)
+    ]
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """The typed fields of a recipe (None when its target names no engine, so no engine's rules
+    can run), the type errors found, and the stand-in given for each key that failed."""
+
+    fields: _Fields | None
+    errors: list[RecipeError]
+    stand_ins: dict[str, Any]
+
+
+def _stand_in(key: str, data: Mapping[str, Any]) -> Any:
+    """What :class:`_Fields` key ``key`` holds for the rules when the recipe's value failed."""
+    if key == "toolchain":
+        return _pins(data)
+    if key in PLACEHOLDERS:
+        return PLACEHOLDERS[key]
+    if key in STAND_INS:
+        return STAND_INS[key]
+    return _Fields.model_fields[key].default
+
+
+def _typed_fields(data: Mapping[str, Any]) -> _Typed:
+    """:class:`_Fields` of ``data``, a stand-in (:func:`_stand_in`) for each key that failed, so
+    that the engine's rules still run on the rest and every error is reported in one pass."""
+    try:
+        return _Typed(_Fields.model_validate(data), [], {})
+    except ValidationError as exc:
+        errors = _pydantic_errors(exc, data)
+        failed = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+    if "target" in failed:
+        return _Typed(None, errors, {})
+    stand_ins = {key: _stand_in(key, data) for key in sorted(failed)}
+    try:
+        return _Typed(_Fields.model_validate({**data, **stand_ins}), errors, stand_ins)
+    except ValidationError:  # a stand-in that does not fit: report the type errors alone
+        return _Typed(None, errors, {})
+
+
+def _judged_a_stand_in(error: RecipeError, stand_ins: Mapping[str, Any]) -> bool:
+    """Whether an engine rule's ``error`` judged a stand-in rather than the recipe: it names a
+    key that was stood in, or (for the sizes other rules compare with, :data:`CROSS_CHECKED`)
+    names one in its hint (``max_num_batched_tokens (8192) is capped at max_model_len``)."""
+    root = re.split(r"[.\[]", error.field, maxsplit=1)[0]
+    if root in stand_ins and root != "toolchain":  # toolchain's stand-in keeps every pin
+        return True
+    return any(re.search(rf"\b{key}\b", error.hint) for key in CROSS_CHECKED & stand_ins.keys())
+
+
+def _engine_errors(
+    recipe: Recipe, fields: _Fields, stand_ins: Mapping[str, Any]
+) -> tuple[list[RecipeError], list[str]]:
+    """The engine's rules (and the ``engine`` key's) over ``recipe`` with ``stand_ins`` put in
+    place of the engine arguments that failed, leaving out what judged a stand-in."""
+    errors = []
+    if fields.engine is not None and fields.engine != recipe.engine:
+        errors.append(
+            RecipeError(
+                "engine",
+                fields.engine,
+                f"target {recipe.target} is compiled by engine '{recipe.engine}'; "
+                f"set engine: {recipe.engine} or drop the key",
+            )
+        )
+    args = {**recipe.engine_args, **{k: v for k, v in stand_ins.items() if k not in OWN_KEYS}}
+    judged = dataclasses.replace(
+        recipe, engine_args={k: v for k, v in args.items() if v is not None}
+    )
+    found, warnings = engine_for(recipe).validate(judged)
+    errors += [e for e in found if not _judged_a_stand_in(e, stand_ins)]
+    return errors, warnings
+
+
 def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     """Validate ``data`` (the loaded YAML) into a :class:`Recipe`.
+
+    Every check runs in one pass: a key that fails its type is replaced by a stand-in for the
+    checks after it (errors that only judge a stand-in are left out), a mistyped
+    ``additional_config`` by ``{}``, and a target that names no engine leaves out only the
+    engine's rules (toolchain pins, the ``serve:`` section and the engine arguments' types are
+    checked still).
 
     Raises:
         RecipeInvalid: with every problem found, one :class:`RecipeError` each: unknown keys
@@ -324,76 +473,34 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         raise RecipeInvalid(
             source, [RecipeError("<top level>", NOT_A_VALUE, "a recipe must be a YAML mapping")]
         )
-    errors = _check_keys(data)
+    arg_source = _arg_source(data)
+    errors = _check_keys(data, arg_source.tables)
     args = {k: v for k, v in data.items() if k not in OWN_KEYS}
     config_errors = _parse_additional_config(args)
-    shape_errors: list[RecipeError] = []
-    for key, value in args.items():
-        try:
-            canonical_json(value)
-        except (TypeError, ValueError):
-            shape_errors.append(
-                RecipeError(
-                    str(key),
-                    str(value)[:60],
-                    "must be plain JSON data (no NaN or infinity, dates, or mixed key types); "
-                    "quote it as a string if vLLM expects one",
-                )
-            )
-    arg_source = _arg_source(data)
-    shape_errors += _value_errors(args, arg_source.tables)
-    fields: _Fields | None = None
-    try:
-        fields = _Fields.model_validate(data)
-    except ValidationError as exc:
-        shape_errors += _pydantic_errors(exc, data)
-        failed = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-        if failed <= {*PLACEHOLDERS, "toolchain"}:
-            # The engine's rules do not read these: check the rest too, to report every error.
-            stand_in = {k: PLACEHOLDERS[k] for k in failed if k in PLACEHOLDERS}
-            if "toolchain" in failed:
-                pins = data.get("toolchain")
-                stand_in["toolchain"] = (
-                    {str(k): str(v) for k, v in pins.items()} if isinstance(pins, Mapping) else {}
-                )
-            fields = _Fields.model_validate({**data, **stand_in})
-    errors += shape_errors
-    if fields is None or config_errors:
-        # The engine's rules need these shapes; report what was found so far.
-        raise RecipeInvalid(source, errors + config_errors)
-    for dist, version in fields.toolchain.items():
-        if not EXACT_VERSION.match(version):
-            errors.append(
-                RecipeError(
-                    f"toolchain.{dist}",
-                    version,
-                    "must be one exact version (e.g. 2.13.0), no range",
-                )
-            )
-    engine_name = TARGET_ENGINES[fields.target]
-    if fields.engine is not None and fields.engine != engine_name:
-        errors.append(
-            RecipeError(
-                "engine",
-                fields.engine,
-                f"target {fields.target} is compiled by engine '{engine_name}'; "
-                f"set engine: {engine_name} or drop the key",
-            )
+    errors += _json_errors(args) + _value_errors(args, arg_source.tables)
+    typed = _typed_fields(data)
+    errors += typed.errors + config_errors + _pin_errors(_pins(data))
+    engine_name = _engine_name(data)
+    warnings: list[str] = []
+    serving_only = SERVING_ONLY_ARGS
+    recipe = None
+    if typed.fields is not None and engine_name is not None:
+        fields = typed.fields
+        recipe = Recipe(
+            name=fields.name,
+            target=fields.target,
+            engine=engine_name,
+            cpu_isa=fields.cpu_isa,
+            toolchain=dict(fields.toolchain),
+            engine_args=args,
+            source=source,
         )
-    recipe = Recipe(
-        name=fields.name,
-        target=fields.target,
-        engine=engine_name,
-        cpu_isa=fields.cpu_isa,
-        toolchain=dict(fields.toolchain),
-        engine_args=args,
-        source=source,
-    )
-    engine = engine_for(recipe)
-    engine_errors, warnings = engine.validate(recipe)
-    errors += engine_errors
-    errors += check_serve_section(data.get("serve"), engine.serving_only_args, arg_source.tables)
-    if errors:
+        stand_ins = {**typed.stand_ins, **({"additional_config": {}} if config_errors else {})}
+        engine_errors, warnings = _engine_errors(recipe, fields, stand_ins)
+        errors += engine_errors
+        serving_only = engine_for(recipe).serving_only_args
+    errors += check_serve_section(data.get("serve"), serving_only, arg_source.tables)
+    if errors or recipe is None:
         raise RecipeInvalid(source, errors)
     host = () if arg_source.warning is None else (arg_source.warning,)
     serve = {str(k).replace("-", "_"): v for k, v in (data.get("serve") or {}).items()}

@@ -9,18 +9,26 @@ this order, :func:`arg_tables_for` gives:
    writes it from that vLLM's own parser; ``regen --check`` keeps it equal to an installed one);
 2. the installed vLLM's own argument parser, when it is the pinned one and no table is shipped
    for it (read as ``regen.py`` reads it, in a child process so vLLM's import side effects, such
-   as its environment overrides, stay out of this one; 7-8 s, so once per process);
+   as its environment overrides, stay out of this one; 7-8 s, so once per process, and kept in
+   the user's cache folder for the next process, :func:`cached_tables`);
 3. otherwise none, with one warning: only what holds for every vLLM is checked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
+from neuronbuild import envs
 from neuronbuild.data.vllm_data import ArgTables, shipped_arg_tables
 from neuronbuild.engines.versions import installed_version, pin_matches, public_version
 
@@ -38,12 +46,58 @@ class ArgSource:
     warning: str | None = None
 
 
-@cache
-def read_installed(distribution: str, version: str) -> ArgTables | None:
-    """The argument tables of the installed vLLM (``distribution`` at ``version``), read from its
-    own parser by ``python -m neuronbuild.data.regen --print-arg-tables`` in a child process;
-    None when that fails (a vLLM that cannot build its parser, a test double on ``PYTHONPATH``).
-    Cached per process."""
+def cache_file(distribution: str, version: str) -> Path | None:
+    """Where the argument tables read from the installed ``distribution`` (at ``version``) are
+    kept: ``<user cache>/vllm-arg-tables/<dist>-<version>-<digest>.json``
+    (:func:`neuronbuild.envs.user_cache`), the digest over the version, the folder the
+    distribution is installed in and the modification times of its ``METADATA`` and ``RECORD``,
+    so a reinstall or an upgrade in place reads the parser again. None when the distribution or
+    those files cannot be found."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+        meta = [f for f in dist.files or () if f.name in ("METADATA", "RECORD")]
+        paths = sorted(Path(str(f.locate())).resolve() for f in meta)
+        stamps = [[str(p), p.stat().st_mtime_ns] for p in paths]
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+    if not stamps:
+        return None
+    digest = hashlib.sha256(json.dumps([distribution, version, stamps]).encode()).hexdigest()
+    return envs.user_cache() / "vllm-arg-tables" / f"{distribution}-{version}-{digest[:16]}.json"
+
+
+def _origin(distribution: str, version: str) -> str:
+    return f"{distribution} {version}, its own parser"
+
+
+def cached_tables(path: Path, distribution: str, version: str) -> ArgTables | None:
+    """The tables kept at ``path`` (:func:`cache_file`); None when there are none, or the file
+    cannot be read or parsed (it is then read again from the parser and rewritten)."""
+    try:
+        texts = json.loads(path.read_text())
+        return ArgTables.from_texts(texts, _origin(distribution, version))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def keep_tables(path: Path, texts: dict[str, str]) -> None:
+    """Write ``texts`` (the tables as ``regen --print-arg-tables`` prints them) to ``path``
+    atomically (a temporary file in its folder, then ``os.replace``); a cache that cannot be
+    written is no error (the next process reads the parser again)."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(texts, f)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _read_parser() -> dict[str, str] | None:
+    """The installed vLLM's tables as texts, from its own parser in a child process."""
     try:
         done = subprocess.run(
             [sys.executable, "-m", "neuronbuild.data.regen", "--print-arg-tables"],
@@ -53,16 +107,40 @@ def read_installed(distribution: str, version: str) -> ArgTables | None:
             check=True,
         )
         texts = json.loads(done.stdout)
-        return ArgTables.from_texts(texts, f"{distribution} {version}, its own parser")
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError, TypeError):
+    except (OSError, subprocess.SubprocessError, ValueError):
         return None
+    return texts if isinstance(texts, dict) else None
 
 
-def arg_tables_for(distribution: str, pin: str | None) -> ArgSource:
+@cache
+def read_installed(distribution: str, version: str) -> ArgTables | None:
+    """The argument tables of the installed vLLM (``distribution`` at ``version``), read from its
+    own parser by ``python -m neuronbuild.data.regen --print-arg-tables`` in a child process, or
+    from the user's cache folder when a process read them before (:func:`cache_file`); None when
+    the read fails (a vLLM that cannot build its parser, a test double on ``PYTHONPATH``), which
+    is not cached. Cached per process."""
+    path = cache_file(distribution, version)
+    if path is not None and (kept := cached_tables(path, distribution, version)) is not None:
+        return kept
+    texts = _read_parser()
+    if texts is None:
+        return None
+    try:
+        tables = ArgTables.from_texts(texts, _origin(distribution, version))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if path is not None:
+        keep_tables(path, texts)
+    return tables
+
+
+def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSource:
     """The tables that judge the engine arguments of a recipe whose engine runs vLLM from
     ``distribution`` pinned to ``pin`` (None: the recipe pins none, an error reported on its
     own; the tables shipped for ``distribution`` then stand in, if exactly one version is
-    shipped, so the arguments are still checked in the same pass)."""
+    shipped, so the arguments are still checked in the same pass). ``where``: the words saying
+    where that vLLM comes from and where its table can be read (the end of the warning given
+    when there is none; by default, install it here)."""
     shipped = {v: t for (d, v), t in shipped_arg_tables().items() if d == distribution}
     if pin is None:
         return ArgSource(next(iter(shipped.values())) if len(shipped) == 1 else None)
@@ -77,9 +155,10 @@ def arg_tables_for(distribution: str, pin: str | None) -> ArgSource:
             return ArgSource(own)
     have = ", ".join(f"{distribution} {v}" for v in sorted(shipped)) or "none"
     installed_words = f"{distribution} {installed}" if installed else f"no {distribution}"
+    where = where or f"install {distribution}=={pin} here, or validate where it is installed"
     return ArgSource(
         None,
         f"engine arguments: no table of {distribution} {pin}'s argument types and choices "
-        f"(shipped: {have}; installed here: {installed_words}), so only what every vLLM "
-        f"accepts was checked; validate where {distribution}=={pin} is installed to check all",
+        f"(shipped: {have}; installed here: {installed_words}), so only the checks that hold "
+        f"for every vLLM ran; {where}, to check them all",
     )

@@ -143,7 +143,15 @@ class Engine(ABC):
     def arg_source(self, toolchain: Mapping[str, str]) -> ArgSource:
         """The vLLM argument tables (types, choices, defaults) that judge a recipe with these
         ``toolchain`` pins (:func:`~neuronbuild.engines.arg_sources.arg_tables_for`)."""
-        return arg_tables_for(self.vllm_distribution, toolchain.get(self.vllm_distribution))
+        pin = toolchain.get(self.vllm_distribution)
+        where = "" if pin is None else self.vllm_origin(pin)
+        return arg_tables_for(self.vllm_distribution, pin, where)
+
+    def vllm_origin(self, pin: str) -> str:
+        """Where the vLLM this engine runs comes from at version ``pin``, and so where its
+        argument table can be read (the end of the warning when this host has none); empty:
+        ``pip install`` it here."""
+        return ""
 
     @abstractmethod
     def units(self, recipe: Recipe) -> list[UnitSpec]:

@@ -202,6 +202,14 @@ class NeuronEngine(Engine):
     unit_cpus: ClassVar[float] = 4.0
     unit_memory_gib: ClassVar[float] = 16.0
 
+    def vllm_origin(self, pin: str) -> str:
+        """vLLM-Neuron's vLLM ships with the Neuron SDK (the release :func:`toolchain_rules`
+        names), not as a package this host can install."""
+        return (
+            f"vllm {pin} ships with the Neuron SDK, which is not installable on this host: "
+            "validate on a Neuron host with that SDK release installed"
+        )
+
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         generic_errors, warnings = super().validate(recipe)
         errors, release_warnings = toolchain_rules(recipe.toolchain, self.required_toolchain)

