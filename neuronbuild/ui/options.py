@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from neuronbuild import envs
+from neuronbuild.human import count
 from neuronbuild.ui.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -123,7 +124,7 @@ def check_ref_move_options(
         raise click.UsageError(f"{given}: a shard moves no ref; give it to seal")
     if expect is not None and n_refs > 1:
         raise click.UsageError(
-            f"--expect: {n_refs} recipes move {n_refs} refs; give one recipe per command"
+            f"--expect: {count(n_refs, 'recipe')} move as many refs; give one recipe per command"
         )
 
 
