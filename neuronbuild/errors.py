@@ -85,6 +85,16 @@ class EnvInvalid(UserError):
     the variable: exit code 2."""
 
 
+class RefMovesBack(UserError):
+    """A shared ref would move to a manifest it pointed at before, and ``--rollback`` was not
+    given (issue 20, "push can move a shared ref backwards"): exit code 2, nothing moved."""
+
+
+class RefNotExpected(UserError):
+    """``--expect`` named another value than the ref holds (a compare-and-swap from the command
+    line that lost): exit code 2, nothing moved."""
+
+
 class StoreError(Exception):
     """The store (a folder or a remote URL) failed after retries, or does not exist: exit
     code 3."""

@@ -10,6 +10,7 @@ from neuronbuild import envs
 from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
 from neuronbuild.store.cas import Store
+from neuronbuild.store.moves import Moved
 from neuronbuild.store.names import MIN_PREFIX_HEX, Target
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.ui.console import echo_json
@@ -73,15 +74,26 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     ref = found.ref_text
+    previous = None
     if found.ref:
-        try:  # a ref the tier already holds is not written: a read-only tier is enough
-            tiers.local.set_ref(*found.ref, digest)
+        # A mirror of the remote's ref, moved back too when the remote rolled back (no
+        # --rollback here: neuronbuild.store.moves). A ref the tier already holds is not
+        # written: a read-only tier is enough.
+        try:
+            previous = tiers.local.set_ref(*found.ref, digest)
         except NoRoom as exc:
             raise exc.as_role("local tier") from None
     echo_notes(tiers.notes)
     if as_json:
         echo_json(
-            "pull", {"from": remote.url, "store": tiers.local.url, "ref": ref, **report.to_json()}
+            "pull",
+            {
+                "from": remote.url,
+                "store": tiers.local.url,
+                "ref": ref,
+                "previous": previous,
+                **report.to_json(),
+            },
         )
     else:
         click.echo(
@@ -89,6 +101,8 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
             f"{count(report.copied, 'blob')} fetched ({size(report.bytes)}), "
             f"{report.skipped} already there"
         )
+        if ref is not None:
+            click.echo(Moved(ref, previous, digest).line())
 
 
 def pull_writes(tiers: TieredStore, found: Target) -> bool:

@@ -29,7 +29,7 @@ from neuronbuild.build.report import (
     UnitOutcome,
 )
 from neuronbuild.build.scheduler import ProcessGroups, UnitFailed, UnitResult
-from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_plan
+from neuronbuild.build.seal import check_distinct_names, check_manifest_fits, seal_all
 from neuronbuild.build.seeds import SAME, keep_finished, seed_files
 from neuronbuild.build.shard import Shard, assign_units
 from neuronbuild.build.sharing import Sharing
@@ -46,6 +46,7 @@ from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.leases import Leases, LeaseTimes
+from neuronbuild.store.moves import ASK_NOTHING, Ask, precheck
 from neuronbuild.store.records import FileRecord, UnitRecord
 
 RETRY_BACKOFF_SECONDS = 30.0
@@ -336,6 +337,7 @@ def compile_recipes(
     observe: ObserverFactory = silent,
     reuse: Store | None = None,
     lease_times: LeaseTimes | None = None,
+    ask: Ask = ASK_NOTHING,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -350,7 +352,9 @@ def compile_recipes(
     nothing. ``executor``: where units run (default: worker threads here). ``observe`` makes the
     observer told of each unit's start and end and of the run's notes (default: none; the
     command line passes the ``ui`` wing's ``Progress``); ``stream`` is where a
-    previous build's unreadable entry is reported (default stderr).
+    previous build's unreadable entry is reported (default stderr). ``ask``: what the user
+    asked of each ref move (``--rollback``, ``--expect``: :mod:`neuronbuild.store.moves`); an
+    ``--expect`` the ref does not meet is refused before anything compiles.
 
     Another builder's units are shared, not compiled twice (:mod:`.sharing`): each unit is
     leased in ``store`` just before it starts; a unit another live builder holds is left while
@@ -368,6 +372,8 @@ def compile_recipes(
         EnvInvalid: ``$NEURONBUILD_HEARTBEAT_SECONDS`` is not a positive number (in a dry run
             too).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
+        RefMovesBack, RefNotExpected: a ref would move back, or does not hold what ``--expect``
+            says (units are published, manifests written, no ref moved).
     """
     start = time.monotonic()
     # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
@@ -388,6 +394,9 @@ def compile_recipes(
         for recipe, folder in zip(recipes, folders, strict=True)
     ]
     check_distinct_names([run.plan for run in runs])
+    if ask.expects and shard is None:  # refused now rather than after hours of compiling
+        for run in runs:
+            precheck(store, run.recipe.name, LATEST, None, ask)
     if reuse is not None:
         for run in runs:
             lacking = [u.key.digest for u in run.plan.units if u.key.digest not in run.records]
@@ -483,10 +492,13 @@ def compile_recipes(
                         unit, "failed", seconds=done.seconds, error=done.error, failure=done.failure
                     )
                 )
-        if shard is None and not report.failed:
-            report.manifest = seal_plan(run.plan, run.records, store, LATEST)
-            report.ref = f"{run.recipe.name}/{LATEST}"
         report.seconds = time.monotonic() - start
+    sealing = [run for run in runs if shard is None and not run.report.failed]
+    moves = seal_all([(run.plan, run.records) for run in sealing], store, LATEST, ask)
+    for run, moved in zip(sealing, moves, strict=True):
+        run.report.manifest, run.report.ref = moved.manifest, moved.ref
+        run.report.previous = moved.previous
+        run.report.seconds = time.monotonic() - start
     result.seconds = time.monotonic() - start
     return result
 

@@ -115,13 +115,15 @@ class UnitOutcome:
 @dataclass
 class CompileReport:
     """What ``compile`` did for one recipe: one outcome per unit of its plan, in plan order; the
-    ``manifest`` sealed and the ``ref`` moved (None: not sealed); ``blocked``: why compiling here
+    ``manifest`` sealed and the ``ref`` moved (None: not sealed) from ``previous`` (None: a
+    new ref, or not sealed); ``blocked``: why compiling here
     would be refused (dry run); ``sharded``: a shard's report (its totals count ``skipped``)."""
 
     name: str
     units: list[UnitOutcome] = field(default_factory=list)
     manifest: str | None = None
     ref: str | None = None
+    previous: str | None = None
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
@@ -152,6 +154,7 @@ class CompileReport:
             "name": self.name,
             "manifest": self.manifest,
             "ref": self.ref,
+            "previous": self.previous,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,
             "n_units": len(self.units),

@@ -22,6 +22,7 @@ from neuronbuild.human import count
 from neuronbuild.plan import Plan
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_RECORD_BYTES
+from neuronbuild.store.moves import ASK_NOTHING, Ask, Moved, move_ref, precheck
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 
 _SMALLEST_FILE = FileRecord("x", "sha256:" + "0" * 64, 0)
@@ -51,10 +52,11 @@ class MissingUnit:
 
 @dataclass
 class SealReport:
-    """What ``seal`` did: ``sealed`` (recipe name, manifest, ref) when every unit was present,
-    else ``missing`` and nothing written; ``seconds`` of wall time."""
+    """What ``seal`` did: ``sealed`` (recipe name, manifest, ref, the ref's previous value)
+    when every unit was present, else ``missing`` and nothing written; ``seconds`` of wall
+    time."""
 
-    sealed: list[dict[str, str]] = field(default_factory=list)
+    sealed: list[dict[str, str | None]] = field(default_factory=list)
     missing: list[MissingUnit] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -79,37 +81,77 @@ def check_distinct_names(plans: Sequence[Plan]) -> None:
         seen[name] = source
 
 
-def seal_plan(plan: Plan, records: Mapping[str, UnitRecord], store: Store, tag: str) -> str:
+def seal_plan(
+    plan: Plan,
+    records: Mapping[str, UnitRecord],
+    store: Store,
+    tag: str,
+    ask: Ask = ASK_NOTHING,
+) -> Moved:
     """Write ``plan``'s manifest (its recipe and the record of each of its units, from
-    ``records`` by unit key, in plan order) and move ``<name>/<tag>`` to it (compare-and-swap,
-    :meth:`~neuronbuild.store.cas.Store.set_ref`); returns the manifest's digest. The one place a
-    build is sealed: ``compile`` and ``seal`` both call it, once every unit is in the store.
+    ``records`` by unit key, in plan order) and move ``<name>/<tag>`` to it as ``ask`` allows;
+    returns the move (its ``manifest`` is the sealed digest). :func:`seal_all` for one plan.
 
     Raises:
         KeyError: a unit of the plan has no record (the caller checks first).
+        RefMovesBack, RefNotExpected: the ref was not moved (the manifest is written).
         StoreError: the store failed.
     """
-    manifest = Manifest(
-        plan.recipe.name,
-        plan.recipe.canonical(),
-        tuple(records[u.key.digest] for u in plan.units),
-    )
-    digest = store.put_manifest(manifest)
-    store.set_ref(plan.recipe.name, tag, digest)
-    return digest
+    return seal_all([(plan, records)], store, tag, ask)[0]
+
+
+def seal_all(
+    sealing: Sequence[tuple[Plan, Mapping[str, UnitRecord]]],
+    store: Store,
+    tag: str,
+    ask: Ask = ASK_NOTHING,
+) -> list[Moved]:
+    """Write each plan's manifest (its recipe and the record of each of its units, from its
+    records by unit key, in plan order), then move each ``<name>/<tag>`` to its manifest as
+    ``ask`` allows (:func:`neuronbuild.store.moves.move_ref`: compare-and-swap, a move back
+    refused); returns the moves, in plan order. The one place a build is sealed: ``compile``
+    and ``seal`` both call it, once every unit is in the store. Every move is checked
+    (:func:`~neuronbuild.store.moves.precheck`) before the first is made, so a refusal of one
+    recipe's move leaves every ref where it was (barring a writer in between).
+
+    Raises:
+        KeyError: a unit of a plan has no record (the caller checks first).
+        RefMovesBack, RefNotExpected: a ref was not moved (manifests are written: immutable,
+            named by their content, reached by no ref).
+        StoreError: the store failed.
+    """
+    digests = []
+    for plan, records in sealing:
+        manifest = Manifest(
+            plan.recipe.name,
+            plan.recipe.canonical(),
+            tuple(records[u.key.digest] for u in plan.units),
+        )
+        digests.append(store.put_manifest(manifest))
+    pairs = list(zip((plan.recipe.name for plan, _ in sealing), digests, strict=True))
+    if len(pairs) > 1:
+        for name, digest in pairs:
+            precheck(store, name, tag, digest, ask)
+    return [move_ref(store, name, tag, digest, ask) for name, digest in pairs]
 
 
 def seal_plans(
-    plans: Sequence[Plan], store: Store, *, tag: str, shards: int | None = None
+    plans: Sequence[Plan],
+    store: Store,
+    *,
+    tag: str,
+    shards: int | None = None,
+    ask: Ask = ASK_NOTHING,
 ) -> SealReport:
-    """Seal every plan (one manifest per recipe, ref ``<name>/<tag>`` moved by compare-and-swap)
-    if the store holds every unit of every plan with all its blobs; else report the missing
-    units, each with its owning shard out of ``shards`` (as ``compile --shard I/shards``
-    assigned it), and write nothing.
+    """Seal every plan (one manifest per recipe, ref ``<name>/<tag>`` moved by compare-and-swap
+    as ``ask`` allows) if the store holds every unit of every plan with all its blobs; else
+    report the missing units, each with its owning shard out of ``shards`` (as ``compile
+    --shard I/shards`` assigned it), and write nothing.
 
     Raises:
         UserError: two recipes share a name. StoreError: the store failed.
         StoreDataInvalid: a stored record is malformed.
+        RefMovesBack, RefNotExpected: a ref was not moved (see :func:`seal_plan`).
     """
     start = time.monotonic()
     check_distinct_names(plans)
@@ -139,10 +181,16 @@ def seal_plans(
             ]
         report.seconds = time.monotonic() - start
         return report
-    for plan in plans:
-        digest = seal_plan(plan, records, store, tag)
+    for plan, moved in zip(
+        plans, seal_all([(p, records) for p in plans], store, tag, ask), strict=True
+    ):
         report.sealed.append(
-            {"name": plan.recipe.name, "manifest": digest, "ref": f"{plan.recipe.name}/{tag}"}
+            {
+                "name": plan.recipe.name,
+                "manifest": moved.manifest,
+                "ref": moved.ref,
+                "previous": moved.previous,
+            }
         )
     report.seconds = time.monotonic() - start
     return report

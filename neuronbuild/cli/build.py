@@ -23,11 +23,13 @@ from neuronbuild.ui.env_help import EnvHelpCommand
 from neuronbuild.ui.logtail import tail_lines
 from neuronbuild.ui.options import (
     cache_option,
+    check_ref_move_options,
     dry_run_option,
     jobs_option,
     json_option,
     last_writer_wins_option,
     local_cache_option,
+    ref_move_options,
 )
 from neuronbuild.ui.verbosity import detail, echo_notes, key_text
 
@@ -261,6 +263,7 @@ def echo_unit(unit: UnitOutcome) -> None:
     "everything this build makes (blobs, records, manifest, <name>/latest) to the folder "
     "store DIR, for `neuronbuild push NAME/latest --from DIR` once the build succeeded.",
 )
+@ref_move_options
 @dry_run_option(
     "list each unit and whether it would compile, check the store, model, toolchain and log folder"
 )
@@ -277,6 +280,8 @@ def compile_(
     executor: str,
     address: str | None,
     stage: str | None,
+    rollback: bool,
+    expect: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -288,6 +293,8 @@ def compile_(
     installed versions differ from a recipe's toolchain pins or the host from its cpu_isa.
     Exits 1 when some units failed (the others are published, nothing is sealed), 3 when the
     store fails, 128+N on signal N (engine processes ended, nothing half-done published).
+    Refuses (exit 2) to move <name>/latest back to a manifest it pointed at before (an old
+    recipe compiled again) unless --rollback; --expect makes the move a compare-and-swap.
 
     \b
     Examples:
@@ -299,6 +306,7 @@ def compile_(
     from neuronbuild.build.compile import compile_recipes
     from neuronbuild.build.executor import executor_for
     from neuronbuild.build.shard import parse_shard
+    from neuronbuild.store import moves
     from neuronbuild.store.cas import LATEST, Store
     from neuronbuild.store.tiered import TieredStore
     from neuronbuild.ui.progress import Progress
@@ -306,6 +314,7 @@ def compile_(
     shard = parse_shard(shard_text) if shard_text is not None else None
     if shard is not None and local_cache:
         raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
+    check_ref_move_options(len(recipe_paths), rollback, expect, sharded=shard is not None)
     if stage is not None and (shard is not None or local_cache):
         given = "--shard" if shard is not None else "--local-cache"
         raise UserError(f"--stage: not with {given}; drop one of them")
@@ -319,6 +328,7 @@ def compile_(
     if stage is not None:  # read the shared store, write only the stage
         shared, store = store, Store(stage, create=not dry_run, missing_ok=dry_run)
         store.blobs_elsewhere = shared
+    ask = moves.Ask(rollback, moves.expected_digest(store, expect))
     local = None
     if local_cache:  # checked before hours of work; a dry run creates nothing
         local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
@@ -334,6 +344,7 @@ def compile_(
         executor=runner,
         observe=Progress,
         reuse=shared,
+        ask=ask,
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)
@@ -359,8 +370,9 @@ def compile_(
             )
             for line in format_table(dry_run_rows(report), indent="  ") if dry_run else []:
                 click.echo(line)
-            if report.manifest:
-                click.echo(f"sealed {report.manifest}; {report.ref} -> it in {store.url}")
+            if report.manifest and report.ref:
+                click.echo(f"sealed {report.manifest} in {store.url}")
+                click.echo(moves.Moved(report.ref, report.previous, report.manifest).line())
             elif report.blocked:
                 click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
         if dry_run:
@@ -398,6 +410,7 @@ def compile_(
     help="The N the shards ran with (compile --shard I/N), to name the shard owning each "
     "missing unit.",
 )
+@ref_move_options
 @json_option()
 def seal(
     recipe_paths: tuple[str, ...],
@@ -405,6 +418,8 @@ def seal(
     last_writer_wins: bool,
     tag: str,
     shards: int | None,
+    rollback: bool,
+    expect: str | None,
     as_json: bool,
 ) -> None:
     """Write each RECIPE's manifest and move its <name>/<tag> once every unit of every recipe
@@ -419,13 +434,17 @@ def seal(
       neuronbuild seal a.yaml b.yaml --cache s3://bucket/store --shards 3
     """
     from neuronbuild.build.seal import seal_plans
+    from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 
+    check_ref_move_options(len(recipe_paths), rollback, expect)
     recipes = [load_or_exit(path) for path in recipe_paths]
     for recipe in recipes:
         parse_ref(f"{recipe.name}/{tag}")
     store = Store(cache, last_writer_wins=last_writer_wins)
-    report = seal_plans([build_plan(r) for r in recipes], store, tag=tag, shards=shards)
+    ask = moves.Ask(rollback, moves.expected_digest(store, expect))
+    plans = [build_plan(r) for r in recipes]
+    report = seal_plans(plans, store, tag=tag, shards=shards, ask=ask)
     if as_json:
         echo_json("seal", {"store": store.url, **report.to_json()})
     else:
@@ -436,7 +455,10 @@ def seal(
                 err=True,
             )
         for sealed in report.sealed:
-            click.echo(f"sealed {sealed['manifest']}; {sealed['ref']} -> it in {store.url}")
+            click.echo(f"sealed {sealed['manifest']} in {store.url}")
+            click.echo(
+                moves.Moved(str(sealed["ref"]), sealed["previous"], str(sealed["manifest"])).line()
+            )
     if report.missing:
         owners = sorted({m.shard for m in report.missing if m.shard is not None})
         which = f" (shards {', '.join(map(str, owners))} of {shards})" if owners else ""

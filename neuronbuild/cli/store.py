@@ -17,6 +17,7 @@ from neuronbuild.ui.options import (
     jobs_option,
     json_option,
     last_writer_wins_option,
+    ref_move_options,
 )
 from neuronbuild.ui.verbosity import key_text
 
@@ -63,19 +64,30 @@ def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
 )
 @cache_option
 @last_writer_wins_option
+@ref_move_options
 @jobs_option("blob transfers", default=8)
 @json_option()
 def push(
-    target: str, source: str, cache: str, last_writer_wins: bool, jobs: int, as_json: bool
+    target: str,
+    source: str,
+    cache: str,
+    last_writer_wins: bool,
+    rollback: bool,
+    expect: str | None,
+    jobs: int,
+    as_json: bool,
 ) -> None:
     """Publish REF|MANIFEST from the --from store to --cache: blobs it lacks, unit records,
-    the manifest, then (for a REF) the same ref, moved by compare-and-swap.
+    the manifest, then (for a REF) the same ref, moved by compare-and-swap. A move back to a
+    manifest the ref pointed at before (an old job folder) is refused unless --rollback.
 
     \b
     Examples:
       neuronbuild push app/latest --from ./ci-store --cache s3://bucket/store
+      neuronbuild push app/latest --from ./ci-store --expect sha256:3f2a9c1b5d7e
     """
     from neuronbuild.errors import NoRoom, StoreDataInvalid
+    from neuronbuild.store import moves
     from neuronbuild.store.cas import Store
     from neuronbuild.store.transfer import copy_manifest
     from neuronbuild.ui.progress import ByteProgress
@@ -83,6 +95,11 @@ def push(
 
     src, dst = Store(source), Store(cache, last_writer_wins=last_writer_wins, create=True)
     found = src.resolve_target(target)
+    if found.ref is None and (rollback or expect is not None):
+        raise click.UsageError(f"--rollback and --expect move a ref; {target} names a manifest")
+    ask = moves.Ask(rollback, moves.expected_digest(dst, expect))
+    if found.ref:  # refused before any byte is copied; checked again as it moves
+        moves.precheck(dst, *found.ref, found.digest, ask)
     lacking = dst.missing_blobs(src.get_manifest(found.digest).blobs())
     absent = src.missing_blobs(lacking)
     if absent:  # a stage (compile --stage) names blobs of the store it read: not this one
@@ -95,19 +112,31 @@ def push(
     report = copy_manifest(src, dst, found.digest, jobs=jobs, progress=ByteProgress, what="push")
     echo_notes(list(report.notes))  # a corrupt copy the destination held, replaced
     ref = found.ref_text
+    moved = None
     if found.ref:
         try:
-            dst.set_ref(*found.ref, report.manifest)
+            moved = moves.move_ref(dst, *found.ref, report.manifest, ask)
         except NoRoom as exc:
             raise exc.as_role("destination store") from None
     if as_json:
-        echo_json("push", {"from": src.url, "store": dst.url, "ref": ref, **report.to_json()})
+        echo_json(
+            "push",
+            {
+                "from": src.url,
+                "store": dst.url,
+                "ref": ref,
+                "previous": moved.previous if moved else None,
+                **report.to_json(),
+            },
+        )
     else:
         click.echo(
             f"pushed {report.manifest}{f' ({ref})' if ref else ''} to {dst.url}: "
             f"{count(report.copied, 'blob')} copied ({size(report.bytes)}), "
             f"{report.skipped} already there"
         )
+        if moved is not None:
+            click.echo(moved.line())
 
 
 @click.command()
@@ -115,39 +144,49 @@ def push(
 @click.argument("destination", metavar="DST")
 @cache_option
 @last_writer_wins_option
+@ref_move_options
 @json_option()
-def tag(source: str, destination: str, cache: str, last_writer_wins: bool, as_json: bool) -> None:
+def tag(
+    source: str,
+    destination: str,
+    cache: str,
+    last_writer_wins: bool,
+    rollback: bool,
+    expect: str | None,
+    as_json: bool,
+) -> None:
     """Point ref DST (<name>/<tag>) at what SRC (a ref, a bare name, a manifest digest or its
     unique prefix) points at, by compare-and-swap. Promote with `tag app/latest app/prod`; roll
-    back by naming an older manifest from `ls --history`, as the second example does.
+    back to a manifest DST pointed at before (`ls --history`) with --rollback, as the second
+    example does; without it such a move is refused.
 
     \b
     Examples:
       neuronbuild tag app/latest app/prod --cache s3://bucket/store
-      neuronbuild tag 3f2a9c1b5d7e app/prod --cache s3://bucket/store
+      neuronbuild tag 3f2a9c1b5d7e app/prod --rollback --cache s3://bucket/store
+      neuronbuild tag app/latest app/prod --expect sha256:9e1f0c2a4b6d
     """
+    from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 
     store = Store(cache, last_writer_wins=last_writer_wins)
     digest = store.resolve(source)
     store.get_manifest(digest)
     name, ref_tag = parse_ref(destination)
-    before = store.get_ref(name, ref_tag)
-    store.move_ref(name, ref_tag, digest, before)
+    ask = moves.Ask(rollback, moves.expected_digest(store, expect))
+    moved = moves.move_ref(store, name, ref_tag, digest, ask)
     if as_json:
         echo_json(
             "tag",
             {
                 "store": store.url,
-                "ref": f"{name}/{ref_tag}",
-                "previous": before,
+                "ref": moved.ref,
+                "previous": moved.previous,
                 "manifest": digest,
             },
         )
-    elif before == digest:
-        click.echo(f"{name}/{ref_tag}: already at {digest}; nothing moved")
     else:
-        click.echo(f"{name}/{ref_tag}: {text(before)} -> {digest}")  # a result line: in full
+        click.echo(moved.line())  # a result line: digests in full
 
 
 @click.command(name="ls")

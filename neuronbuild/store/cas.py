@@ -540,9 +540,20 @@ class Store:
             return None
         return check_digest(data.decode(errors="replace").strip(), f"ref {name}/{tag}")
 
-    def move_ref(self, name: str, tag: str, digest: str, expected: str | None) -> None:
+    def move_ref(
+        self,
+        name: str,
+        tag: str,
+        digest: str,
+        expected: str | None,
+        check: Callable[[str | None], None] | None = None,
+    ) -> str | None:
         """Point ``<name>/<tag>`` at ``digest`` if it still points at ``expected`` (None: absent),
-        by compare-and-swap.
+        by compare-and-swap; returns the value it replaced (``expected``; equal to ``digest``
+        when the ref was there already and nothing moved).
+
+        ``check`` (a caller's policy, :mod:`neuronbuild.store.moves`) is called with the value
+        read for the swap, before anything is written, and refuses the move by raising.
 
         The move's history entry (its intent) is written first; then the manifest is refused if
         a gc run has condemned it (a marker younger than :data:`CONDEMNED_SECONDS` by the
@@ -565,7 +576,9 @@ class Store:
         if current != expected:
             raise RefConflict(f"{name}/{tag} points at {current}, not {expected}")
         if current == digest:
-            return
+            return current
+        if check is not None:
+            check(current)
         move = RefMove(time.time(), digest, current)
         intent = self.layout.history_entry(name, tag, time.time_ns(), digest)
         self.backend.create(intent, move.to_bytes())
@@ -584,6 +597,7 @@ class Store:
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
+        return current
 
     def _condemned(self, digest: str, intent: str) -> bool:
         """Whether a gc run's marker on ``digest`` holds: written less than
@@ -606,23 +620,30 @@ class Store:
         with contextlib.suppress(StoreError, UserError):
             self.backend.delete(intent)
 
-    def set_ref(self, name: str, tag: str, digest: str, attempts: int = 5) -> None:
+    def set_ref(
+        self,
+        name: str,
+        tag: str,
+        digest: str,
+        attempts: int = 5,
+        check: Callable[[str | None], None] | None = None,
+    ) -> str | None:
         """Move ``<name>/<tag>`` to ``digest`` by compare-and-swap, re-reading and retrying when
-        another writer moved it in between (the last writer wins, no move is lost from history).
+        another writer moved it in between (the last writer wins, no move is lost from history);
+        returns the value it replaced (None: the ref is new). ``check``: as :meth:`move_ref`
+        takes it, called again on each try with the value that try swaps from.
 
         Raises:
             RefConflict: still contended after ``attempts`` tries.
         """
-        for attempt in range(attempts):
+        for attempt in range(attempts - 1):
             try:
-                self.move_ref(name, tag, digest, self.get_ref(name, tag))
-                return
+                return self.move_ref(name, tag, digest, self.get_ref(name, tag), check)
             except RefConflict as exc:
-                if attempt == attempts - 1:
-                    raise
                 seconds = 0.05 * (attempt + 1)
                 retrying(attempt + 2, attempts, seconds, str(exc))
                 time.sleep(seconds)
+        return self.move_ref(name, tag, digest, self.get_ref(name, tag), check)
 
     def refs(self) -> dict[str, str]:
         """Every ref ``<name>/<tag>`` and the manifest it points at."""

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from neuronbuild import envs
+from neuronbuild.human import count
 from neuronbuild.ui.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verbosity
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,6 +87,45 @@ def last_writer_wins_option(f: F) -> F:
     has no atomic create or compare-and-swap (DESIGN.md, "Store"), accepting that of two
     concurrent writers the last one wins."""
     return click.option("--last-writer-wins", is_flag=True, help=LAST_WRITER_WINS_HELP)(f)
+
+
+ROLLBACK_HELP = (
+    "Allow moving the ref back to a manifest it pointed at before (ls --history); without it "
+    "such a move is refused (exit 2)."
+)
+EXPECT_HELP = (
+    "Move the ref only if it now holds DIGEST (sha256:<hex> or a unique prefix), or no "
+    "manifest at all (none); otherwise exit 2, nothing moved."
+)
+
+
+def ref_move_options(f: F) -> F:
+    """``--rollback`` and ``--expect DIGEST|none``: what every command that moves a shared ref
+    (``tag``, ``push``, ``compile``, ``seal``) lets the user ask of the move
+    (:class:`neuronbuild.store.moves.Ask`; issue 20, "push can move a shared ref backwards")."""
+    f = click.option("--expect", metavar="DIGEST|none", help=EXPECT_HELP)(f)
+    return click.option("--rollback", is_flag=True, help=ROLLBACK_HELP)(f)
+
+
+def check_ref_move_options(
+    n_refs: int, rollback: bool, expect: str | None, *, sharded: bool = False
+) -> None:
+    """Refuse :func:`ref_move_options` where they cannot mean one thing: ``--expect`` names
+    one ref's value, so not with ``n_refs`` refs moved at once (several recipes); a shard
+    (``sharded``) moves no ref at all.
+
+    Raises:
+        click.UsageError: naming the option and the fix (exit 2).
+    """
+    given = "--expect" if expect is not None else "--rollback" if rollback else None
+    if given is None:
+        return
+    if sharded:
+        raise click.UsageError(f"{given}: a shard moves no ref; give it to seal")
+    if expect is not None and n_refs > 1:
+        raise click.UsageError(
+            f"--expect: {count(n_refs, 'recipe')} move as many refs; give one recipe per command"
+        )
 
 
 def check_verbosity(verbose: bool, quiet: bool) -> int:

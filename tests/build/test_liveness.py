@@ -513,11 +513,13 @@ def test_a_ref_move_that_lost_a_race_says_it_retries(
     move = Store.move_ref
     raced: list[str] = []
 
-    def overtaken(self: Store, name: str, tag: str, to: str, expected: str | None) -> None:
+    def overtaken(
+        self: Store, name: str, tag: str, to: str, expected: str | None, check: object = None
+    ) -> str | None:
         if not raced:  # another builder moves the ref between our read and our swap
             raced.append(to)
             move(self, name, tag, other, expected)
-        move(self, name, tag, to, expected)
+        return move(self, name, tag, to, expected)
 
     monkeypatch.setattr(Store, "move_ref", overtaken)
     store.set_ref("tiny", "prod", digest)

@@ -57,6 +57,7 @@ OURS = {
     "neuronbuild.store.backends",
     "neuronbuild.store.cas",
     "neuronbuild.store.layout",
+    "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
     "neuronbuild.store.records",

@@ -44,7 +44,9 @@ def test_set_ref_gives_up_after_its_attempts_and_says_so(
     [digest] = distinct_manifests(store, tmp_path, 1)
     tries: list[str | None] = []
 
-    def always_overtaken(name: str, tag: str, target: str, expected: str | None) -> None:
+    def always_overtaken(
+        name: str, tag: str, target: str, expected: str | None, check: object = None
+    ) -> None:
         tries.append(expected)
         raise RefConflict(f"{name}/{tag} moved while moving it")
 

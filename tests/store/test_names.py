@@ -135,10 +135,11 @@ def test_commands_take_prefixes_and_bare_names_and_push_moves_the_named_ref(
     tagged = neuronbuild("tag", first[:15], "tiny/prod", "--cache", store.url)
     assert tagged.returncode == 0, tagged.stderr
     assert store.get_ref("tiny", "prod") == first
-    assert tagged.stdout == f"tiny/prod: - -> {first}\n"  # a result line: digests in full
+    assert tagged.stdout == f"tiny/prod: (new ref) -> {first}\n"  # a result line: digests in full
     moved = neuronbuild("tag", "tiny", "tiny/prod", "--cache", store.url)
     assert moved.stdout == f"tiny/prod: {first} -> {second}\n", moved.stderr
-    assert neuronbuild("tag", first, "tiny/prod", "--cache", store.url).returncode == 0
+    rolled = neuronbuild("tag", first, "tiny/prod", "--rollback", "--cache", store.url)
+    assert rolled.returncode == 0, rolled.stderr
     verified = neuronbuild("verify", first[7:19], "--cache", store.url)
     assert verified.returncode == 0, verified.stderr
     blobs = store.get_manifest(first).blobs()
