@@ -8,6 +8,7 @@ manifest or ref that points at missing data, whatever happens to this process.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -455,15 +456,17 @@ def compile_recipes(
         if todo and reuse is None:
             sharing = Sharing(store, Leases(store, lease_times), observer, outages)
         pending = todo
-        while pending and not outages:
-            claim = sharing.claim if sharing is not None else None
-            ran = runner.run(pending, work, at_once, observer, estimates, logs, claim)
-            results += [r for r in ran if not r.held]
-            held = [r.unit for r in ran if r.held]
-            if sharing is None or not held:
-                break
-            found, pending = sharing.wait_for(held)
-            adopted.update(found)
+        # One cluster connection for every round of claiming and waiting (Ray), none for nothing.
+        with runner.session() if pending else contextlib.nullcontext():
+            while pending and not outages:
+                claim = sharing.claim if sharing is not None else None
+                ran = runner.run(pending, work, at_once, observer, estimates, logs, claim)
+                results += [r for r in ran if not r.held]
+                held = [r.unit for r in ran if r.held]
+                if sharing is None or not held:
+                    break
+                found, pending = sharing.wait_for(held)
+                adopted.update(found)
     finally:
         observer.close()
     if outages:

@@ -1,4 +1,5 @@
-"""What a build tells whoever watches it, in plain fields: a unit started, a unit finished, a note.
+"""What a build tells whoever watches it, in plain fields: a unit started, a unit finished, a unit
+adopted (another builder compiled it), a note.
 
 The build wing never prints and never imports the terminal layer (the ``ui`` wing); the command
 line passes an observer (``ui/progress.py``'s ``Progress`` implements this protocol) and the
@@ -24,6 +25,10 @@ class BuildObserver(Protocol):
         """Unit ``key`` ended after ``seconds`` of its own run time; ``error``: why it failed,
         None when it succeeded."""
 
+    def adopted(self, key: str, label: str) -> None:
+        """Unit ``key`` (one of the run's ``total``, never started here) ended: another builder
+        compiled it and this run adopted its record."""
+
     def note(self, text: str) -> None:
         """One line a person should read before the units run (e.g. why fewer run at once)."""
 
@@ -44,6 +49,9 @@ class Silent:
         pass
 
     def finished(self, key: str, label: str, seconds: float, error: str | None) -> None:
+        pass
+
+    def adopted(self, key: str, label: str) -> None:
         pass
 
     def note(self, text: str) -> None:

@@ -12,9 +12,10 @@ Executors are found by name in :data:`EXECUTORS` (name -> import path -> install
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,16 @@ class Executor(ABC):
         """
         batch = Batch(units, work, jobs, observer, estimates, dict(logs or {}), claim)
         return self._execute(batch)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Hold what :meth:`run` connects to across several calls (a compile's rounds of
+        claiming and waiting); nothing for executors that connect to nothing.
+
+        Raises:
+            StoreError: the cluster cannot be reached.
+        """
+        yield
 
     @abstractmethod
     def _execute(self, batch: Batch) -> list[UnitResult]:

@@ -11,8 +11,10 @@ relative ``model`` resolves there) and credentials for the store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -85,6 +87,23 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None) -> None:
         self.ray: Any = ray
         self.address = address
+        self._held = False  # inside session(): run connects and shuts down nothing
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Connect once (or start one local cluster) for every :meth:`run` inside; shut a
+        cluster started here down at the end."""
+        if self._held:
+            yield
+            return
+        started = self._connect()
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+            if started:
+                self.ray.shutdown()
 
     def _connect(self) -> bool:
         """Connect (or start a local cluster); True when this call started the session."""
@@ -115,13 +134,8 @@ class RayExecutor(Executor):
             StoreError: the cluster cannot be reached, or a unit's publish hit a store failure
                 (raised once every unit has finished, as on local workers).
         """
-        ray = self.ray
-        started = self._connect()
-        try:
-            return self._run(ray, batch)
-        finally:
-            if started:
-                ray.shutdown()
+        with self.session():
+            return self._run(self.ray, batch)
 
     def _run(self, ray: Any, batch: Batch) -> list[UnitResult]:
         units, observer = batch.units, batch.observer

@@ -52,12 +52,15 @@ class Sharing:
             StoreError, StoreDataInvalid: the store failed (the unit fails; kept in ``outages``).
         """
         key = unit.key.digest
+        lease = None
         try:
             lease = self.leases.take(key)
             if lease is not None and self.store.cached_units([key], repairing=True):
                 lease.release()  # compiled by another builder since this run looked
                 return None
         except (StoreError, StoreDataInvalid) as exc:
+            if lease is not None:
+                lease.release()  # the unit fails here: another builder may take it now
             self.outages.append(exc)
             raise
         if lease is not None and lease.took_over is not None:
@@ -86,7 +89,7 @@ class Sharing:
             while waiting:
                 found = self.store.cached_units((u.key.digest for u in waiting), repairing=True)
                 for unit in (u for u in waiting if u.key.digest in found):
-                    self.observer.note(f"adopted {unit.label()}: another builder compiled it")
+                    self.observer.adopted(unit.key.digest, unit.label())
                 adopted.update(found)
                 waiting = [u for u in waiting if u.key.digest not in found]
                 holders = [self.leases.holder(u.key.digest) for u in waiting]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
 from fsspec.implementations.local import LocalFileSystem
@@ -157,11 +157,12 @@ class Backend(ABC):
             except FileNotFoundError:
                 return None
 
-    def modified(self, path: str) -> float | None:
-        """The object's modification time (seconds since the epoch), or None when absent."""
+    def modified(self, path: str, fresh: bool = False) -> float | None:
+        """The object's modification time (seconds since the epoch), or None when absent (or
+        the file system keeps none); ``fresh``: asked of the store, never of a cached listing."""
         with self._errors(f"cannot stat {path}"):
             try:
-                info = self.fs.info(path)
+                info = self._fresh_info(path) if fresh else self.fs.info(path)
             except FileNotFoundError:
                 return None
         return _modified_of(info)
@@ -245,6 +246,20 @@ class Backend(ABC):
         Raises:
             SwapConflict: it changed in between.
         """
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        """Delete ``path`` if it is still at version ``token`` (from :meth:`read_versioned`);
+        True if this call deleted it. This base version reads, compares and deletes: another
+        writer may change it in between (the last-writer-wins stores' race); folders and S3
+        delete conditionally.
+
+        Raises:
+            StoreError: the file system failed.
+        """
+        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:
+            return False
+        self.delete(path)
+        return True
 
 
 def _modified_of(info: dict[str, Any]) -> float | None:
@@ -364,14 +379,49 @@ class FolderBackend(Backend):
             os.replace(local, path)
             _fsync_dir(path)
 
-    def swap(self, path: str, data: bytes, token: Any) -> None:
+    LOCK_SECONDS = 60.0
+    """How long a compare-and-swap waits for another's lock of the same path."""
+
+    @contextlib.contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        """Hold the lock :meth:`swap` and :meth:`delete_if` take on ``path``.
+
+        Raises:
+            StoreError: the lock cannot be made, or another holds it past :data:`LOCK_SECONDS`.
+        """
         lock = self.layout.ref_lock(path)
-        os.makedirs(os.path.dirname(lock), exist_ok=True)
-        with FileLock(lock, timeout=60):
+        held = FileLock(lock, timeout=self.LOCK_SECONDS)
+        with self._errors(f"cannot lock {path}"):
+            try:
+                os.makedirs(os.path.dirname(lock), exist_ok=True)
+                held.acquire()
+            except Timeout:
+                raise StoreError(
+                    f"{self.url}: cannot lock {path}: {lock} held for over "
+                    f"{self.LOCK_SECONDS:g} s (a stuck writer? delete the lock file if none runs)"
+                ) from None
+            except FileExistsError as exc:  # a file where the lock's folder goes
+                raise StoreError(f"{self.url}: cannot lock {path}: {exc}") from None
+        try:
+            yield
+        finally:
+            with self._errors(f"cannot unlock {path}"):
+                held.release()
+
+    def swap(self, path: str, data: bytes, token: Any) -> None:
+        with self._locked(path):
             current, _ = self.read_versioned(path, MAX_SMALL_BYTES)
             if current != token:
                 raise SwapConflict(f"{path} changed while moving it")
             self.put(path, data)
+
+    def delete_if(self, path: str, token: Any) -> bool:
+        with self._locked(path):
+            current, _ = self.read_versioned(path, MAX_SMALL_BYTES)
+            if current is None or current != token:
+                return False
+            self.delete(path)
+            return True
 
 
 class _RetriedReads:
@@ -560,6 +610,23 @@ class ObjectBackend(Backend):
         if not self._put_if(path, data, **condition):
             raise SwapConflict(f"{path} changed while moving it")
 
+    def delete_if(self, path: str, token: Any) -> bool:
+        # DeleteObject with If-Match (S3 since 2025): 412 when another wrote it since. A store
+        # that ignores the header deletes anyway (the base version's race, no worse).
+        bucket, _, key = path.partition("/")
+        with self._errors(f"cannot delete {path}"):
+            try:
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=token)
+            except FileNotFoundError:
+                return False
+            except Exception as exc:
+                if _is_precondition_failure(exc):
+                    return False
+                raise
+            finally:
+                self.fs.invalidate_cache(path)
+        return True
+
 
 class LastWriterWinsBackend(Backend):
     """Any other writable fsspec file system, by explicit opt-in: check-then-write, may race."""
@@ -609,8 +676,8 @@ class ReadOnly(Backend):
     def size(self, path: str) -> int | None:
         return self.inner.size(path)
 
-    def modified(self, path: str) -> float | None:
-        return self.inner.modified(path)
+    def modified(self, path: str, fresh: bool = False) -> float | None:
+        return self.inner.modified(path, fresh)
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
@@ -651,6 +718,9 @@ class ReadOnly(Backend):
         raise self._refuse()
 
     def delete(self, path: str) -> None:
+        raise self._refuse()
+
+    def delete_if(self, path: str, token: Any) -> bool:
         raise self._refuse()
 
 

@@ -226,8 +226,10 @@ def collect_garbage(
         named = layout.timing_of(path)
         if (named is None or named[1] not in live_units) and sweep.old(path):
             sweep.delete("timings", path)
-    for path in expired_leases(store, now):  # their builders died (a lease is renewed)
-        sweep.delete("leases", path)
+    for path, token in expired_leases(store, now).items():  # their builders died
+        # Only the expired version: one another builder took over since stays.
+        if dry_run or store.backend.delete_if(path, token):
+            report.deleted.setdefault("leases", []).append(path)
     for path in store.backend.find(layout.folder("tmp")):
         if layout.condemned_of(path) is None and sweep.old(path):
             sweep.delete("tmp", path)

@@ -4,10 +4,13 @@ same recipe against the same store takes other units, or waits, instead of compi
 A lease is one small object per unit key (:meth:`~neuronbuild.store.layout.Layout.lease`)
 naming its owner (host, process id and a random token) and when it was taken. It is taken by a
 create-if-absent, renewed by a compare-and-swap that rewrites it (a fresh modification time)
-every :data:`RENEW_SECONDS` from a thread of the owner, and deleted when the unit ends. A lease
-whose modification time is older than :data:`LEASE_SECONDS` by the store's clock is expired (its
-builder died: the renew thread dies with it) and is taken over by compare-and-swap, never by
-delete-then-create, so two builders cannot both take it over.
+every :data:`RENEW_SECONDS` from a thread of the owner, and deleted when the unit ends, by a
+conditional delete (:meth:`~neuronbuild.store.backends.Backend.delete_if`: only the version its
+owner read, never one another builder took over since). A lease whose modification time is older
+than :data:`LEASE_SECONDS` by the store's clock is expired (its builder died: the renew thread
+dies with it) and is taken over by compare-and-swap, never by delete-then-create, so two builders
+cannot both take it over. Where the store keeps no modification times, the ``taken`` time the
+lease holds (its owner's clock, rewritten by each renewal) stands in.
 
 A lease is advice only: the unit record stays the truth. A unit whose record is in the store is
 never compiled again, whoever holds its lease, and a lost lease (renewals failing for longer
@@ -119,8 +122,8 @@ class Leases:
         data, token = self.backend.read_versioned(path, MAX_SMALL_BYTES)
         if data is None:
             return None
-        modified = self.backend.modified(path)
-        expired = modified is not None and modified < self._now() - self.times.lease
+        when = renewed(self.store, path, data)
+        expired = when is not None and when < self._now() - self.times.lease
         return Owner.parse(data), token, expired
 
     def take(self, key: str) -> Lease | None:
@@ -169,14 +172,50 @@ class Leases:
         return True
 
     def release(self, key: str) -> None:
-        """Delete this builder's lease of ``key`` (a store failure leaves it to expire)."""
+        """Delete this builder's lease of ``key``, the version it read only: one another builder
+        took over in between stays (a store failure leaves it to expire)."""
         with contextlib.suppress(StoreError, StoreDataInvalid):
-            if self._ours(key) is not None:
-                self.backend.delete(self.store.layout.lease(key))
+            token = self._ours(key)
+            if token is not None:
+                self.backend.delete_if(self.store.layout.lease(key), token)
 
 
-def expired_leases(store: Store, now: float, lease_seconds: float = LEASE_SECONDS) -> list[str]:
-    """The lease objects older than ``lease_seconds`` at ``now`` (store clock, seconds since
-    the epoch): builders that died holding them (``gc`` deletes them)."""
+def renewed(store: Store, path: str, data: bytes) -> float | None:
+    """When the lease at ``path`` holding ``data`` was last taken or renewed (seconds since the
+    epoch): its modification time (the store's clock, asked of the store), else the ``taken``
+    time it holds (its owner's clock; None when it holds none)."""
+    modified = store.backend.modified(path, fresh=True)
+    if modified is not None:
+        return modified
+    try:
+        return float(json.loads(data)["taken"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def expired_leases(
+    store: Store, now: float, lease_seconds: float = LEASE_SECONDS
+) -> dict[str, Any]:
+    """The lease objects not renewed for ``lease_seconds`` at ``now`` (store clock, seconds
+    since the epoch), by path, each with the version token of the expired version (for
+    :meth:`~neuronbuild.store.backends.Backend.delete_if`): builders that died holding them
+    (``gc`` deletes them). Each one listed as expired is read again, then its time asked again,
+    so one taken over since the listing is left out.
+
+    Raises:
+        StoreError: the store failed.
+    """
     times = store.backend.list_modified(store.layout.folder("leases"))
-    return sorted(p for p, when in times.items() if when is not None and when < now - lease_seconds)
+    found: dict[str, Any] = {}
+    for path, listed in sorted(times.items()):
+        if listed is not None and listed >= now - lease_seconds:
+            continue  # live by the listing: no read needed
+        try:
+            data, token = store.backend.read_versioned(path, MAX_SMALL_BYTES)
+        except StoreDataInvalid:
+            continue  # not a lease this code wrote; gc leaves what it cannot read
+        # Read first, then timed: a version renewed after the read is seen fresh here.
+        when = renewed(store, path, data) if data is not None else None
+        if when is not None and when < now - lease_seconds:
+            found[path] = token
+    return found

@@ -208,6 +208,20 @@ class Progress:
             if self.live:
                 self._update()
 
+    def adopted(self, key: str, label: str) -> None:
+        """Count unit ``key`` done, compiled by another builder, and say so with the counts so
+        far (an ``adopted`` line; not under ``-q``). Thread-safe."""
+        with self._lock:
+            self.done += 1
+            self._line(
+                f"adopted  {label} ({short(key)}): another builder compiled it; "
+                f"{self.done + self.failed}/{self.total} finished, {self.running} running, "
+                f"{self.failed} failed"
+            )
+            self.bar.update(1)
+            if self.live:
+                self._update()
+
     def note(self, text: str) -> None:
         """Print ``neuronbuild: <text>`` (what a person should read before the units run),
         above the bar on a terminal; under ``-q`` too, as a warning is."""

@@ -5,8 +5,10 @@ leases. The leases themselves are tested on a folder and on S3 (moto)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,12 +17,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
+from neuronbuild.build.events import Silent
+from neuronbuild.build.sharing import Sharing
+from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
+from neuronbuild.store.backends import FolderBackend
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.leases import Leases, LeaseTimes
+from neuronbuild.store.leases import Leases, LeaseTimes, Owner
+from neuronbuild.ui.progress import Progress
 from tests.build.test_shards import builds, double_env, double_recipe, write_recipes
 from tests.lib.s3 import moto_s3
 
@@ -85,6 +93,120 @@ def test_a_renewed_lease_outlives_its_expiry(store: Store) -> None:
     time.sleep(3.5)
     assert Leases(store, times).take(KEY) is None
     lease.release()
+
+
+def ahead(store: Store) -> Leases:
+    """A builder whose clock runs 1000 s ahead: every lease it reads is expired to it."""
+    racer = Leases(store)
+    racer._offset = 1000.0
+    return racer
+
+
+def test_a_release_spares_a_lease_taken_over_after_its_owner_read_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = Leases(store)
+    stale = old.take(KEY)
+    assert stale is not None
+    racer, taken = ahead(store), []
+    ours = old._ours
+
+    def read_then_taken_over(key: str) -> object:
+        token = ours(key)
+        taken.append(racer.take(key))  # between the owner's read and its delete
+        return token
+
+    monkeypatch.setattr(old, "_ours", read_then_taken_over)
+    stale.release()
+    assert taken[0] is not None and taken[0].took_over == old.owner
+    assert Leases(store).holder(KEY) == racer.owner
+    taken[0].release()
+    assert Leases(store).holder(KEY) is None
+
+
+def test_a_lease_expires_by_its_taken_time_where_the_store_keeps_no_times(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.backend, "modified", lambda path, fresh=False: None)
+    assert store.backend.create(store.layout.lease(KEY), json.dumps(OTHER).encode())
+    times = LeaseTimes(lease=1.5, renew=0.3)
+    lease = Leases(store, times).take(KEY)  # taken at 0: long dead
+    assert lease is not None and lease.took_over == Owner("other-host", 4242, "t0")
+    time.sleep(2.0)  # renewals rewrite the taken time
+    assert Leases(store, times).take(KEY) is None
+    lease.release()
+
+
+def test_a_folder_swap_whose_lock_fails_is_a_store_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    leases = Leases(store)
+    lease = leases.take(KEY)
+    assert lease is not None
+    path = store.layout.lease(KEY)
+    monkeypatch.setattr(FolderBackend, "LOCK_SECONDS", 0.1)
+    with FileLock(store.layout.ref_lock(path)), pytest.raises(StoreError, match="held for over"):
+        leases.renew(KEY)  # another process holds its lock
+    shutil.rmtree(tmp_path / "store" / "locks")
+    (tmp_path / "store" / "locks").write_text("")  # the lock's folder cannot be made
+    with pytest.raises(StoreError, match="cannot lock"):
+        leases.renew(KEY)
+    with pytest.raises(StoreError, match="cannot lock"):
+        store.backend.delete_if(path, b"")
+
+
+def test_a_claim_whose_record_check_fails_releases_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (recipe,) = write_recipes(tmp_path, [double_recipe("flaky")])
+    unit = build_plan(load_recipe(recipe)).units[0]
+    store = Store(str(tmp_path / "store"), create=True)
+    outages: list[StoreError | StoreDataInvalid] = []
+    sharing = Sharing(store, Leases(store), Silent(), outages)
+
+    def fails(*args: object, **kwargs: object) -> object:
+        raise StoreError("the store went away")
+
+    monkeypatch.setattr(store, "cached_units", fails)
+    with pytest.raises(StoreError):
+        sharing.claim(unit)
+    assert len(outages) == 1
+    assert not Path(store.layout.lease(unit.key.digest)).exists()
+
+
+def test_an_adopted_unit_counts_toward_the_progress_total() -> None:
+    stream = io.StringIO()
+    progress = Progress(2, stream=stream)
+    progress.adopted(KEY, "dynamic")
+    progress.close()
+    assert "adopted  dynamic (" in stream.getvalue()
+    assert "another builder compiled it; 1/2 finished, 0 running, 0 failed" in stream.getvalue()
+    assert progress.done == 1
+
+
+def test_gc_spares_a_lease_taken_over_after_its_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    dead = Path(store.layout.lease(KEY))
+    dead.parent.mkdir(parents=True, exist_ok=True)
+    dead.write_text(json.dumps(OTHER))
+    os.utime(dead, (time.time() - 600, time.time() - 600))
+    racer, taken = ahead(store), []
+    listing = store.backend.list_modified
+
+    def listed_then_taken_over(prefix: str) -> dict[str, float | None]:
+        found = listing(prefix)
+        if prefix == store.layout.folder("leases"):
+            taken.append(racer.take(KEY))  # between gc's listing and its delete
+        return found
+
+    monkeypatch.setattr(store.backend, "list_modified", listed_then_taken_over)
+    report = collect_garbage(store)
+    assert taken[0] is not None and "leases" not in report.deleted
+    assert Leases(store).holder(KEY) == racer.owner
+    taken[0].release()
 
 
 def test_gc_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path) -> None:
@@ -167,7 +289,8 @@ def test_a_second_compile_of_one_recipe_waits_for_the_first_and_adopts_its_unit(
     out2, _ = second.communicate(timeout=120)
     err2 = (tmp_path / "second.err").read_text()
     assert (first.returncode, second.returncode) == (0, 0), err2
-    assert f"pid {first.pid})" in err2 and "adopted dynamic: another builder compiled it" in err2
+    assert f"pid {first.pid})" in err2 and "adopted  dynamic (" in err2
+    assert "another builder compiled it; 1/1 finished" in err2  # the progress reaches its total
     assert builds(tmp_path) == {4: 1}  # built once in all
     assert (statuses(out1), statuses(out2)) == ({"compiled": 1}, {"adopted": 1})
     assert json.loads(out1)["recipes"][0]["manifest"] == json.loads(out2)["recipes"][0]["manifest"]
@@ -272,9 +395,24 @@ class _InlineRay:
         return True
 
 
+class _CountedRay(_InlineRay):
+    """:class:`_InlineRay` that counts the sessions started and stopped."""
+
+    def __init__(self) -> None:
+        self.inits = self.shutdowns = 0
+
+    def init(self, **options: object) -> None:
+        self.inits += 1
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def is_initialized(self) -> bool:
+        return self.inits > self.shutdowns
+
+
 def test_the_ray_executor_claims_each_unit_before_submitting_it(tmp_path: Path) -> None:
     pytest.importorskip("ray")
-    from neuronbuild.build.events import Silent
     from neuronbuild.build.ray_executor import RayExecutor
 
     held, free = write_recipes(
@@ -301,3 +439,19 @@ def test_the_ray_executor_claims_each_unit_before_submitting_it(tmp_path: Path) 
     assert ours.holder(units[1].key.digest) is None  # released once its task ended
     assert taken is not None
     taken.release()
+
+
+def test_the_ray_executor_connects_once_for_every_round_of_a_session(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    from neuronbuild.build.ray_executor import RayExecutor
+
+    (recipe,) = write_recipes(tmp_path, [double_recipe("rounds")])
+    plan = build_plan(load_recipe(recipe))
+    estimates = {u.key.digest: plan.engine.estimate(len(u.graphs)) for u in plan.units}
+    executor = RayExecutor(None)
+    executor.ray = counted = _CountedRay()
+    with executor.session():
+        for _ in range(3):  # a compile's rounds of claiming and waiting
+            executor.run(plan.units, lambda unit, groups: None, 1, Silent(), estimates)
+        assert (counted.inits, counted.shutdowns) == (1, 0)
+    assert (counted.inits, counted.shutdowns) == (1, 1)
