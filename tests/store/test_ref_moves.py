@@ -332,3 +332,27 @@ def test_expect_that_loses_to_a_writer_moving_there_and_back_is_a_usage_error(
     with pytest.raises(RefNotExpected, match=r"tiny/prod moved while moving it; .*re-run$"):
         move_ref(store, "tiny", "prod", two, Ask(expect=one))
     assert store.get_ref("tiny", "prod") == one
+
+
+def test_compile_stage_refuses_expect_and_rollback(tmp_path: Path) -> None:
+    """``compile --stage`` moves only the stage folder's ref: ``--expect``/``--rollback`` belong
+    to the ``push`` that moves the shared one."""
+    env = double_env(tmp_path)
+    (path,) = write_recipes(tmp_path, [double_recipe("app")])
+    stage = tmp_path / "stage"
+    for option in (["--expect", "none"], ["--rollback"]):
+        done = neuronbuild(
+            "compile",
+            path,
+            "--cache",
+            str(tmp_path / "shared"),
+            "--stage",
+            str(stage),
+            *option,
+            env=env,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"error: {option[0]}: --stage moves no shared ref; give it to push"
+        )
+    assert not stage.exists() and not (tmp_path / "shared").exists()
