@@ -43,8 +43,8 @@ UNSET: Final = _Unset()
 @dataclass(frozen=True)
 class Ask:
     """What the user asked of a ref move: ``rollback`` (``--rollback``: a move back to an
-    older value, :func:`older_values`, is meant), ``expect`` (``--expect``: the full digest the ref must hold now,
-    None for no ref, :data:`UNSET` when not given)."""
+    older value, :func:`older_values`, is meant), ``expect`` (``--expect``: the full digest
+    the ref must hold now, None for no ref, :data:`UNSET` when not given)."""
 
     rollback: bool = False
     expect: str | _Unset | None = UNSET
