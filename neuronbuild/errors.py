@@ -86,7 +86,8 @@ class EnvInvalid(UserError):
 
 
 class RefMovesBack(UserError):
-    """A shared ref would move to a manifest it pointed at before, and ``--rollback`` was not
+    """A shared ref would move to a manifest it first pointed at before the one it holds (an
+    older value, :func:`~neuronbuild.store.moves.older_values`), and ``--rollback`` was not
     given (issue 20, "push can move a shared ref backwards"): exit code 2, nothing moved."""
 
 

@@ -350,13 +350,7 @@ def _arg_source(data: Mapping[str, Any]) -> ArgSource:
     engine_name = _engine_name(data)
     if engine_name is None:
         return ArgSource(None)
-    pins = data.get("toolchain")
-    toolchain = (
-        {str(k): v for k, v in pins.items() if isinstance(v, str)}
-        if isinstance(pins, Mapping)
-        else {}
-    )
-    return get_engine(engine_name).arg_source(toolchain)
+    return get_engine(engine_name).arg_source(_pins(data))
 
 
 def _engine_name(data: Mapping[str, Any]) -> str | None:
@@ -366,10 +360,12 @@ def _engine_name(data: Mapping[str, Any]) -> str | None:
 
 
 def _pins(data: Mapping[str, Any]) -> dict[str, str]:
-    """``data``'s ``toolchain`` as text (a mistyped pin, an error of its own, as written); empty
-    when it is no mapping."""
+    """``data``'s ``toolchain`` pins that are strings (read from the raw mapping; a pin of
+    another type is an error of its own); empty when ``toolchain`` is no mapping."""
     pins = data.get("toolchain")
-    return {str(k): str(v) for k, v in pins.items()} if isinstance(pins, Mapping) else {}
+    if not isinstance(pins, Mapping):
+        return {}
+    return {str(k): v for k, v in pins.items() if isinstance(v, str)}
 
 
 def _pin_errors(toolchain: Mapping[str, str]) -> list[RecipeError]:
@@ -395,8 +391,9 @@ class _Typed:
 
 def _stand_in(key: str, data: Mapping[str, Any]) -> Any:
     """What :class:`_Fields` key ``key`` holds for the rules when the recipe's value failed."""
-    if key == "toolchain":
-        return _pins(data)
+    if key == "toolchain":  # every pin kept (a mistyped one as text), so none reads as missing
+        pins = data.get("toolchain")
+        return {str(k): str(v) for k, v in pins.items()} if isinstance(pins, Mapping) else {}
     if key in PLACEHOLDERS:
         return PLACEHOLDERS[key]
     if key in STAND_INS:
@@ -426,8 +423,8 @@ def _judged_a_stand_in(error: RecipeError, stand_ins: Mapping[str, Any]) -> bool
     key that was stood in, or (for the sizes other rules compare with, :data:`CROSS_CHECKED`)
     names one in its hint (``max_num_batched_tokens (8192) is capped at max_model_len``)."""
     root = re.split(r"[.\[]", error.field, maxsplit=1)[0]
-    if root in stand_ins and root != "toolchain":  # toolchain's stand-in keeps every pin
-        return True
+    if root in stand_ins and (root != "toolchain" or not stand_ins[root]):
+        return True  # toolchain's stand-in keeps every pin, unless it was no mapping at all
     return any(re.search(rf"\b{key}\b", error.hint) for key in CROSS_CHECKED & stand_ins.keys())
 
 

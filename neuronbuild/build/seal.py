@@ -81,25 +81,6 @@ def check_distinct_names(plans: Sequence[Plan]) -> None:
         seen[name] = source
 
 
-def seal_plan(
-    plan: Plan,
-    records: Mapping[str, UnitRecord],
-    store: Store,
-    tag: str,
-    ask: Ask = ASK_NOTHING,
-) -> Moved:
-    """Write ``plan``'s manifest (its recipe and the record of each of its units, from
-    ``records`` by unit key, in plan order) and move ``<name>/<tag>`` to it as ``ask`` allows;
-    returns the move (its ``manifest`` is the sealed digest). :func:`seal_all` for one plan.
-
-    Raises:
-        KeyError: a unit of the plan has no record (the caller checks first).
-        RefMovesBack, RefNotExpected: the ref was not moved (the manifest is written).
-        StoreError: the store failed.
-    """
-    return seal_all([(plan, records)], store, tag, ask)[0]
-
-
 def seal_all(
     sealing: Sequence[tuple[Plan, Mapping[str, UnitRecord]]],
     store: Store,
@@ -151,7 +132,7 @@ def seal_plans(
     Raises:
         UserError: two recipes share a name. StoreError: the store failed.
         StoreDataInvalid: a stored record is malformed.
-        RefMovesBack, RefNotExpected: a ref was not moved (see :func:`seal_plan`).
+        RefMovesBack, RefNotExpected: a ref was not moved (see :func:`seal_all`).
     """
     start = time.monotonic()
     check_distinct_names(plans)

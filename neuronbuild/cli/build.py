@@ -318,6 +318,9 @@ def compile_(
     if stage is not None and (shard is not None or local_cache):
         given = "--shard" if shard is not None else "--local-cache"
         raise UserError(f"--stage: not with {given}; drop one of them")
+    if stage is not None and (expect is not None or rollback):
+        given = "--expect" if expect is not None else "--rollback"
+        raise UserError(f"{given}: --stage moves no shared ref; give it to push")
     runner = executor_for(executor, address)
     recipes = [load_or_exit(path) for path in recipe_paths]
     for recipe in recipes:

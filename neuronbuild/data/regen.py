@@ -18,7 +18,8 @@ comments then one tab-separated row per item:
   when vLLM puts it in its own compile key (``vllm.envs.compile_factors``).
 
 ``--print-arg-tables`` prints the first three as JSON instead: how validate reads the installed
-vLLM's own parser (``neuronbuild.engines.arg_sources``) in a process of its own.
+vLLM's own parser (``neuronbuild.engines.arg_sources``) in a process of its own; a change to
+what it prints bumps ``arg_sources.TABLES_FORMAT`` (the user cache keeps what it printed).
 """
 
 from __future__ import annotations

@@ -37,6 +37,12 @@ READ_SECONDS = 120.0
 most of it ``import vllm``)."""
 
 
+TABLES_FORMAT = 1
+"""The format of the tables kept in the user's cache (:func:`cache_file`), part of each entry's
+key: bump it when ``regen --print-arg-tables``'s output or :class:`ArgTables`' parsers change, so
+that entries an older neuronbuild wrote are read from the parser again, not misread."""
+
+
 @dataclass(frozen=True)
 class ArgSource:
     """The tables to check with (None: only version-independent checks) and the warning to give
@@ -49,9 +55,10 @@ class ArgSource:
 def cache_file(distribution: str, version: str) -> Path | None:
     """Where the argument tables read from the installed ``distribution`` (at ``version``) are
     kept: ``<user cache>/vllm-arg-tables/<dist>-<version>-<digest>.json``
-    (:func:`neuronbuild.envs.user_cache`), the digest over the version, the folder the
-    distribution is installed in and the modification times of its ``METADATA`` and ``RECORD``,
-    so a reinstall or an upgrade in place reads the parser again. None when the distribution or
+    (:func:`neuronbuild.envs.user_cache`), the digest over :data:`TABLES_FORMAT`, the version,
+    the folder the distribution is installed in and the modification times of its ``METADATA``
+    and ``RECORD``, so a reinstall, an upgrade in place or a neuronbuild whose tables read
+    otherwise reads the parser again. None when the distribution or
     those files cannot be found."""
     try:
         dist = importlib.metadata.distribution(distribution)
@@ -62,7 +69,8 @@ def cache_file(distribution: str, version: str) -> Path | None:
         return None
     if not stamps:
         return None
-    digest = hashlib.sha256(json.dumps([distribution, version, stamps]).encode()).hexdigest()
+    key = [TABLES_FORMAT, distribution, version, stamps]
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     return envs.user_cache() / "vllm-arg-tables" / f"{distribution}-{version}-{digest[:16]}.json"
 
 
@@ -118,7 +126,8 @@ def read_installed(distribution: str, version: str) -> ArgTables | None:
     own parser by ``python -m neuronbuild.data.regen --print-arg-tables`` in a child process, or
     from the user's cache folder when a process read them before (:func:`cache_file`); None when
     the read fails (a vLLM that cannot build its parser, a test double on ``PYTHONPATH``), which
-    is not cached. Cached per process."""
+    is not written to disk (so the next process reads the parser again). Cached per process,
+    a None included (``functools.cache``)."""
     path = cache_file(distribution, version)
     if path is not None and (kept := cached_tables(path, distribution, version)) is not None:
         return kept

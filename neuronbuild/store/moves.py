@@ -2,9 +2,10 @@
 shared ref backwards").
 
 Every command that moves a ref others read (``tag``, ``push``, ``compile`` when it seals,
-``seal``) moves it through :func:`move_ref`: a manifest the ref pointed at before (in its history
-chain, :meth:`~neuronbuild.store.cas.Store.ref_chain`) and no longer does is a move backwards,
-refused unless the user asked for it (``--rollback``); ``--expect`` makes the move a
+``seal``) moves it through :func:`move_ref`: a manifest that first reached the ref before the
+value it holds now (in its history chain, :meth:`~neuronbuild.store.cas.Store.ref_chain`) is a
+move backwards, refused unless the user asked for it (``--rollback``); after a rollback, moving
+to the newer value again is forward; ``--expect`` makes the move a
 compare-and-swap from the command line. The check runs inside the store's compare-and-swap,
 against the value the swap replaces, so no writer slips in between check and move.
 
@@ -15,12 +16,16 @@ decision the shared store already made: they move without this check
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
 from neuronbuild.errors import RefMovesBack, RefNotExpected, UserError
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.records import RefMove
+
+_DIGEST_TEXT = re.compile(r"(sha256:)?[0-9a-f]{1,64}")
+"""What ``--expect`` takes besides ``none``: a manifest digest or a prefix of one."""
 
 NEW_REF = "(new ref)"
 """What a move line shows as the previous value of a ref that did not exist."""
@@ -38,8 +43,8 @@ UNSET: Final = _Unset()
 @dataclass(frozen=True)
 class Ask:
     """What the user asked of a ref move: ``rollback`` (``--rollback``: a move back to an
-    earlier value is meant), ``expect`` (``--expect``: the full digest the ref must hold now,
-    None for no ref, :data:`UNSET` when not given)."""
+    older value, :func:`older_values`, is meant), ``expect`` (``--expect``: the full digest
+    the ref must hold now, None for no ref, :data:`UNSET` when not given)."""
 
     rollback: bool = False
     expect: str | _Unset | None = UNSET
@@ -70,13 +75,20 @@ class Moved:
         return f"{self.ref}: {self.previous or NEW_REF} -> {self.manifest}"
 
 
-def earlier_values(history: list[RefMove], current: str | None) -> set[str]:
-    """The manifests a ref pointed at before ``current``: every manifest its ``history`` (its
-    chain of moves, oldest first, :meth:`~neuronbuild.store.cas.Store.ref_history`) moved it to
-    or from, less ``current``."""
-    values = {m.manifest for m in history} | {m.previous for m in history if m.previous}
-    values.discard(current or "")
-    return values
+def older_values(history: list[RefMove], current: str | None) -> set[str]:
+    """The manifests that are older than ``current`` in a ref's ``history`` (its chain of moves,
+    oldest first, :meth:`~neuronbuild.store.cas.Store.ref_history`): those whose first arrival
+    in the chain (as a move's ``previous`` or ``manifest``) comes before ``current``'s first
+    arrival. So after a rollback B -> A, B is forward again and A's older values stay older.
+    Every value of the chain is older when ``current`` is not in it (the ref written by hand,
+    or by a version that kept no history); a manifest never in the chain is never older."""
+    arrivals: list[str] = []  # each value of the chain once, in order of first arrival
+    for move in history:
+        for value in (move.previous, move.manifest):
+            if value and value not in arrivals:
+                arrivals.append(value)
+    end = arrivals.index(current) if current in arrivals else len(arrivals)
+    return set(arrivals[:end])
 
 
 def check_move(
@@ -84,12 +96,12 @@ def check_move(
 ) -> None:
     """Refuse moving ``ref`` from ``current`` (None: absent) to ``target`` when ``ask`` does
     not allow it. A move to ``current`` is a no-op and always allowed; a manifest the ref never
-    pointed at is a move forward; a ``target`` not known yet (None: a compile before it seals)
-    is checked against ``ask.expect`` only.
+    pointed at, or first pointed at after ``current``, is a move forward; a ``target`` not
+    known yet (None: a compile before it seals) is checked against ``ask.expect`` only.
 
     Raises:
         RefNotExpected: ``ask.expect`` is given and is not ``current``.
-        RefMovesBack: ``target`` is one of :func:`earlier_values` of ``history`` and
+        RefMovesBack: ``target`` is one of :func:`older_values` of ``history`` and
             ``ask.rollback`` is not set.
     """
     if ask.expects and ask.expect != current:
@@ -99,9 +111,9 @@ def check_move(
         )
     if target is None or target == current or ask.rollback:
         return
-    if target in earlier_values(history, current):
+    if target in older_values(history, current):
         raise RefMovesBack(
-            f"{ref} holds {current}; {target} is an earlier value of it (ls --history): "
+            f"{ref} holds {current}; {target} is an older value of it (ls --history): "
             "nothing moved; pass --rollback to move it back"
         )
 
@@ -117,10 +129,12 @@ def expected_digest(store: Store, text: str | None) -> str | _Unset | None:
         return UNSET
     if text == "none":
         return None
+    if not _DIGEST_TEXT.fullmatch(text):
+        raise UserError(f"--expect {text!r}: give sha256:<hex> (or a prefix of one), or none")
     try:
         return store.resolve_target(text, accept="manifest").digest
-    except UserError as exc:
-        raise UserError(f"--expect: {exc}; give sha256:<hex> (or a prefix), or none") from None
+    except UserError as exc:  # unknown, ambiguous or too short: its own hint says what to give
+        raise UserError(f"--expect: {exc}") from None
 
 
 def precheck(store: Store, name: str, tag: str, target: str | None, ask: Ask) -> None:
@@ -147,7 +161,9 @@ def move_ref(store: Store, name: str, tag: str, digest: str, ask: Ask) -> Moved:
     value either lands or is refused.
 
     Raises:
-        RefNotExpected, RefMovesBack: as :func:`check_move` says (nothing moved).
+        RefNotExpected, RefMovesBack: as :func:`check_move` says (nothing moved); also
+            RefNotExpected when, with ``--expect``, another writer moved the ref during the swap
+            though it holds the expected value again.
         RefConflict: still contended after the retries (no ``--expect``).
         StoreError: the store failed, or ``digest`` is not one of its manifests.
     """
@@ -168,5 +184,7 @@ def move_ref(store: Store, name: str, tag: str, digest: str, ask: Ask) -> Moved:
             now = store.get_ref(name, tag)
             if now != expect:
                 check_move(ref, [], now, digest, ask)  # RefNotExpected, naming what it holds
-            raise
+            raise RefNotExpected(  # moved away and back while we swapped
+                f"--expect {expect or 'none'}: {ref} moved while moving it; nothing moved; re-run"
+            ) from None
     return Moved(ref, previous, digest)

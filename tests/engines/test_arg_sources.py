@@ -173,6 +173,11 @@ def test_the_installed_parsers_tables_are_read_once_then_from_the_user_cache(
     assert read() is not None and len(children) == 3
     assert len(list(kept.parent.iterdir())) == 2  # an entry per install, no temporary left
 
+    # A neuronbuild whose tables read otherwise keys its entries apart: the parser is read again.
+    monkeypatch.setattr(arg_sources, "TABLES_FORMAT", arg_sources.TABLES_FORMAT + 1)
+    assert read() is not None and len(children) == 4
+    assert len(list(kept.parent.iterdir())) == 3
+
 
 def test_a_failed_read_of_the_parser_is_not_cached(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

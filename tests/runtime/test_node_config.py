@@ -257,3 +257,25 @@ def test_a_pull_writing_only_a_ref_into_a_read_only_tier_exits_2(tmp_path: Path)
     assert line.startswith(f"error: local tier {tier}/tmp: "), line
     assert "pass --local-cache" in line
     assert in_mounts(read_only_bind(tier), *by_digest).returncode == 0  # nothing to write
+
+
+@needs_mounts
+def test_a_pull_writing_a_missing_unit_record_into_a_read_only_tier_exits_2(
+    tmp_path: Path,
+) -> None:
+    """The tier holds the manifest and every blob but lacks a unit record: the early check sees
+    nothing to write, the copy writes the record, and the read-only tier is the same one line,
+    exit 2, not a store fault."""
+    _, store = built(tmp_path)
+    tier = tmp_path / "tier"
+    digest = Store(str(store)).resolve("tiny/latest")
+    args = ("pull", digest, "--cache", str(store), "--local-cache", str(tier))
+    assert in_mounts([], *args).returncode == 0
+    records = sorted(p for p in (tier / "units").rglob("*") if p.is_file())
+    assert records
+    records[0].unlink()
+    result = in_mounts(read_only_bind(tier), *args)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result)
+    assert line.startswith(f"error: local tier {tier}/tmp: "), line
+    assert "pass --local-cache" in line

@@ -65,7 +65,7 @@ def test_push_of_an_old_job_folder_is_refused_then_allowed_with_rollback(
     code, out, err = push(old, shared)  # an old CI job re-run, or its folder pushed again
     assert code == 2
     assert err.strip() == (
-        f"error: tiny/latest holds {two}; {one} is an earlier value of it (ls --history): "
+        f"error: tiny/latest holds {two}; {one} is an older value of it (ls --history): "
         "nothing moved; pass --rollback to move it back"
     )
     store = Store(shared)
@@ -96,12 +96,18 @@ def test_tag_backwards_is_refused_and_every_move_names_its_previous_value(
     code, out, err = nb("tag", one, "tiny/prod", "--cache", shared)
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
-        f"error: tiny/prod holds {two}; {one} is an earlier value of it (ls --history): "
+        f"error: tiny/prod holds {two}; {one} is an older value of it (ls --history): "
         "nothing moved; pass --rollback to move it back"
     ]
     assert Store(shared).get_ref("tiny", "prod") == two
     code, out, err = nb("tag", one, "tiny/prod", "--rollback", "--cache", shared)
     assert (code, out) == (0, f"tiny/prod: {two} -> {one}\n"), err
+    # After the rollback, the newer value is forward again; the older one stays older.
+    code, out, err = nb("tag", two, "tiny/prod", "--cache", shared)
+    assert (code, out) == (0, f"tiny/prod: {one} -> {two}\n"), err
+    code, out, err = nb("tag", one, "tiny/prod", "--cache", shared)
+    assert code == 2 and "pass --rollback" in err, err
+    assert Store(shared).get_ref("tiny", "prod") == two
     # A manifest the ref never held is a move forward, without --rollback.
     code, out, err = nb("tag", two, "tiny/stable", "--cache", shared)
     assert code == 0, err
@@ -134,7 +140,16 @@ def test_expect_moves_only_from_the_value_named(shared: str, tmp_path: Path) -> 
     code, out, err = nb("tag", one, "tiny/prod", "--expect", two, "--rollback", "--cache", shared)
     assert (code, out) == (0, f"tiny/prod: {two} -> {one}\n"), err
     code, _, err = nb("tag", two, "tiny/prod", "--expect", "sha256:zz", "--cache", shared)
-    assert code == 2 and err.strip().startswith("error: --expect: ")
+    assert (code, err.strip()) == (
+        2,
+        "error: --expect 'sha256:zz': give sha256:<hex> (or a prefix of one), or none",
+    )
+    code, _, err = nb("tag", two, "tiny/prod", "--expect", "sha256:0a", "--cache", shared)
+    assert (code, err.strip()) == (
+        2,
+        "error: --expect: sha256:0a: a manifest prefix needs at least 8 hex digits "
+        "(e.g. sha256:00000000); give more",
+    )
     assert store.get_ref("tiny", "prod") == one
 
 
@@ -183,7 +198,7 @@ def test_compile_of_an_old_recipe_is_refused_then_allowed_with_rollback(
     again = neuronbuild("compile", path, "--cache", shared, env=env)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines()[-1] == (
-        f"error: app/latest holds {two}; {one} is an earlier value of it (ls --history): "
+        f"error: app/latest holds {two}; {one} is an older value of it (ls --history): "
         "nothing moved; pass --rollback to move it back"
     )
     assert Store(shared).get_ref("app", "latest") == two
@@ -238,13 +253,16 @@ def test_expect_with_several_recipes_or_a_shard_is_a_usage_error(tmp_path: Path)
 
 
 def test_the_check_runs_against_the_value_the_swap_replaces(tmp_path: Path) -> None:
-    """Another writer moves the ref between our read and our swap (there and back): the check
-    reads the history the swap sees, not the one before, and refuses the now backward move."""
+    """Another writer moves the ref between our read and our swap (on to two, then three): the
+    check reads the history the swap sees, not the one before, and refuses the now backward
+    move."""
     from neuronbuild.store.moves import Ask, RefMovesBack, move_ref
 
     store = Store(str(tmp_path / "s"), create=True)
-    one = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
-    two = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    one, two, three = (
+        publish_build(store, cpu_recipe(cpu_isa="host", seed=seed), tmp_path, f"b{seed}")
+        for seed in (1, 2, 3)
+    )
     store.set_ref("tiny", "prod", one)
     real_get = store.get_ref
     raced: list[bool] = []
@@ -254,13 +272,13 @@ def test_the_check_runs_against_the_value_the_swap_replaces(tmp_path: Path) -> N
         if not raced:  # the other writer lands right after our first read
             raced.append(True)
             store.set_ref("tiny", "prod", two)
-            store.set_ref("tiny", "prod", one)
+            store.set_ref("tiny", "prod", three)
         return seen
 
     store.get_ref = get_ref  # type: ignore[method-assign]
-    with pytest.raises(RefMovesBack):  # two was forward when read, is backward when swapped
+    with pytest.raises(RefMovesBack):  # two was forward when read, is older when swapped
         move_ref(store, "tiny", "prod", two, Ask())
-    assert raced and real_get("tiny", "prod") == one
+    assert raced and real_get("tiny", "prod") == three
 
 
 def test_check_move_reads_the_chain_before_the_current_value() -> None:
@@ -271,5 +289,70 @@ def test_check_move_reads_the_chain_before_the_current_value() -> None:
     check_move("n/t", chain, b, c, Ask())  # never held: forward
     check_move("n/t", chain, b, b, Ask())  # the value it holds: a no-op
     check_move("n/t", chain, b, a, Ask(rollback=True))
-    with pytest.raises(RefMovesBack, match=r"n/t holds sha256:b+; sha256:a+ is an earlier"):
+    with pytest.raises(RefMovesBack, match=r"n/t holds sha256:b+; sha256:a+ is an older"):
         check_move("n/t", chain, b, a, Ask())
+
+
+def test_a_rollback_makes_the_newer_value_forward_again() -> None:
+    """Older means first held before the current value: after B -> A, B is forward."""
+    from neuronbuild.store.moves import Ask, RefMovesBack, check_move, older_values
+
+    a, b, c = ("sha256:" + x * 64 for x in "abc")
+    rolled = [RefMove(1.0, a, None), RefMove(2.0, b, a), RefMove(3.0, a, b)]
+    assert older_values(rolled, a) == set()
+    check_move("n/t", rolled, a, b, Ask())  # re-promoting b: forward
+    again = [*rolled, RefMove(4.0, b, a)]
+    assert older_values(again, b) == {a}
+    with pytest.raises(RefMovesBack):
+        check_move("n/t", again, b, a, Ask())
+    # A current value the chain never reached (written by hand): every chain value is older.
+    assert older_values(again, c) == {a, b}
+    # The first move's previous value (a gap before it) arrived before its manifest.
+    assert older_values([RefMove(1.0, b, a)], b) == {a}
+
+
+def test_expect_that_loses_to_a_writer_moving_there_and_back_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    """With --expect, a swap that conflicts though the ref holds the expected value again (moved
+    away and back meanwhile) says to re-run, exit 2, not a store fault."""
+    from neuronbuild.errors import RefNotExpected
+    from neuronbuild.store.cas import RefConflict
+    from neuronbuild.store.moves import Ask, move_ref
+
+    store = Store(str(tmp_path / "s"), create=True)
+    one = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
+    two = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    store.set_ref("tiny", "prod", one)
+
+    def lost(*args: object, **kwargs: object) -> str | None:
+        raise RefConflict("tiny/prod points at another value")
+
+    store.move_ref = lost  # type: ignore[method-assign]
+    with pytest.raises(RefNotExpected, match=r"tiny/prod moved while moving it; .*re-run$"):
+        move_ref(store, "tiny", "prod", two, Ask(expect=one))
+    assert store.get_ref("tiny", "prod") == one
+
+
+def test_compile_stage_refuses_expect_and_rollback(tmp_path: Path) -> None:
+    """``compile --stage`` moves only the stage folder's ref: ``--expect``/``--rollback`` belong
+    to the ``push`` that moves the shared one."""
+    env = double_env(tmp_path)
+    (path,) = write_recipes(tmp_path, [double_recipe("app")])
+    stage = tmp_path / "stage"
+    for option in (["--expect", "none"], ["--rollback"]):
+        done = neuronbuild(
+            "compile",
+            path,
+            "--cache",
+            str(tmp_path / "shared"),
+            "--stage",
+            str(stage),
+            *option,
+            env=env,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"error: {option[0]}: --stage moves no shared ref; give it to push"
+        )
+    assert not stage.exists() and not (tmp_path / "shared").exists()
