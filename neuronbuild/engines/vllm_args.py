@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +48,11 @@ ONE_OR_MANY = frozenset({"served_model_name"})
 """List options whose ``EngineArgs`` field also takes one value (``served_model_name: str |
 list[str]``, vllm/engine/arg_utils.py), which vLLM reads alike as a one-item list; every other
 ``nargs="+"`` field is a ``list`` only, so compile would pass vLLM a bare value it cannot use."""
+
+
+JSON_TEXT = re.compile(r"(?s)^\s*{.*}\s*$")
+"""Text that a dict-or-str option (``union_dict_and_str``, vllm/engine/arg_utils.py) reads as
+JSON, not as the text itself: ``additional_config: "{}"`` reaches vLLM's CLI as ``{}``."""
 
 
 def flag(name: str) -> str:
@@ -125,6 +131,9 @@ def value_problem(name: str, value: Any, tables: ArgTables | None = None) -> str
         # optional_type (vllm/engine/arg_utils.py) reads "" and "None" as None; the
         # dict-or-str options (union_dict_and_str) keep them as text
         return "vLLM's command line reads it as unset; leave the key out"
+    if isinstance(value, str) and "object" in spec.kinds and JSON_TEXT.match(value):
+        # compile would hand vLLM's Python API the text, serve's argv the mapping it parses to
+        return "must be a mapping written as YAML, not JSON text (vLLM's command line parses it)"
     return _scalar_problem(value, spec.kinds, spec.choices)
 
 
