@@ -9,6 +9,7 @@ happened (readers skip it: see :meth:`Store.ref_history`).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 import uuid
@@ -156,6 +157,9 @@ class Store:
         self.blobs_elsewhere: Store | None = None
         """A store whose blobs count as this one's (a ``compile --stage`` folder leans on the
         shared store it read: records and manifests name blobs only that store holds)."""
+        self._verified: dict[str, tuple[int, int, int]] = {}
+        """Folder stores: blobs this process verified (hashed, or wrote after hashing), by
+        digest, with their file's size, mtime and inode then (see :meth:`check_blob`)."""
         if missing_ok and not self.backend.exists(self.root):
             return  # read as empty (a dry run of a command that would create it)
         self.backend.check_root(create)
@@ -281,12 +285,15 @@ class Store:
         on a folder store on the same file system (no second copy), uploaded elsewhere (telling
         ``on_bytes`` the bytes uploaded)."""
         if isinstance(self.backend, FolderBackend):
+            seen = _stat_key(Path(local))  # a rename keeps the inode and the mtime
             self.backend.move_in(local, self.layout.blob(file.digest))
+            self._verified[file.digest] = seen
         else:
             self.put_file(local, on_bytes)
 
     def delete_blob(self, file: FileRecord) -> None:
         """Remove a blob (a corrupt copy in a local tier, before fetching it again)."""
+        self._verified.pop(file.digest, None)
         self.backend.delete(self.layout.blob(file.digest))
 
     def local_blob_path(self, file: FileRecord) -> Path | None:
@@ -323,9 +330,22 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
 
-    def check_blob(self, file: FileRecord) -> str | None:
-        """Re-hash a stored blob: None when intact, else a one-line problem naming its URL."""
+    def check_blob(self, file: FileRecord, *, trust_verified: bool = True) -> str | None:
+        """Re-hash a stored blob: None when intact, else a one-line problem naming its URL.
+
+        On a folder store a blob this process already verified (here, or by writing it with
+        :meth:`put_verified`) is not hashed again while its file keeps the size, mtime and
+        inode it had then, as ``serve``'s lay-out stamp trusts a laid-out file: a fresh node
+        hashes each fetched byte once. ``trust_verified=False`` (``--deep-verify``) hashes
+        anyway: bit rot keeps all three."""
         url = self.blob_url(file.digest)
+        path = self.local_blob_path(file)
+        seen = None
+        if path is not None:
+            with contextlib.suppress(OSError):  # missing: the read below says so
+                seen = _stat_key(path)
+            if trust_verified and seen is not None and self._verified.get(file.digest) == seen:
+                return None
         try:
             with self.backend.open_read(self.layout.blob(file.digest)) as f:
                 copy_verified(f, None, file.digest, file.size, url)
@@ -333,6 +353,8 @@ class Store:
             return f"{url}: missing ({file.path})"
         except StoreDataInvalid as exc:
             return str(exc)
+        if seen is not None:  # taken before the read: a change while hashing is seen next time
+            self._verified[file.digest] = seen
         return None
 
     def check_held(self, file: FileRecord) -> str | None:
@@ -765,3 +787,10 @@ def store_now(store: Store, *, dry_run: bool = False) -> float:
     finally:
         store.backend.delete(probe)
     return time.time() if when is None else when
+
+
+def _stat_key(path: Path) -> tuple[int, int, int]:
+    """A file's (size in bytes, mtime in ns, inode): what a verified blob must keep to be
+    trusted without reading it again."""
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino

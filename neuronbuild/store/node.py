@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -128,13 +129,14 @@ def _intact(dest: Path, file: FileRecord) -> bool:
     return hash_file(dest) == (file.digest, file.size)
 
 
-def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
+def _link(tiers: TieredStore, file: FileRecord, dest: Path, deep: bool) -> bool:
     """Hard-link the local tier's verified blob to ``dest``; False where links cannot be made
-    (another file system, a store this user may not link from)."""
+    (another file system, a store this user may not link from). ``deep``: hash the blob even
+    when this process verified it already (:meth:`~neuronbuild.store.cas.Store.check_blob`)."""
     blob = tiers.local.local_blob_path(file)
     if blob is None or (file.executable and not os.access(blob, os.X_OK)):
         return False  # a link shares its mode with the blob: an executable file gets a copy
-    problem = tiers.local.check_blob(file)
+    problem = tiers.local.check_blob(file, trust_verified=not deep)
     if problem is not None:
         tiers.fetch_blob(file, dest)  # fetches it again from the remote, noted
         return False
@@ -148,6 +150,28 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path) -> bool:
     return True
 
 
+def _place(tiers: TieredStore, root: Path, file: FileRecord, deep: bool) -> bool:
+    """Lay one file out under ``root``: kept when intact, else linked (True) or copied."""
+    dest = inside(root, file.path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    linked = False
+    if _intact(dest, file):
+        pass
+    elif _link(tiers, file, dest, deep):
+        linked = True
+    elif not _intact(dest, file):
+        tiers.fetch_blob(file, dest)
+    if file.executable and not os.access(dest, os.X_OK):
+        if dest.stat().st_nlink > 1:
+            # Kept from an earlier lay-out, hard-linked to the local tier's blob (and
+            # maybe other lay-outs): chmod would change them all through the inode.
+            tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
+            shutil.copyfile(dest, tmp)
+            tmp.replace(dest)
+        dest.chmod(dest.stat().st_mode | 0o111)
+    return linked
+
+
 def lay_out(
     manifest: Manifest,
     digest: str,
@@ -156,6 +180,7 @@ def lay_out(
     *,
     deep: bool = False,
     last: tuple[str, ...] = (),
+    jobs: int = 8,
 ) -> LaidOut:
     """Lay every file of ``manifest`` out under ``root``, each verified against its digest.
 
@@ -164,7 +189,8 @@ def lay_out(
     leaves an entry that looks complete.
 
     A stamp left by an earlier lay-out whose sizes, mtimes and inodes still hold is enough
-    unless ``deep``; otherwise a file already there with the right bytes is kept. Files come
+    unless ``deep``; otherwise a file already there with the right bytes is kept. ``jobs``
+    files are verified and laid out at once (threads: hashing runs on every core). Files come
     from the local tier of ``tiers`` (linked or copied), which must hold every blob.
 
     Raises:
@@ -192,23 +218,19 @@ def lay_out(
         root.mkdir(parents=True, exist_ok=True)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
-        for file in sorted(files, key=lambda f: PurePosixPath(f.path).name in last):
-            dest = inside(root, file.path)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if _intact(dest, file):
-                pass
-            elif _link(tiers, file, dest):
-                linked += 1
-            elif not _intact(dest, file):
-                tiers.fetch_blob(file, dest)
-            if file.executable and not os.access(dest, os.X_OK):
-                if dest.stat().st_nlink > 1:
-                    # Kept from an earlier lay-out, hard-linked to the local tier's blob (and
-                    # maybe other lay-outs): chmod would change them all through the inode.
-                    tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
-                    shutil.copyfile(dest, tmp)
-                    tmp.replace(dest)
-                dest.chmod(dest.stat().st_mode | 0o111)
+        # One task per blob (its files one after another: a corrupt blob is fetched again
+        # once); blobs apart hash apart, as hashlib releases the GIL. Markers come last.
+        for batch in (False, True):
+            tasks: dict[str, list[FileRecord]] = {}
+            for file in files:
+                if (PurePosixPath(file.path).name in last) == batch:
+                    tasks.setdefault(file.digest, []).append(file)
+            with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
+                linked += sum(
+                    pool.map(
+                        lambda same: sum(_place(tiers, root, f, deep) for f in same), tasks.values()
+                    )
+                )
         _write_stamp(root, manifest, digest)
     except NoRoom as exc:  # a blob fetched into the layout root, or again into the local tier
         roles = {str(root): LAYOUT_ROOT, tiers.local.root: "local tier"}
