@@ -197,7 +197,9 @@ def test_a_recipe_file_that_differs_from_its_manifest_is_refused_naming_the_fact
     with pytest.raises(UserError, match="revision: recipe"):
         serve.check_recipe_matches(revised, manifest, digest)
     with pytest.raises(UserError, match=r"engine_args\.max_num_seqs: recipe 8, manifest"):
-        serve.check_recipe_matches(planned(cpu_recipe(cpu_isa="host", max_num_seqs=8)), manifest, digest)
+        serve.check_recipe_matches(
+            planned(cpu_recipe(cpu_isa="host", max_num_seqs=8)), manifest, digest
+        )
 
 
 def test_a_manifest_whose_own_recipe_plans_other_units_is_refused_as_bad_data(
