@@ -10,7 +10,6 @@ files, and every blob.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import sys
@@ -118,16 +117,17 @@ def _recipe_factors(factors: Any) -> dict[str, Any]:
     return {k: dict(factors).get(k) for k in RECIPE_FACTORS}
 
 
-def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> None:
-    """The recipe must plan the manifest's graphs with the same factors drawn from the recipe
-    (:data:`RECIPE_FACTORS`), as :func:`check_manifest_plans` compares. Factors drawn from
-    this host (model files, instruction set, environment, installed versions) are the node
-    checks' business, where ``--allow-mismatch`` applies.
+def check_recipe_matches(plan: Plan, manifest: Manifest, digest: str) -> None:
+    """The plan of the recipe file being served (``plan.recipe``) must hold the manifest's
+    graphs with the same factors drawn from the recipe (:data:`RECIPE_FACTORS`), as
+    :func:`check_manifest_plans` compares. Factors drawn from this host (model files,
+    instruction set, environment, installed versions) are the node checks' business, where
+    ``--allow-mismatch`` applies.
 
     Raises:
         UserError: naming each differing factor (e.g. ``engine_args.max_model_len``).
     """
-    plan = build_plan(recipe)
+    recipe = plan.recipe
     planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
     if planned == [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]:
         return
@@ -155,17 +155,14 @@ def check_recipe_matches(recipe: Recipe, manifest: Manifest, digest: str) -> Non
     )
 
 
-def check_manifest_plans(manifest: Manifest, digest: str, source: str | None = None) -> Recipe:
-    """The manifest's own recipe, which must plan exactly the manifest's units: the same graphs,
-    in order, with the same factors drawn from the recipe (engine, target, model, revision,
-    engine arguments, toolchain). Factors drawn from the compile host (its environment, its
-    instruction set) are the node checks' business. ``source``: the recipe file being served,
-    whose folder a relative local model is read from (a Neuron plan reads its ``config.json``).
+def plan_manifest_recipe(manifest: Manifest, digest: str, source: str | None = None) -> Plan:
+    """The plan of the manifest's own recipe, for :func:`check_manifest_plans` (and, when no
+    recipe file is served, for serving). ``source``: the recipe file being served, whose folder
+    a relative local model is read from (a Neuron plan reads its ``config.json``).
 
     Raises:
         UserError: the manifest was sealed under another unit key schema (compile again).
-        StoreDataInvalid: the recipe is invalid, or plans other units (none at all, or a
-            recipe edited after sealing).
+        StoreDataInvalid: the recipe is invalid.
     """
     what = f"manifest {digest}"
     schemas = {dict(u.factors).get("schema") for u in manifest.units} - {SCHEMA}
@@ -179,50 +176,95 @@ def check_manifest_plans(manifest: Manifest, digest: str, source: str | None = N
         recipe = parse_recipe(manifest.recipe, source=source or what)
     except RecipeInvalid as exc:
         raise StoreDataInvalid(f"{what}: its recipe is invalid: {exc.errors[0]}") from None
-    plan: Plan = build_plan(recipe)
+    return build_plan(recipe)
 
+
+def check_manifest_plans(manifest: Manifest, digest: str, plan: Plan) -> None:
+    """The plan of the manifest's own recipe (:func:`plan_manifest_recipe`) must hold exactly
+    the manifest's units: the same graphs, in order, with the same factors drawn from the recipe
+    (engine, target, model, revision, engine arguments, toolchain). Factors drawn from the
+    compile host (its environment, its instruction set) are the node checks' business.
+
+    Raises:
+        StoreDataInvalid: the recipe plans other units (none at all, or a recipe edited after
+            sealing).
+    """
     planned = [(_graphs(u), _recipe_factors(u.key.factors)) for u in plan.units]
     sealed = [(_graphs(u), _recipe_factors(u.factors)) for u in manifest.units]
     if not manifest.units or planned != sealed:
         raise StoreDataInvalid(
-            f"{what}: its recipe plans {count(len(planned), 'unit')} that differ from its "
-            f"{count(len(sealed), 'sealed unit')}; it was edited after sealing or is hostile"
+            f"manifest {digest}: its recipe plans {count(len(planned), 'unit')} that differ "
+            f"from its {count(len(sealed), 'sealed unit')}; it was edited after sealing or is "
+            "hostile"
         )
-    return recipe
+
+
+def _check_covered(plan: Plan, manifest: Manifest, digest: str) -> None:
+    """:func:`~neuronbuild.engines.coverage.check_coverage` of every unit of ``plan``.
+
+    Raises:
+        UserError: the manifest lacks a complete entry for a graph of the plan.
+    """
+    needed = [(u.phase, u.graphs) for u in plan.units]
+    check_coverage(plan.engine, needed, manifest.units, digest, plan.recipe.name)
+
+
+def _sealed_plan(manifest: Manifest, digest: str, served: Plan) -> Plan:
+    """The plan of the manifest's own recipe, given the plan of the recipe file being served
+    (already matched to the manifest by :func:`check_recipe_matches`): that very plan when the
+    manifest sealed the file's recipe unchanged (one recipe, planned once), else its own.
+
+    Raises:
+        StoreDataInvalid: see :func:`plan_manifest_recipe` (another key schema is refused by
+            :func:`check_recipe_matches` first, the schema being a recipe factor).
+    """
+    if manifest.recipe == served.recipe.canonical():
+        return served
+    return plan_manifest_recipe(manifest, digest, served.recipe.source)
+
+
+def _digest(source: ServeSource, recipe_file: Recipe | None, tiers: TieredStore) -> str:
+    """The digest of the manifest to serve: ``--manifest``'s, else the ref's (the recipe
+    file's ``<name>/latest``).
+
+    Raises:
+        UserError: no such ref or manifest (for a recipe file: with how to compile it).
+    """
+    if source.manifest is not None:
+        return tiers.resolve_target(source.manifest, "manifest").digest
+    hint = (
+        f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
+        f"{source.recipe} --cache {tiers.url}`"
+        if recipe_file
+        else ""
+    )
+    ref = f"{recipe_file.name}/{LATEST}" if recipe_file else source.ref or ""
+    return tiers.resolve_target(ref, "ref", hint).digest
 
 
 def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
-    """The recipe, manifest and manifest digest to serve.
+    """The recipe, manifest and manifest digest to serve. Each recipe (the recipe file, the
+    manifest's own) is parsed and planned once, and its plan handed to every check.
 
     Raises:
-        UserError: no such ref or manifest, a manifest of another key schema, or a recipe
-            that does not match its manifest.
+        UserError: no such ref or manifest, a manifest of another key schema, a recipe that
+            does not match its manifest, or a manifest that does not cover the recipe's plan.
         StoreDataInvalid: a malformed or hostile manifest, or one whose recipe does not plan
             its units.
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
-    if source.manifest is not None:
-        digest = tiers.resolve_target(source.manifest, "manifest").digest
-    else:
-        hint = (
-            f"nothing was compiled for {source.recipe}; run `neuronbuild compile "
-            f"{source.recipe} --cache {tiers.url}`"
-            if recipe_file
-            else ""
-        )
-        ref = f"{recipe_file.name}/{LATEST}" if recipe_file else source.ref or ""
-        digest = tiers.resolve_target(ref, "ref", hint).digest
+    digest = _digest(source, recipe_file, tiers)
     manifest = tiers.get_manifest(digest)
-    if recipe_file is not None:  # an edited recipe is named as such before any coverage gap
-        check_recipe_matches(recipe_file, manifest, digest)
-    with contextlib.suppress(RecipeInvalid):  # check_manifest_plans says why it is bad data
-        needs = recipe_file or parse_recipe(manifest.recipe, source=digest)
-        needed = [(u.phase, u.graphs) for u in build_plan(needs).units]
-        check_coverage(engine_for(needs), needed, manifest.units, digest, needs.name)
-    sealed_recipe = check_manifest_plans(
-        manifest, digest, recipe_file.source if recipe_file else None
-    )
-    return recipe_file or sealed_recipe, manifest, digest
+    if recipe_file is None:
+        sealed = plan_manifest_recipe(manifest, digest)
+        _check_covered(sealed, manifest, digest)
+        check_manifest_plans(manifest, digest, sealed)
+        return sealed.recipe, manifest, digest
+    served = build_plan(recipe_file)
+    check_recipe_matches(served, manifest, digest)  # named as edited before any coverage gap
+    _check_covered(served, manifest, digest)
+    check_manifest_plans(manifest, digest, _sealed_plan(manifest, digest, served))
+    return recipe_file, manifest, digest
 
 
 def prepare(

@@ -17,6 +17,7 @@ from neuronbuild.engines import cpu_isa
 from neuronbuild.engines.neuron_node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild_runtime import node_checks, serve
@@ -176,6 +177,10 @@ def test_a_model_file_added_or_changed_since_the_build_is_refused(
 # serve's manifest checks
 
 
+def planned(data: dict[str, Any]) -> Plan:
+    return build_plan(parse_recipe(data))
+
+
 @pytest.fixture
 def sealed(tmp_path: Path) -> tuple[Store, str]:
     store = Store(str(tmp_path / "store"), create=True)
@@ -187,13 +192,13 @@ def test_a_recipe_file_that_differs_from_its_manifest_is_refused_naming_the_fact
 ) -> None:
     store, digest = sealed
     manifest = store.get_manifest(digest)
-    serve.check_recipe_matches(parse_recipe(cpu_recipe(cpu_isa="host")), manifest, digest)
-    revised = parse_recipe(cpu_recipe(cpu_isa="host", revision="main"))
+    serve.check_recipe_matches(planned(cpu_recipe(cpu_isa="host")), manifest, digest)
+    revised = planned(cpu_recipe(cpu_isa="host", revision="main"))
     with pytest.raises(UserError, match="revision: recipe"):
         serve.check_recipe_matches(revised, manifest, digest)
     with pytest.raises(UserError, match=r"engine_args\.max_num_seqs: recipe 8, manifest"):
         serve.check_recipe_matches(
-            parse_recipe(cpu_recipe(cpu_isa="host", max_num_seqs=8)), manifest, digest
+            planned(cpu_recipe(cpu_isa="host", max_num_seqs=8)), manifest, digest
         )
 
 
@@ -202,13 +207,15 @@ def test_a_manifest_whose_own_recipe_plans_other_units_is_refused_as_bad_data(
 ) -> None:
     store, digest = sealed
     manifest = store.get_manifest(digest)
-    assert serve.check_manifest_plans(manifest, digest).name == "tiny"
+    plan = serve.plan_manifest_recipe(manifest, digest)
+    assert plan.recipe.name == "tiny"
+    serve.check_manifest_plans(manifest, digest, plan)
     edited = type(manifest)(manifest.name, {**manifest.recipe, "max_num_seqs": 8}, manifest.units)
     with pytest.raises(StoreDataInvalid, match="edited after sealing"):
-        serve.check_manifest_plans(edited, digest)
+        serve.check_manifest_plans(edited, digest, serve.plan_manifest_recipe(edited, digest))
     empty = type(manifest)(manifest.name, manifest.recipe, ())
     with pytest.raises(StoreDataInvalid, match="edited after sealing"):
-        serve.check_manifest_plans(empty, digest)
+        serve.check_manifest_plans(empty, digest, serve.plan_manifest_recipe(empty, digest))
 
 
 def test_a_manifest_of_another_key_schema_asks_for_a_compile(
@@ -221,7 +228,7 @@ def test_a_manifest_of_another_key_schema_asks_for_a_compile(
     digest = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
     monkeypatch.undo()
     with pytest.raises(UserError, match=r"sealed with unit key schema neuronbuild\.unit/1"):
-        serve.check_manifest_plans(store.get_manifest(digest), digest)
+        serve.plan_manifest_recipe(store.get_manifest(digest), digest)
 
 
 def test_a_neuron_recipe_on_a_node_of_its_family_is_accepted_and_of_another_refused(
