@@ -30,7 +30,8 @@ lint: install
 	$(VENV)/bin/mypy
 
 unit: install
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 -m "not vllm"
+	$(VENV)/bin/pytest -q -m vllm
 
 test: lint unit
 
