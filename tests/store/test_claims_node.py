@@ -10,10 +10,12 @@ import dataclasses
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.store import cas
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.layout import node_layout_root
@@ -280,3 +282,53 @@ def test_a_laid_out_file_deleted_since_is_laid_out_again(tmp_path: Path) -> None
     again = lay_out(manifest, manifest.digest, TieredStore(store), root)
     assert not again.cheap
     assert (root / GRAPH).read_bytes() == b"neff bytes"
+
+
+def counting_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each blob the store hashes from now on (fetching or re-checking it)."""
+    hashed: list[int] = []
+    real = cas.copy_verified
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        hashed.append(args[3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cas, "copy_verified", counted)
+    return hashed
+
+
+def test_a_fresh_node_hashes_each_fetched_byte_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: a blob this process fetched and verified into the local tier is linked into
+    the lay-out without being read again; one the local tier already held is verified once."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = one_file(remote, tmp_path, b"neff bytes")
+    hashed = counting_hashes(monkeypatch)
+    tiers = TieredStore(Store(str(tmp_path / "local"), create=True), remote)
+    tiers.fill(manifest.digest)
+    assert lay_out(manifest, manifest.digest, tiers, tmp_path / "node").linked == 1
+    assert hashed == [10]  # the fetch's hash, none at the lay-out
+    hashed.clear()
+    held = TieredStore(Store(str(tmp_path / "local")), remote)  # a later process on the node
+    lay_out(manifest, manifest.digest, held, tmp_path / "node2")
+    lay_out(manifest, manifest.digest, held, tmp_path / "node3")
+    assert hashed == [10]
+
+
+def test_a_verified_blob_changed_since_is_hashed_again_and_repaired(tmp_path: Path) -> None:
+    """The trust lasts while the blob keeps its size, mtime and inode: a blob rewritten after
+    the fetch verified it is hashed at the lay-out, found corrupt and fetched again."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = one_file(remote, tmp_path, b"neff bytes")
+    local = Store(str(tmp_path / "local"), create=True)
+    tiers = TieredStore(local, remote)
+    tiers.fill(manifest.digest)
+    [file] = manifest.files()
+    blob = local.local_blob_path(file)
+    assert blob is not None
+    time.sleep(0.01)
+    blob.write_bytes(b"NEFF bytes")  # in place: the same inode and size, a later mtime
+    lay_out(manifest, manifest.digest, tiers, tmp_path / "node")
+    assert (tmp_path / "node" / GRAPH).read_bytes() == b"neff bytes"
+    assert any("corrupt" in note for note in tiers.notes)
