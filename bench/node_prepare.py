@@ -1,0 +1,96 @@
+"""What a node pays in bytes before vLLM starts, against the floor measured in the same run
+(run with .venv/bin/python bench/node_prepare.py [--mb 1000] [--blobs 200]).
+
+A manifest of ``--blobs`` random blobs (``--mb`` MB in all) in a folder store as the remote and
+an empty local tier, through the byte path of ``serve`` (``TieredStore.fill``, then ``lay_out``):
+
+- fresh node: fetch into the local tier, verify, lay out; floor: one sha256 pass over the bytes
+  plus a plain copy of them (``shutil.copyfile``), each on one core;
+- the node already holds the blobs (a later process): the first lay-out; floor: sha256;
+- the node already laid it out: a repeat (the stamp alone).
+
+Every run starts with the bytes in the page cache (they were just written), as a floor that
+reads them does too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from neuronbuild.build.compile import ingest
+from neuronbuild.plan import build_plan
+from neuronbuild.recipe import load_recipe
+from neuronbuild.store.cas import Store
+from neuronbuild.store.node import lay_out
+from neuronbuild.store.records import Manifest
+from neuronbuild.store.tiered import TieredStore
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def timed(work: Callable[[], object]) -> float:
+    """Seconds ``work`` takes."""
+    start = time.monotonic()
+    work()
+    return time.monotonic() - start
+
+
+def sha256_all(paths: list[Path]) -> None:
+    for path in paths:
+        with open(path, "rb") as f:
+            hashlib.file_digest(f, "sha256")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=1000, help="bytes in all, MB (default 1000)")
+    parser.add_argument("--blobs", type=int, default=200, help="blobs (default 200)")
+    args = parser.parse_args()
+    size = args.mb * 1_000_000 // args.blobs
+    work = Path(tempfile.mkdtemp(prefix="neuronbuild-node-bench-"))
+    try:
+        recipe = load_recipe(REPO / "recipes" / "cpu-tiny-llama.yaml")
+        [unit] = build_plan(recipe).units
+        rels = [Path(f"src/{i:04d}.bin") for i in range(args.blobs)]
+        for rel in rels:
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_bytes(os.urandom(size))
+        remote = Store(str(work / "remote"), create=True)
+        record = ingest(remote, unit, work, rels, {})
+        manifest = Manifest(recipe.name, recipe.canonical(), (record,))
+        digest = remote.put_manifest(manifest)
+        blobs = [Path(remote.layout.blob(f.digest)) for f in record.files]
+
+        hashing = timed(lambda: sha256_all(blobs))
+        (work / "plain").mkdir()
+        copying = timed(lambda: [shutil.copyfile(b, work / "plain" / b.name) for b in blobs])
+        floor = hashing + copying
+
+        def fresh() -> None:
+            tiers = TieredStore(Store(str(work / "local"), create=True), remote)
+            tiers.fill(digest)
+            lay_out(manifest, digest, tiers, work / "node")
+
+        fresh_s = timed(fresh)
+        held = TieredStore(Store(str(work / "local")), remote)  # as a later process sees it
+        held_s = timed(lambda: lay_out(manifest, digest, held, work / "node2"))
+        repeat_s = timed(lambda: lay_out(manifest, digest, held, work / "node2"))
+        total = args.blobs * size
+        print(f"node prepare of {args.blobs} blobs, {total / 1e6:.0f} MB, {os.cpu_count()} cores:")
+        print(f"  floor: sha256 {hashing:.2f} s + plain copy {copying:.2f} s = {floor:.2f} s")
+        print(f"  fresh node (fetch + verify + lay out): {fresh_s:.2f} s = {fresh_s / floor:.2f}x")
+        print(f"  blobs held, first lay-out: {held_s:.2f} s = {held_s / hashing:.2f}x sha256")
+        print(f"  repeat lay-out (stamp): {repeat_s:.3f} s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
