@@ -330,14 +330,14 @@ class Store:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
 
-    def check_blob(self, file: FileRecord, *, trust_verified: bool = True) -> str | None:
+    def check_blob(self, file: FileRecord, *, trust_verified: bool = False) -> str | None:
         """Re-hash a stored blob: None when intact, else a one-line problem naming its URL.
 
-        On a folder store a blob this process already verified (here, or by writing it with
-        :meth:`put_verified`) is not hashed again while its file keeps the size, mtime and
-        inode it had then, as ``serve``'s lay-out stamp trusts a laid-out file: a fresh node
-        hashes each fetched byte once. ``trust_verified=False`` (``--deep-verify``) hashes
-        anyway: bit rot keeps all three."""
+        ``trust_verified`` (``serve``'s lay-out): on a folder store, a blob this process
+        already verified (here, or by writing it with :meth:`put_verified`) is not hashed again
+        while its file keeps the size, mtime and inode it had then, as the lay-out stamp trusts
+        a laid-out file: a fresh node hashes each fetched byte once. ``verify --deep`` and
+        ``--deep-verify`` hash anyway: bit rot keeps all three."""
         url = self.blob_url(file.digest)
         path = self.local_blob_path(file)
         seen = None

@@ -190,7 +190,8 @@ def lay_out(
 
     A stamp left by an earlier lay-out whose sizes, mtimes and inodes still hold is enough
     unless ``deep``; otherwise a file already there with the right bytes is kept. ``jobs``
-    files are verified and laid out at once (threads: hashing runs on every core). Files come
+    blobs are verified and laid out at once, on threads (hashlib releases the GIL, so the
+    hashing spreads over the cores); the files of one blob one after another. Files come
     from the local tier of ``tiers`` (linked or copied), which must hold every blob.
 
     Raises:
