@@ -37,7 +37,13 @@ from neuronbuild.build.sharing import Sharing
 from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import (
+    RefMovesBack,
+    RefNotExpected,
+    StoreDataInvalid,
+    StoreError,
+    UserError,
+)
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import format_table
@@ -304,7 +310,8 @@ def prepare_recipe(
             run_unit(groups, compiler, recipe, unit, cache_root, log, timeout)
             compiler.settle_seeded(cache_root, unit, seeded)
             files = compiler.harvest(cache_root)
-            record = ingest(store, unit, cache_root, files, toolchain)
+            carried = files + compiler.start_files(cache_root)
+            record = ingest(store, unit, cache_root, carried, toolchain)
         except (StoreError, StoreDataInvalid) as exc:
             outages.append(exc)
             raise
@@ -374,7 +381,8 @@ def compile_recipes(
             too).
         Interrupted: SIGINT/SIGTERM; engine processes were ended and nothing was sealed.
         RefMovesBack, RefNotExpected: a ref would move back, or does not hold what ``--expect``
-            says (units are published, manifests written, no ref moved).
+            says (units are published, manifests written, no ref moved); when units of another
+            recipe failed too, the report's ``refused`` holds it instead.
     """
     start = time.monotonic()
     # A store outage (exit 3) or bad store data (exit 2) is the store's failure, not the unit's:
@@ -497,7 +505,12 @@ def compile_recipes(
                 )
         report.seconds = time.monotonic() - start
     sealing = [run for run in runs if shard is None and not run.report.failed]
-    moves = seal_all([(run.plan, run.records) for run in sealing], store, LATEST, ask)
+    try:
+        moves = seal_all([(run.plan, run.records) for run in sealing], store, LATEST, ask)
+    except (RefMovesBack, RefNotExpected) as exc:
+        if not result.failed:
+            raise
+        result.refused, sealing, moves = exc, [], []  # reported beside the failed units
     for run, moved in zip(sealing, moves, strict=True):
         run.report.manifest, run.report.ref = moved.manifest, moved.ref
         run.report.previous = moved.previous

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronbuild.build.shard import Shard
+from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 
 STATUSES = ("cached", "compiled", "failed", "missing", "skipped", "adopted")
@@ -167,13 +168,15 @@ class CompileReport:
 class RunReport:
     """What one ``compile`` run did: one :class:`CompileReport` per recipe; with ``shard``, the
     number of distinct units in the run (``units``) and of those this shard owns (``assigned``);
-    ``seconds`` of wall time."""
+    ``seconds`` of wall time; ``refused``: the ref move the seal refused (nothing moved) when
+    units of another recipe failed too, so that neither hides the other."""
 
     recipes: list[CompileReport]
     shard: Shard | None = None
     units: int = 0
     assigned: int = 0
     seconds: float = 0.0
+    refused: UserError | None = None
 
     @property
     def failed(self) -> int:
@@ -188,4 +191,5 @@ class RunReport:
             "n_assigned": self.assigned,
             "seconds": round(self.seconds, 3),
             "recipes": [r.to_json() for r in self.recipes],
+            "refused": None if self.refused is None else str(self.refused),
         }

@@ -386,6 +386,8 @@ def compile_(
                 f"published; once every shard has run: neuronbuild seal {names} "
                 f"--cache {store.url} --shards {shard.count}"
             )
+    if done.refused is not None:
+        click.echo(f"error: {done.refused}", err=True)
     if done.failed:
         what = "this shard's failed units" if shard else "them"
         raise UnitsFailed(f"not sealed: some units failed; fix {what} and run compile again")

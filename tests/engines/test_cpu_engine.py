@@ -123,11 +123,16 @@ def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_pla
     )
     compiled_files = files_under(root / COMPILE_CACHE)
     assert compiled_files
+    # vLLM's model-class inspection, carried from the compile: no subprocess at start.
+    infos = {p: p.stat().st_ino for p in (root / "modelinfos").glob("*.json")}
+    assert infos
 
     answer, log = serve_and_ask(serve, tmp_path / "serve.log")
     assert AOT_LOADED in log
     assert "Compiling model again" not in log
     assert files_under(root / COMPILE_CACHE) == compiled_files
+    # Used as laid out: a miss would have inspected the class again and replaced the file.
+    assert {p: p.stat().st_ino for p in infos} == infos
 
     plain = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
     plain += ["../build/tiny-llama", "--max-model-len", "256", "--max-num-seqs", "4"]

@@ -208,6 +208,41 @@ def test_compile_of_an_old_recipe_is_refused_then_allowed_with_rollback(
     assert (report["previous"], report["manifest"]) == (two, one)
 
 
+def test_a_refused_move_does_not_hide_another_recipes_failure(tmp_path: Path) -> None:
+    """Two recipes in one run: ``app``'s move back is refused, ``broken``'s unit fails. Both
+    are reported (the refusal on stderr and in ``--json``), and the exit code is the failed
+    units' (1), so CI shows the failure it must fix."""
+    env = double_env(tmp_path, CPU_DOUBLE_FAIL_SEQS="3")
+    app, broken = write_recipes(
+        tmp_path, [double_recipe("app"), double_recipe("broken", max_num_seqs=3)]
+    )
+    cache = str(tmp_path / "shared")
+    assert neuronbuild("compile", app, "--cache", cache, env=env).returncode == 0
+    one = Store(cache).get_ref("app", "latest")
+    recipe = Path(app)
+    old_text = recipe.read_text()
+    recipe.write_text(old_text + "serve: {served_model_name: demo}\n")
+    assert neuronbuild("compile", app, "--cache", cache, env=env).returncode == 0
+    two = Store(cache).get_ref("app", "latest")
+    recipe.write_text(old_text)
+
+    both = neuronbuild("compile", app, broken, "--cache", cache, env=env)
+    assert both.returncode == 1, both.stderr
+    refusal = (
+        f"error: app/latest holds {two}; {one} is an older value of it (ls --history): "
+        "nothing moved; pass --rollback to move it back"
+    )
+    lines = both.stderr.strip().splitlines()
+    assert refusal in lines
+    assert lines[-1].startswith("not sealed: some units failed")
+    assert Store(cache).get_ref("app", "latest") == two
+    as_json = neuronbuild("compile", app, broken, "--cache", cache, "--json", env=env)
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert report["refused"] == refusal.removeprefix("error: ")
+    assert [r["n_units_by_status"]["failed"] for r in report["recipes"]] == [0, 1]
+
+
 def test_seal_reports_previous_and_refuses_a_move_back(tmp_path: Path) -> None:
     env = double_env(tmp_path)
     (path,) = write_recipes(tmp_path, [double_recipe("app")])
