@@ -30,6 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
+from neuronbuild.store.ranged import RangedReads
 from neuronbuild.store.retry import body_retried, watch_s3
 
 OnBytes = Callable[[int], None]
@@ -207,10 +208,15 @@ class Backend(ABC):
     def open_read(self, path: str) -> IO[bytes]:
         """A binary file object for reading a regular file (FileNotFoundError when absent;
         StoreDataInvalid for anything that is not a regular file)."""
-        with self._errors(f"cannot read {path}"):
-            if self.fs.info(path).get("type") != "file":
-                raise StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: not a file")
+        self._file_info(path)
         return self.fs.open(path, "rb")  # type: ignore[no-any-return]
+
+    def _file_info(self, path: str) -> dict[str, Any]:
+        with self._errors(f"cannot read {path}"):
+            info: dict[str, Any] = self.fs.info(path)
+        if info.get("type") != "file":
+            raise StoreDataInvalid(f"{self.fs.unstrip_protocol(path)}: not a file")
+        return info
 
     def delete(self, path: str) -> None:
         with self._errors(f"cannot delete {path}"), contextlib.suppress(FileNotFoundError):
@@ -464,6 +470,11 @@ def _connection_refused(exc: BaseException) -> bool:
 SINGLE_PUT_BYTES = 100 << 20
 """Files below this many bytes go up in one PUT (s3fs: under twice its 50 MiB default part)."""
 
+RANGED_MIN_BYTES = SINGLE_PUT_BYTES
+"""Objects of this many bytes or more are read as concurrent ranged GETs. They went up in parts,
+so S3 keeps no whole-object checksum a single GET could check on the way: nothing is lost by
+reading them in parts (the bytes' sha256 is checked either way)."""
+
 
 class ObjectBackend(Backend):
     """S3 through s3fs: every PUT is atomic; create and swap are conditional requests; each
@@ -486,8 +497,20 @@ class ObjectBackend(Backend):
         return body_retried(lambda: super(ObjectBackend, self)._cat(path, end), what)
 
     def open_read(self, path: str) -> IO[bytes]:
-        file = super().open_read(path)
+        """As the base's; an object of :data:`RANGED_MIN_BYTES` or more is read as concurrent
+        ranged GETs (:class:`~.ranged.RangedReads`), each retried as a whole request is."""
+        size = int(self._file_info(path).get("size") or 0)
+        if size >= RANGED_MIN_BYTES:
+            return cast(
+                IO[bytes], RangedReads(lambda start, end: self._range(path, start, end), size)
+            )
+        file = self.fs.open(path, "rb")
         return cast(IO[bytes], _RetriedReads(file, self.fs.unstrip_protocol(path)))
+
+    def _range(self, path: str, start: int, end: int) -> bytes:
+        what = self.fs.unstrip_protocol(path)
+        with self._errors(f"cannot read {path}"):
+            return body_retried(lambda: bytes(self.fs.cat_file(path, start=start, end=end)), what)
 
     def _single_attempt(self) -> AbstractFileSystem:
         """A client of the same endpoint and credentials that tries each request once."""
