@@ -18,6 +18,7 @@ from neuronbuild.store.records import Manifest, UnitRecord
 from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.s3 import moto_s3
+from tests.lib.seaweed import INSTALL_HINT, seaweed_s3, weed_binary
 
 BUCKET = "neuronbuild-claims"
 
@@ -26,6 +27,16 @@ BUCKET = "neuronbuild-claims"
 def s3_root() -> Iterator[str]:
     """``s3://BUCKET`` on a moto server on loopback, its environment set in this process."""
     with moto_s3(BUCKET):
+        yield f"s3://{BUCKET}"
+
+
+@pytest.fixture(scope="module")
+def seaweed_root() -> Iterator[str]:
+    """``s3://BUCKET`` on a SeaweedFS S3 gateway on loopback (a real S3-compatible server, started
+    for the module), its environment set in this process; skipped where ``weed`` is absent."""
+    if weed_binary() is None:
+        pytest.skip(INSTALL_HINT)
+    with seaweed_s3(BUCKET):
         yield f"s3://{BUCKET}"
 
 

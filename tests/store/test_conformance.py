@@ -12,10 +12,10 @@ import pytest
 
 from neuronbuild.store.cas import Store
 from tests.lib.builders import publish_build
-from tests.lib.claims import fresh_url, s3_root, small_recipe
+from tests.lib.claims import fresh_url, s3_root, seaweed_root, small_recipe
 from tests.store.conformance import AtomicContract, ReadOnlyContract, StoreContract
 
-__all__ = ["s3_root"]  # the module's moto server, for the S3 class
+__all__ = ["s3_root", "seaweed_root"]  # the module's moto and SeaweedFS servers, for the S3 classes
 
 
 def memory_url() -> str:
@@ -54,6 +54,16 @@ class TestS3Store(AtomicContract):
         self, connect: Callable[[], Store], tmp_path: Path
     ) -> None:
         super().test_set_ref_retries_until_its_move_lands_on_top_of_the_others(connect, tmp_path)
+
+
+class TestSeaweedStore(AtomicContract):
+    """A real S3-compatible server, SeaweedFS (``weed mini``) on loopback, one per module
+    (``seaweed_root``): the S3 backend's conditional writes as another implementation answers
+    them."""
+
+    @pytest.fixture
+    def store_url(self, seaweed_root: str, tmp_path: Path) -> str:
+        return fresh_url("s3", tmp_path, seaweed_root)
 
 
 class TestLastWriterWinsStore(StoreContract):
