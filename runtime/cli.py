@@ -21,6 +21,7 @@ from neuronbuild.ui.options import (
     jobs_option,
     json_option,
     local_cache_option,
+    policy_option,
 )
 from neuronbuild.ui.progress import ByteProgress
 from neuronbuild.ui.verbosity import echo_notes, info
@@ -193,6 +194,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     help="Fetch, verify and lay the artifacts out, print the vLLM command, start nothing (for an "
     "image build, or before running that command by hand).",
 )
+@policy_option
 @json_option(" (with --dry-run or --layout-only)")
 def serve(
     recipe: str | None,
@@ -206,6 +208,7 @@ def serve(
     allow_mismatch: tuple[str, ...],
     dry_run: bool,
     layout_only: bool,
+    policy: str | None,
     as_json: bool,
 ) -> None:
     """Serve RECIPE (its <name>/latest), --ref NAME[/TAG] or --manifest DIGEST (or a unique
@@ -216,7 +219,9 @@ def serve(
     manifest is missing or incomplete, when RECIPE no longer matches it, when this node differs
     from the build (installed versions, target, instruction set, model files), when an
     option would change what was compiled, or when the layout root is inside a store (or holds
-    one); exits 3 when the layout root or the local tier has no room.
+    one), or, under a trust policy (--policy, $NEURONBUILD_POLICY), when the manifest has no
+    attestation by a signer the policy names for the ref, checked before any blob is fetched;
+    exits 3 when the layout root or the local tier has no room.
 
     \b
     Examples:
@@ -230,6 +235,9 @@ def serve(
         raise click.UsageError("--json needs --dry-run (a server's output is not one document)")
     if dry_run and layout_only:
         raise click.UsageError("--dry-run writes nothing and --layout-only lays out: give one")
+    from neuronbuild.attest.policy import policy_from
+
+    trusted = policy_from(policy)  # a bad policy file is refused before the store is read
     serving = list(click.get_current_context().meta.get("vllm_options", []))
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
@@ -241,6 +249,7 @@ def serve(
         dry_run=dry_run,
         allow_mismatch=allow_mismatch,
         check_address=not layout_only,
+        policy=trusted,
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:
