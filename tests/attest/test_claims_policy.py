@@ -69,7 +69,7 @@ def test_a_node_refuses_a_manifest_written_by_a_hand_that_holds_no_key_before_an
 
 def test_a_node_serves_the_manifest_once_ci_signed_it(node: dict[str, Path]) -> None:
     sign(node, node["key"])
-    code, out, err, local = serve_node(node, "--policy", str(node["policy"]))
+    code, _, err, local = serve_node(node, "--policy", str(node["policy"]))
     assert code == 0, err
     assert len(blobs_in(local)) == 2  # the check passed and the lay-out fetched
 
