@@ -43,6 +43,16 @@ def _supported(key: object) -> bool:
     )
 
 
+def _kind(key: object) -> str:
+    """What a key is, for messages: ``an RSA key``, ``an ECDSA key on secp384r1``, ..."""
+    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
+        return f"an ECDSA key on {key.curve.name}"
+    name = type(key).__name__.lstrip("_")
+    for suffix in ("PrivateKey", "PublicKey"):
+        name = name.removesuffix(suffix)
+    return f"a key of type {name}"
+
+
 def key_path(key_ref: str) -> Path:
     """The file a ``--sign``/``--key`` KEY_REF names: ``file:PATH`` or a bare ``PATH``.
 
@@ -77,7 +87,7 @@ def load_signer(key_ref: str, option: str = "--sign") -> CryptoSigner:
             f"{option} {path}: not a PEM private key ({type(exc).__name__}); give {KEY_REF_HELP}"
         ) from None
     if not _supported(private):
-        raise UserError(f"{option} {path}: a {type(private).__name__[1:]}; give {KEY_REF_HELP}")
+        raise UserError(f"{option} {path}: {_kind(private)}; give {KEY_REF_HELP}")
     return CryptoSigner(private)
 
 
@@ -97,5 +107,5 @@ def load_public_key(path: Path, what: str) -> SSlibKey:
             "of an Ed25519 or ECDSA P-256 key"
         ) from None
     if not _supported(public):
-        raise UserError(f"{what} {path}: not an Ed25519 or ECDSA P-256 public key")
+        raise UserError(f"{what} {path}: {_kind(public)}, not Ed25519 or ECDSA P-256")
     return SSlibKey.from_crypto(public)
