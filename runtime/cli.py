@@ -53,19 +53,30 @@ class ServeCommand(EnvHelpCommand):
 @cache_option
 @local_cache_option("the one to fill.", required=True)
 @jobs_option("blob transfers", default=8)
+@policy_option
 @json_option()
-def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) -> None:
+def pull(
+    target: str, cache: str, local_cache: str, jobs: int, policy: str | None, as_json: bool
+) -> None:
     """Pre-stage a node or a container image: copy REF|MANIFEST and its blobs (verified) into
     --local-cache, after which `serve --local-cache` runs without network access. Checks free
-    disk space first; an interrupted pull resumes.
+    disk space first; an interrupted pull resumes. Under a trust policy (--policy,
+    $NEURONBUILD_POLICY), a manifest no signer it names for the ref signed is refused before
+    any byte is copied (exit 2).
 
     \b
     Examples:
       neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
     """
+    from neuronbuild.attest.policy import policy_from
+
+    trusted = policy_from(policy)
     remote = Store(cache)
     found = remote.resolve_target(target)
     digest = found.digest
+    if trusted is not None:
+        named = found.ref_text or f"{remote.get_manifest(digest).name}/{digest}"
+        trusted.enforce(named, digest, remote.get_attestations(digest).items())
     if not Path(local_cache).is_dir():  # a tier to create: checked before any byte moves
         check_local_tier(local_cache)
     tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)

@@ -19,7 +19,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import FormatError, VerificationError
 from securesystemslib.signer import Key, Signer
 
-from neuronbuild.attest.statement import statement_subject
+from neuronbuild.attest.statement import PREDICATE_TYPE, statement_subject
 from neuronbuild.digest import canonical_json
 from neuronbuild.errors import StoreDataInvalid
 
@@ -97,6 +97,7 @@ class Attestation:
     keyids: tuple[str, ...]
     subject: str
     predicate: dict[str, Any]
+    predicate_type: str = PREDICATE_TYPE
 
     def verified_by(self, keys: list[Key]) -> str | None:
         """The keyid of the first of ``keys`` whose signature over this envelope verifies
