@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from neuronbuild.store.cas import Store
-from tests.conftest import cpu_recipe, publish_build, serve_without_vllm
+from tests.conftest import SERVE_WITHOUT_VLLM, cpu_recipe, publish_build, serve_without_vllm
 from tests.lib.commands import neuronbuild_in_process
 from tests.lib.keys import write_key, write_policy
 
@@ -37,10 +39,12 @@ def serve_node(node: dict[str, Path], *args: str) -> tuple[int, str, str, Path]:
     """``serve --ref tiny/latest --layout-only`` as a node runs it, with an empty local tier in
     front of the store: (exit code, stdout, stderr, local tier)."""
     local = node["root"] / "local"
-    done = serve_without_vllm(
-        "--ref", "tiny/latest", "--cache", str(node["store"]), "--local-cache", str(local),
-        "--vllm-cache-root", str(node["root"] / "layout"), "--layout-only",
-        "--workdir", str(node["root"]), *args,
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE_WITHOUT_VLLM,
+         "--ref", "tiny/latest", "--cache", str(node["store"]), "--local-cache", str(local),
+         "--vllm-cache-root", str(node["root"] / "layout"), "--layout-only",
+         "--workdir", str(node["root"]), *args],
+        capture_output=True, text=True, timeout=60,  # seconds: past it, serve hung
     )  # fmt: skip
     return done.returncode, done.stdout, done.stderr, local
 

@@ -44,25 +44,57 @@ def test_the_statement_names_the_manifest_and_its_recipe_toolchain_and_unit_keys
     }
     got = statement(manifest, digest, builder_from_env(github))
     assert got["_type"] == STATEMENT_TYPE and got["predicateType"] == PREDICATE_TYPE
-    assert got["subject"] == [{"name": "tiny", "digest": {"sha256": digest.removeprefix("sha256:")}}]
+    assert got["subject"] == [
+        {"name": "tiny", "digest": {"sha256": digest.removeprefix("sha256:")}}
+    ]
     build = got["predicate"]["buildDefinition"]
     assert build["externalParameters"]["recipe"] == manifest.recipe
-    assert build["externalParameters"]["recipeDigest"] == sha256_digest(canonical_json(manifest.recipe))
+    assert build["externalParameters"]["recipeDigest"] == sha256_digest(
+        canonical_json(manifest.recipe)
+    )
     assert build["internalParameters"]["units"] == [u.key for u in manifest.units]
     assert build["internalParameters"]["toolchain"] == manifest.units[0].toolchain
     run = got["predicate"]["runDetails"]
     assert run["builder"]["id"] == (
         "https://github.com/org/models/.github/workflows/build.yml@refs/heads/main"
     )
-    assert run["metadata"]["invocationId"] == "https://github.com/org/models/actions/runs/42/attempts/1"
+    assert (
+        run["metadata"]["invocationId"]
+        == "https://github.com/org/models/actions/runs/42/attempts/1"
+    )
 
 
 @pytest.mark.parametrize(
     ("env", "system", "ident", "run"),
     [
-        ({"GITLAB_CI": "true", "CI_PROJECT_URL": "https://gitlab.com/o/p", "CI_JOB_URL": "https://gitlab.com/o/p/-/jobs/7"}, "gitlab", "https://gitlab.com/o/p", "https://gitlab.com/o/p/-/jobs/7"),
-        ({"BUILDKITE": "true", "BUILDKITE_ORGANIZATION_SLUG": "o", "BUILDKITE_PIPELINE_SLUG": "p", "BUILDKITE_BUILD_URL": "https://buildkite.com/o/p/builds/3", "BUILDKITE_JOB_ID": "j"}, "buildkite", "https://buildkite.com/o/p", "https://buildkite.com/o/p/builds/3#j"),
-        ({"CODEBUILD_BUILD_ARN": "arn:aws:codebuild:us-east-1:123:build/proj:abc"}, "codebuild", "arn:aws:codebuild:us-east-1:123:project/proj", "arn:aws:codebuild:us-east-1:123:build/proj:abc"),
+        (
+            {
+                "GITLAB_CI": "true",
+                "CI_PROJECT_URL": "https://gitlab.com/o/p",
+                "CI_JOB_URL": "https://gitlab.com/o/p/-/jobs/7",
+            },
+            "gitlab",
+            "https://gitlab.com/o/p",
+            "https://gitlab.com/o/p/-/jobs/7",
+        ),
+        (
+            {
+                "BUILDKITE": "true",
+                "BUILDKITE_ORGANIZATION_SLUG": "o",
+                "BUILDKITE_PIPELINE_SLUG": "p",
+                "BUILDKITE_BUILD_URL": "https://buildkite.com/o/p/builds/3",
+                "BUILDKITE_JOB_ID": "j",
+            },
+            "buildkite",
+            "https://buildkite.com/o/p",
+            "https://buildkite.com/o/p/builds/3#j",
+        ),
+        (
+            {"CODEBUILD_BUILD_ARN": "arn:aws:codebuild:us-east-1:123:build/proj:abc"},
+            "codebuild",
+            "arn:aws:codebuild:us-east-1:123:project/proj",
+            "arn:aws:codebuild:us-east-1:123:build/proj:abc",
+        ),
         ({}, "local", LOCAL_BUILDER, None),
     ],
 )
@@ -82,7 +114,9 @@ def test_an_attestation_verifies_with_in_totos_own_verifier(
     store, digest = sealed
     public = write_key(tmp_path / "ci.key", "p256")
     signer = load_signer(str(tmp_path / "ci.key"))
-    data = sign_statement(statement(store.get_manifest(digest), digest, builder_from_env({})), signer)
+    data = sign_statement(
+        statement(store.get_manifest(digest), digest, builder_from_env({})), signer
+    )
     envelope = Metadata.from_dict(json.loads(data))
     assert isinstance(envelope, InTotoEnvelope) and envelope.payload_type == PAYLOAD_TYPE
     key = load_public_key(public, "key")
@@ -109,13 +143,17 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (tmp_path / "rsa.key").write_bytes(
         rsa_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
     )
     p384 = ec.generate_private_key(ec.SECP384R1())
     (tmp_path / "p384.key").write_bytes(
         p384.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
     )
     (tmp_path / "junk.key").write_text("hello")
@@ -136,10 +174,19 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
     ("text", "field"),
     [
         ("signers: {}\nrefs: []\n", "signers: expected a mapping"),
-        ("signers:\n  ci: {keys: [nope.pub]}\nrefs: [{match: '*', signers: [ci]}]\n", "signers.ci.keys[0] "),
-        ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*', signers: [dev]}]\n", "refs[0].signers: 'dev' is not a signer"),
+        (
+            "signers:\n  ci: {keys: [nope.pub]}\nrefs: [{match: '*', signers: [ci]}]\n",
+            "signers.ci.keys[0] ",
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*', signers: [dev]}]\n",
+            "refs[0].signers: 'dev' is not a signer",
+        ),
         ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*'}]\n", "refs[0]: expected exactly"),
-        ("signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n", "expected exactly the fields signers and refs"),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n",
+            "expected exactly the fields signers and refs",
+        ),
         ("signers: [\n", "not YAML at line"),
     ],
 )
