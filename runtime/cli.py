@@ -68,7 +68,7 @@ def pull(
     Examples:
       neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
     """
-    from neuronbuild.attest.policy import policy_from
+    from neuronbuild.attest.trust import policy_from
 
     trusted = policy_from(policy)
     remote = Store(cache)
@@ -246,7 +246,7 @@ def serve(
         raise click.UsageError("--json needs --dry-run (a server's output is not one document)")
     if dry_run and layout_only:
         raise click.UsageError("--dry-run writes nothing and --layout-only lays out: give one")
-    from neuronbuild.attest.policy import policy_from
+    from neuronbuild.attest.trust import policy_from
 
     trusted = policy_from(policy)  # a bad policy file is refused before the store is read
     serving = list(click.get_current_context().meta.get("vllm_options", []))

@@ -28,7 +28,6 @@ from typing import Any
 import yaml
 from securesystemslib.signer import Key
 
-from neuronbuild import envs
 from neuronbuild.attest.envelope import read_attestation
 from neuronbuild.attest.keys import load_public_key
 from neuronbuild.digest import short
@@ -203,17 +202,6 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
             named.append(signers[str(name)])
         rules.append(Rule(entry["match"], tuple(named)))
     return Policy(source, signers, tuple(rules))
-
-
-def policy_from(option: str | None) -> Policy | None:
-    """The policy a command runs under: ``--policy FILE`` (``option``), else
-    ``$NEURONBUILD_POLICY``, else None (no policy: signatures are not required).
-
-    Raises:
-        PolicyInvalid: see :func:`load_policy`. EnvInvalid: a bad ``$NEURONBUILD_POLICY``.
-    """
-    path = Path(option) if option is not None else envs.POLICY.get()
-    return None if path is None else load_policy(path)
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -40,7 +40,7 @@ def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: boo
       neuronbuild verify app/prod --policy policy.yaml --json
     """
     from neuronbuild.attest.inspect import describe_attestations
-    from neuronbuild.attest.policy import policy_from
+    from neuronbuild.attest.trust import policy_from
     from neuronbuild.store.cas import Store
     from neuronbuild.store.verify import verify_manifest
 
@@ -213,7 +213,7 @@ def tag(
       neuronbuild tag 3f2a9c1b5d7e app/prod --rollback --cache s3://bucket/store
       neuronbuild tag app/latest app/prod --expect sha256:9e1f0c2a4b6d
     """
-    from neuronbuild.attest.policy import policy_from
+    from neuronbuild.attest.trust import policy_from
     from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 
