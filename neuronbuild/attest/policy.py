@@ -54,6 +54,7 @@ class Signer:
     keys: tuple[Key, ...]
 
     def describe(self) -> str:
+        """``<name> (key <keyid, 16 hex>[, ...])``: how refusals name this signer."""
         return f"{self.name} (key {', '.join(str(k.keyid)[:16] for k in self.keys)})"
 
 

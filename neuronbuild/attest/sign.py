@@ -25,6 +25,7 @@ class Signed:
     url: str
 
     def to_json(self) -> dict[str, Any]:
+        """``sign --json`` less its ``store`` (``neuronbuild/schemas/sign.json``)."""
         return {
             "manifest": self.manifest,
             "keyid": self.keyid,
