@@ -142,3 +142,18 @@ def test_a_huge_attestation_is_refused_before_it_is_read_whole(node: dict[str, P
     path.write_bytes(b"{" * (MAX_ATTESTATION_BYTES * 4))
     with pytest.raises(StoreDataInvalid, match="larger than"):
         store.get_attestations(digest)
+
+
+def test_a_strangers_signature_that_claims_cis_keyid_is_refused(node: dict[str, Path]) -> None:
+    store, digest, path = signed_path(node)  # CI's, for its keyid
+    ci_keyid = path.stem
+    path.unlink()
+    sign(node, node["root"] / "stranger.key")
+    (theirs,) = store.attestation_paths(digest).values()
+    envelope = json.loads(Path(theirs).read_text())
+    envelope["signatures"][0]["keyid"] = ci_keyid  # the name and the claim both say CI
+    Path(theirs).unlink()
+    path.write_text(json.dumps(envelope))
+    code, _, err, local = serve_node(node, "--policy", str(node["policy"]))
+    assert code == 2 and "signer ci (key " in err and "that does not verify" in err, err
+    assert blobs_in(local) == []
