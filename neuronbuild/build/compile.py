@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -346,6 +346,7 @@ def compile_recipes(
     reuse: Store | None = None,
     lease_times: LeaseTimes | None = None,
     ask: Ask = ASK_NOTHING,
+    on_sealed: Callable[[str], None] | None = None,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -362,7 +363,9 @@ def compile_recipes(
     command line passes the ``ui`` wing's ``Progress``); ``stream`` is where a
     previous build's unreadable entry is reported (default stderr). ``ask``: what the user
     asked of each ref move (``--rollback``, ``--expect``: :mod:`neuronbuild.store.moves`); an
-    ``--expect`` the ref does not meet is refused before anything compiles.
+    ``--expect`` the ref does not meet is refused before anything compiles. ``on_sealed``:
+    called with each sealed manifest's digest before its ref moves (``--sign``:
+    :func:`~.seal.seal_all`).
 
     Another builder's units are shared, not compiled twice (:mod:`.sharing`): each unit is
     leased in ``store`` just before it starts; a unit another live builder holds is left while
@@ -506,7 +509,9 @@ def compile_recipes(
         report.seconds = time.monotonic() - start
     sealing = [run for run in runs if shard is None and not run.report.failed]
     try:
-        moves = seal_all([(run.plan, run.records) for run in sealing], store, LATEST, ask)
+        moves = seal_all(
+            [(run.plan, run.records) for run in sealing], store, LATEST, ask, on_sealed
+        )
     except (RefMovesBack, RefNotExpected) as exc:
         if not result.failed:
             raise

@@ -11,7 +11,7 @@ and lists the blobs (one listing when there are many, see
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,7 @@ def seal_all(
     store: Store,
     tag: str,
     ask: Ask = ASK_NOTHING,
+    on_sealed: Callable[[str], None] | None = None,
 ) -> list[Moved]:
     """Write each plan's manifest (its recipe and the record of each of its units, from its
     records by unit key, in plan order), then move each ``<name>/<tag>`` to its manifest as
@@ -93,7 +94,9 @@ def seal_all(
     refused); returns the moves, in plan order. The one place a build is sealed: ``compile``
     and ``seal`` both call it, once every unit is in the store. Every move is checked
     (:func:`~neuronbuild.store.moves.precheck`) before the first is made, so a refusal of one
-    recipe's move leaves every ref where it was (barring a writer in between).
+    recipe's move leaves every ref where it was (barring a writer in between). ``on_sealed``
+    is called with each manifest digest once every manifest is written and before any ref moves
+    (``--sign``: a node under a trust policy never finds a ref on an unsigned build it made).
 
     Raises:
         KeyError: a unit of a plan has no record (the caller checks first).
@@ -109,6 +112,9 @@ def seal_all(
             tuple(records[u.key.digest] for u in plan.units),
         )
         digests.append(store.put_manifest(manifest))
+    if on_sealed is not None:
+        for digest in digests:
+            on_sealed(digest)
     pairs = list(zip((plan.recipe.name for plan, _ in sealing), digests, strict=True))
     if len(pairs) > 1:
         for name, digest in pairs:
@@ -123,11 +129,12 @@ def seal_plans(
     tag: str,
     shards: int | None = None,
     ask: Ask = ASK_NOTHING,
+    on_sealed: Callable[[str], None] | None = None,
 ) -> SealReport:
     """Seal every plan (one manifest per recipe, ref ``<name>/<tag>`` moved by compare-and-swap
     as ``ask`` allows) if the store holds every unit of every plan with all its blobs; else
     report the missing units, each with its owning shard out of ``shards`` (as ``compile
-    --shard I/shards`` assigned it), and write nothing.
+    --shard I/shards`` assigned it), and write nothing. ``on_sealed``: see :func:`seal_all`.
 
     Raises:
         UserError: two recipes share a name. StoreError: the store failed.
@@ -163,7 +170,7 @@ def seal_plans(
         report.seconds = time.monotonic() - start
         return report
     for plan, moved in zip(
-        plans, seal_all([(p, records) for p in plans], store, tag, ask), strict=True
+        plans, seal_all([(p, records) for p in plans], store, tag, ask, on_sealed), strict=True
     ):
         report.sealed.append(
             {

@@ -30,11 +30,14 @@ from neuronbuild.ui.options import (
     last_writer_wins_option,
     local_cache_option,
     ref_move_options,
+    sign_option,
 )
 from neuronbuild.ui.verbosity import detail, echo_notes, key_text
 
 if TYPE_CHECKING:
+    from neuronbuild.attest.sign import Signed
     from neuronbuild.build.report import CompileReport, UnitOutcome
+    from neuronbuild.store.cas import Store
 
 DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
 """What ``compile --dry-run``'s text says the real run would do with a unit of each JSON
@@ -47,6 +50,26 @@ def check_fits(plan: Plan) -> None:
     from neuronbuild.build.seal import check_manifest_fits
 
     check_manifest_fits(plan)
+
+
+def signing(key_ref: str | None, store: Store, signed: list[Signed]) -> Any:
+    """``--sign``'s hook for :func:`~neuronbuild.build.seal.seal_all`: each sealed manifest
+    signed with the key KEY_REF names and its :class:`~neuronbuild.attest.sign.Signed` appended
+    to ``signed``; None without ``--sign``. The key is loaded now, so a bad one is refused
+    before any work.
+
+    Raises:
+        UserError: the key cannot be loaded (:func:`neuronbuild.attest.keys.load_signer`).
+    """
+    if key_ref is None:
+        return None
+    from neuronbuild import start_env
+    from neuronbuild.attest.keys import load_signer
+    from neuronbuild.attest.sign import sign_manifest
+
+    signer = load_signer(key_ref)
+    environ = start_env.environ()
+    return lambda digest: signed.append(sign_manifest(store, digest, signer, environ))
 
 
 def invalid(path: str) -> dict[str, Any]:
@@ -264,6 +287,7 @@ def echo_unit(unit: UnitOutcome) -> None:
     "store DIR, for `neuronbuild push NAME/latest --from DIR` once the build succeeded.",
 )
 @ref_move_options
+@sign_option
 @dry_run_option(
     "list each unit and whether it would compile, check the store, model, toolchain and log folder"
 )
@@ -282,6 +306,7 @@ def compile_(
     stage: str | None,
     rollback: bool,
     expect: str | None,
+    sign_key: str | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -332,6 +357,10 @@ def compile_(
         shared, store = store, Store(stage, create=not dry_run, missing_ok=dry_run)
         store.blobs_elsewhere = shared
     ask = moves.Ask(rollback, moves.expected_digest(store, expect))
+    if sign_key is not None and shard is not None:
+        raise UserError("--sign: a shard seals nothing to sign; give it to seal")
+    signed: list[Signed] = []
+    on_sealed = signing(sign_key, store, signed)
     local = None
     if local_cache:  # checked before hours of work; a dry run creates nothing
         local = Store(local_cache, create=not dry_run, missing_ok=dry_run)
@@ -348,6 +377,7 @@ def compile_(
         observe=Progress,
         reuse=shared,
         ask=ask,
+        on_sealed=None if dry_run else on_sealed,
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)
@@ -356,7 +386,8 @@ def compile_(
                 tiers.write_through(report.manifest, report.name, LATEST)
         echo_notes(tiers.notes)
     if as_json:
-        echo_json("compile", {"store": store.url, "dry_run": dry_run, **done.to_json()})
+        extra = {"signed": [s.to_json() for s in signed]} if sign_key is not None else {}
+        echo_json("compile", {"store": store.url, "dry_run": dry_run, **done.to_json(), **extra})
     else:
         if shard is not None:
             click.echo(
@@ -375,6 +406,8 @@ def compile_(
                 click.echo(line)
             if report.manifest and report.ref:
                 click.echo(f"sealed {report.manifest} in {store.url}")
+                for s in (s for s in signed if s.manifest == report.manifest):
+                    click.echo(s.line())
                 click.echo(moves.Moved(report.ref, report.previous, report.manifest).line())
             elif report.blocked:
                 click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
@@ -416,6 +449,7 @@ def compile_(
     "missing unit.",
 )
 @ref_move_options
+@sign_option
 @json_option()
 def seal(
     recipe_paths: tuple[str, ...],
@@ -425,6 +459,7 @@ def seal(
     shards: int | None,
     rollback: bool,
     expect: str | None,
+    sign_key: str | None,
     as_json: bool,
 ) -> None:
     """Write each RECIPE's manifest and move its <name>/<tag> once every unit of every recipe
@@ -449,9 +484,12 @@ def seal(
     store = Store(cache, last_writer_wins=last_writer_wins)
     ask = moves.Ask(rollback, moves.expected_digest(store, expect))
     plans = [build_plan(r) for r in recipes]
-    report = seal_plans(plans, store, tag=tag, shards=shards, ask=ask)
+    signed: list[Signed] = []
+    on_sealed = signing(sign_key, store, signed)
+    report = seal_plans(plans, store, tag=tag, shards=shards, ask=ask, on_sealed=on_sealed)
     if as_json:
-        echo_json("seal", {"store": store.url, **report.to_json()})
+        extra = {"signed": [s.to_json() for s in signed]} if sign_key is not None else {}
+        echo_json("seal", {"store": store.url, **report.to_json(), **extra})
     else:
         for m in report.missing:
             owner = f"shard {m.shard}/{shards}" if m.shard is not None else "its shard"
@@ -461,6 +499,8 @@ def seal(
             )
         for sealed in report.sealed:
             click.echo(f"sealed {sealed['manifest']} in {store.url}")
+            for s in (s for s in signed if s.manifest == sealed["manifest"]):
+                click.echo(s.line())
             click.echo(
                 moves.Moved(str(sealed["ref"]), sealed["previous"], str(sealed["manifest"])).line()
             )

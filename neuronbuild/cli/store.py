@@ -17,6 +17,7 @@ from neuronbuild.ui.options import (
     jobs_option,
     json_option,
     last_writer_wins_option,
+    policy_option,
     ref_move_options,
 )
 from neuronbuild.ui.verbosity import key_text
@@ -26,22 +27,49 @@ from neuronbuild.ui.verbosity import key_text
 @click.argument("target", metavar="REF|MANIFEST")
 @cache_option
 @click.option("--deep", is_flag=True, help="Re-hash every blob, not only check presence and size.")
+@policy_option
 @json_option()
-def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
-    """Check that everything REF|MANIFEST references is in the store (exit 2 if not).
+def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: bool) -> None:
+    """Check that everything REF|MANIFEST references is in the store (exit 2 if not), and list
+    its attestations (--json: with their predicates). Under a trust policy (--policy,
+    $NEURONBUILD_POLICY), also that a signer it names for the ref signed it.
 
     \b
     Examples:
       neuronbuild verify app/latest --cache s3://bucket/store --deep
+      neuronbuild verify app/prod --policy policy.yaml --json
     """
+    from neuronbuild.attest.inspect import describe_attestations
+    from neuronbuild.attest.trust import policy_from
     from neuronbuild.store.cas import Store
     from neuronbuild.store.verify import verify_manifest
 
+    trusted = policy_from(policy)
     store = Store(cache)
-    report = verify_manifest(store, store.resolve(target), deep=deep)
+    found = store.resolve_target(target)
+    report = verify_manifest(store, found.digest, deep=deep)
+    attestations = list(store.get_attestations(found.digest).items())
+    entries, problems = describe_attestations(found.digest, attestations, trusted)
+    report.problems += problems
+    if trusted is not None:
+        ref = found.ref_text or f"{store.get_manifest(found.digest).name}/{found.digest}"
+        refusal = trusted.refusal(ref, found.digest, attestations)
+        if refusal is not None:
+            report.problems.append(refusal)
     if as_json:
-        echo_json("verify", {"store": store.url, **report.to_json()})
+        echo_json(
+            "verify",
+            {
+                "store": store.url,
+                **report.to_json(),
+                "policy": trusted.source if trusted else None,
+                "attestations": entries,
+            },
+        )
     else:
+        for entry in entries:
+            if entry["problem"] is None:
+                click.echo(attestation_line(entry))
         for problem in report.problems:
             click.echo(problem, err=True)
         state = "ok" if not report.problems else count(len(report.problems), "problem")
@@ -51,6 +79,21 @@ def verify(target: str, cache: str, deep: bool, as_json: bool) -> None:
         )
     if report.problems:
         sys.exit(2)
+
+
+def attestation_line(entry: dict[str, Any]) -> str:
+    """``verify``'s line for one readable attestation (an entry of
+    :func:`~neuronbuild.attest.inspect.describe_attestations`)."""
+    state = {None: "not checked: no policy", True: "verified", False: "not verified"}
+    signer = f", {entry['signer']}" if entry["signer"] else ""
+    builder: Any = entry["predicate"]
+    for name in ("runDetails", "builder", "id"):  # a signed but odd predicate reads as absent
+        builder = builder.get(name) if isinstance(builder, dict) else None
+    builder = builder if isinstance(builder, str) else ABSENT
+    return (
+        f"attestation by key {entry['keyid'][:16]}{signer} "
+        f"({state[entry['verified']]}): built by {builder}"
+    )
 
 
 @click.command()
@@ -145,6 +188,7 @@ def push(
 @cache_option
 @last_writer_wins_option
 @ref_move_options
+@policy_option
 @json_option()
 def tag(
     source: str,
@@ -153,12 +197,15 @@ def tag(
     last_writer_wins: bool,
     rollback: bool,
     expect: str | None,
+    policy: str | None,
     as_json: bool,
 ) -> None:
     """Point ref DST (<name>/<tag>) at what SRC (a ref, a bare name, a manifest digest or its
     unique prefix) points at, by compare-and-swap. Promote with `tag app/latest app/prod`; roll
     back to a manifest DST pointed at before (`ls --history`) with --rollback, as the second
-    example does; without it such a move is refused.
+    example does; without it such a move is refused. Under a trust policy (--policy,
+    $NEURONBUILD_POLICY), a move onto a ref a rule of it matches (a protected name) is refused
+    unless a signer that rule names signed the manifest.
 
     \b
     Examples:
@@ -166,13 +213,18 @@ def tag(
       neuronbuild tag 3f2a9c1b5d7e app/prod --rollback --cache s3://bucket/store
       neuronbuild tag app/latest app/prod --expect sha256:9e1f0c2a4b6d
     """
+    from neuronbuild.attest.trust import policy_from
     from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 
+    trusted = policy_from(policy)
     store = Store(cache, last_writer_wins=last_writer_wins)
     digest = store.resolve(source)
     store.get_manifest(digest)
     name, ref_tag = parse_ref(destination)
+    if trusted is not None:  # refused before the ref is read for its swap
+        attestations = store.get_attestations(digest).items()
+        trusted.enforce(f"{name}/{ref_tag}", digest, attestations, required=False)
     ask = moves.Ask(rollback, moves.expected_digest(store, expect))
     moved = moves.move_ref(store, name, ref_tag, digest, ask)
     if as_json:
@@ -194,7 +246,9 @@ def tag(
 @click.option("--history", is_flag=True, help="Also list every move of every ref.")
 @json_option()
 def ls_(cache: str, history: bool, as_json: bool) -> None:
-    """List the store's refs and count its manifests, unit records, blobs and bytes.
+    """List the store's refs (with the keys that signed each one's manifest, as their
+    attestations' names claim: `verify --policy` checks them) and count its manifests, unit
+    records, blobs and bytes.
 
     \b
     Examples:
@@ -205,6 +259,9 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     store = Store(cache)
     data = store.overview()
     refs = data["refs"]
+    data["attestations"] = {
+        d: sorted(store.attestation_paths(d)) for d in sorted(set(refs.values()))
+    }
     if history:
         data["history"] = {
             ref: [move.to_json() for move in store.ref_history(*parse_ref(ref))] for ref in refs
@@ -212,7 +269,11 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     if as_json:
         echo_json("ls", data)
         return
-    rows = [["REF", "MANIFEST"]] + [[r, key_text(d)] for r, d in sorted(refs.items())]
+    signers = data["attestations"]
+    rows = [["REF", "MANIFEST", "SIGNED BY"]] + [
+        [r, key_text(d), ", ".join(k[:16] for k in signers[d]) or ABSENT]
+        for r, d in sorted(refs.items())
+    ]
     for line in format_table(rows):
         click.echo(line)
     for ref, moves in data.get("history", {}).items():

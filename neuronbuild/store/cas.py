@@ -30,6 +30,8 @@ from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.layout import (
     LATEST,
+    MAX_ATTESTATION_BYTES,
+    MAX_ATTESTATIONS,
     MAX_RECORD_BYTES,
     MAX_SMALL_BYTES,
     Layout,
@@ -552,6 +554,66 @@ class Store:
         paths = self.backend.find(self.layout.folder("manifests"))
         found = (self.layout.digest_of("manifests", p) for p in paths)
         return [d for d in found if d is not None]
+
+    # Attestations.
+
+    def put_attestation(self, manifest: str, keyid: str, data: bytes) -> None:
+        """Store ``data`` (a DSSE envelope, see :mod:`neuronbuild.attest`) as the attestation
+        of ``manifest`` by key ``keyid``, atomically; a later one by the same key replaces it.
+
+        Raises:
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES` (readers would refuse it),
+                or the manifest is not in this store. StoreError: the write failed.
+        """
+        if len(data) > MAX_ATTESTATION_BYTES:
+            raise UserError(
+                f"the attestation of {manifest} is {len(data)} bytes, over the "
+                f"{MAX_ATTESTATION_BYTES} a store's readers take; nothing was signed"
+            )
+        if not self.has_manifest(manifest):
+            raise UserError(f"{self.url}: no manifest {manifest} to attest")
+        self.backend.put(self.layout.attestation(manifest, keyid), data)
+
+    def attestation_paths(self, manifest: str) -> dict[str, str]:
+        """The attestations of ``manifest`` this store holds: keyid -> path (one listing;
+        stray names under its folder skipped).
+
+        Raises:
+            StoreDataInvalid: over :data:`MAX_ATTESTATIONS` of them, or (folder stores) a
+                symbolic link where an attestation or its folder should be.
+        """
+        folder = self.layout.attestations(manifest)
+        if self.is_folder and os.path.islink(folder):
+            raise StoreDataInvalid(f"{self.url_of(folder)}: a symbolic link, not a folder")
+        found: dict[str, str] = {}
+        for path in self.backend.find(folder):
+            named = self.layout.attestation_of(path)
+            if named is None or named[0] != manifest:
+                continue
+            if self.is_folder and os.path.islink(path):
+                raise StoreDataInvalid(f"{self.url_of(path)}: a symbolic link, not a file")
+            found[named[1]] = path
+        if len(found) > MAX_ATTESTATIONS:
+            raise StoreDataInvalid(
+                f"{self.url_of(folder)}: {len(found)} attestations, over {MAX_ATTESTATIONS}"
+            )
+        return found
+
+    def get_attestations(self, manifest: str) -> dict[str, bytes]:
+        """The bytes of each attestation of ``manifest``, by the keyid its name claims (bytes
+        unparsed and untrusted: :func:`neuronbuild.attest.envelope.read_attestation` parses).
+
+        Raises:
+            StoreDataInvalid: see :meth:`attestation_paths`; an attestation that is not a
+                regular file (a FIFO is opened without blocking, then refused) or is over
+                :data:`MAX_ATTESTATION_BYTES`.
+        """
+        out = {}
+        for keyid, path in self.attestation_paths(manifest).items():
+            data = self.backend.read(path, MAX_ATTESTATION_BYTES)
+            if data is not None:
+                out[keyid] = data
+        return out
 
     # Refs.
 

@@ -19,8 +19,9 @@ No manifest is deleted before its marker is durable, so a gc killed anywhere lea
 a manifest that exists; its leftover markers stop moves to their manifests for at most
 :data:`~neuronbuild.store.cas.CONDEMNED_SECONDS` (a run stopped by an error or a signal
 removes its own), and a later run removes them once stale or once their manifest is gone. Then unit
-records, blobs, expired unit leases, temporary files, stale locks, history entries of moves that
-never happened, and node layouts of dead manifests are swept. On S3, multipart uploads abandoned
+records, blobs, attestations of manifests no longer kept, expired unit leases, temporary files,
+stale locks, history entries of moves that never happened, and node layouts of dead manifests are
+swept. On S3, multipart uploads abandoned
 before the grace period (a publisher killed mid-upload) are aborted too.
 """
 
@@ -49,6 +50,7 @@ KIND_NOUNS = {
     "units": ("unit record",),
     "manifests": ("manifest",),
     "history": ("ref history entry", "ref history entries"),
+    "attestations": ("attestation",),
     "layouts": ("node layout record",),
     "tmp": ("temporary file",),
     "locks": ("stale lock",),
@@ -242,6 +244,11 @@ def collect_garbage(
         for path in off_chain:
             if sweep.old(path):
                 sweep.delete("history", path)
+    # An attestation lives while its manifest does (issue 22).
+    for path in store.backend.find(layout.folder("attestations")):
+        attested = layout.attestation_of(path)
+        if (attested is None or attested[0] not in kept) and sweep.old(path):
+            sweep.delete("attestations", path)
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:

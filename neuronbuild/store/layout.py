@@ -6,6 +6,7 @@
 <root>/manifests/<sha256 hex>.json              Manifest, named by the hash of its canonical bytes
 <root>/refs/<name>/<tag>                        manifest digest (a mutable name)
 <root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
+<root>/attestations/<manifest hex>/<keyid>.json a signed statement of that manifest (DSSE)
 <root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
 <root>/timings/<shape hex>/<unit key hex>.json  UnitTiming: how long a unit took to compile
 <root>/leases/<unit key hex>.json               a builder compiling that unit now (advice only)
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from neuronbuild import envs
 from neuronbuild.digest import hex_of
-from neuronbuild.errors import UserError
+from neuronbuild.errors import StoreDataInvalid, UserError
 
 REF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 """One segment of a ref: a recipe name or a tag."""
@@ -34,6 +35,11 @@ MAX_RECORD_BYTES = 64 << 20
 """Largest unit record, manifest or layout record read (bytes); a bigger object is hostile."""
 MAX_SMALL_BYTES = 4096
 """Largest ref or ref-history object read (bytes)."""
+MAX_ATTESTATION_BYTES = 4 << 20
+"""Largest attestation read (bytes): its predicate lists every unit key (80 bytes each) and the
+recipe, so 4 MiB holds tens of thousands of units; a bigger object is hostile."""
+MAX_ATTESTATIONS = 64
+"""Most attestations one manifest may have in a store; more is hostile (each is read)."""
 
 NODE_STAMP = ".neuronbuild/layout.json"
 """In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
@@ -44,6 +50,7 @@ KINDS = (
     "manifests",
     "refs",
     "history",
+    "attestations",
     "layouts",
     "timings",
     "leases",
@@ -115,6 +122,31 @@ class Layout:
         times and walked by ``previous`` links (:meth:`~neuronbuild.store.cas.Store.ref_chain`),
         because a writer's clock may be off by minutes."""
         return f"{self.history(name, tag)}/{time_ns:020d}-{hex_of(digest)[:16]}.json"
+
+    def attestations(self, manifest: str) -> str:
+        """The folder of the attestations of manifest ``manifest``."""
+        return f"{self.root}/attestations/{hex_of(manifest)}"
+
+    def attestation(self, manifest: str, keyid: str) -> str:
+        """The attestation of ``manifest`` signed by key ``keyid`` (64 lowercase hex: a
+        securesystemslib keyid, see :mod:`neuronbuild.attest.keys`).
+
+        Raises:
+            StoreDataInvalid: ``keyid`` is not 64 lowercase hex.
+        """
+        if not re.fullmatch(r"[0-9a-f]{64}", keyid):
+            raise StoreDataInvalid(f"keyid {ascii(keyid)[:80]}: expected 64 lowercase hex")
+        return f"{self.attestations(manifest)}/{keyid}.json"
+
+    def attestation_of(self, path: str) -> tuple[str, str] | None:
+        """``(manifest digest, keyid)`` an attestation path names; None for a stray object."""
+        rest = path.removeprefix(self.folder("attestations") + "/")
+        manifest, _, name = rest.partition("/")
+        if not re.fullmatch(r"[0-9a-f]{64}", manifest) or not re.fullmatch(
+            r"[0-9a-f]{64}\.json", name
+        ):
+            return None
+        return "sha256:" + manifest, name.removesuffix(".json")
 
     def layout_record(self, manifest: str) -> str:
         """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""

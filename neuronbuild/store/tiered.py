@@ -104,6 +104,18 @@ class TieredStore:
                 self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
         return self.remote.get_manifest(digest)
 
+    def get_attestations(self, digest: str) -> list[tuple[str, bytes]]:
+        """The attestations of manifest ``digest`` in every tier, ``(keyid, bytes)``: the local
+        tier's, then the remote's (a policy accepts a manifest when one of them passes).
+
+        Raises:
+            StoreDataInvalid: see :meth:`Store.get_attestations`.
+        """
+        found = list(self.local.get_attestations(digest).items())
+        if self.remote is not None:
+            found += self.remote.get_attestations(digest).items()
+        return found
+
     def check_complete(self, manifest: Manifest, digest: str) -> None:
         """What a dry run checks, writing nothing: every blob of ``manifest`` (named ``digest``)
         is in the local tier or, failing that, in the remote (from which a fill would fetch it).

@@ -224,6 +224,7 @@ def _copy(
             dst.put_unit(unit)
     if not dst.has_manifest(digest):
         dst.put_manifest(manifest)
+    copy_attestations(src, dst, digest)
     return CopyReport(
         digest,
         len(missing),
@@ -231,6 +232,30 @@ def _copy(
         sum(e.size for e in missing),
         tuple(notes),
     )
+
+
+def copy_attestations(src: Store, dst: Store, digest: str) -> int:
+    """Copy the attestations of manifest ``digest`` that ``dst`` lacks (or holds other bytes
+    of, or cannot read) from ``src``, after the manifest; returns how many were written. Their
+    bytes travel as they are: every reader verifies them (:mod:`neuronbuild.attest`).
+
+    Raises:
+        StoreDataInvalid: ``src``'s attestations are hostile (see
+            :meth:`~neuronbuild.store.cas.Store.get_attestations`); nothing of them is written.
+    """
+    wanted = src.get_attestations(digest)
+    if not wanted:
+        return 0
+    try:
+        held = dst.get_attestations(digest)
+    except StoreDataInvalid:
+        held = {}  # replaced below, as a corrupt manifest copy is
+    written = 0
+    for keyid, data in wanted.items():
+        if held.get(keyid) != data:
+            dst.put_attestation(digest, keyid, data)
+            written += 1
+    return written
 
 
 def _copy_blobs(

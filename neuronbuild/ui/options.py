@@ -166,3 +166,26 @@ def verbosity_options() -> list[click.Option]:
             help=QUIET_HELP,
         ),
     ]
+
+
+POLICY_HELP = (
+    "Trust policy file (YAML) naming which signers may sign which refs; default "
+    "$NEURONBUILD_POLICY. Under a policy, an unsigned or wrongly signed manifest is refused "
+    "(exit 2)."
+)
+
+
+def policy_option(f: F) -> F:
+    """``--policy FILE``: the trust policy (:mod:`neuronbuild.attest.policy`); absent, the
+    command reads ``$NEURONBUILD_POLICY`` (:func:`neuronbuild.attest.policy.policy_from`)."""
+    return click.option(
+        "--policy", metavar="FILE", type=click.Path(dir_okay=False), help=POLICY_HELP
+    )(f)
+
+
+SIGN_HELP = "Sign each sealed manifest with this key: file:PATH or PATH of a PEM private key."
+
+
+def sign_option(f: F) -> F:
+    """``--sign KEY_REF``: sign each manifest the command seals (:mod:`neuronbuild.attest`)."""
+    return click.option("--sign", "sign_key", metavar="KEY_REF", help=SIGN_HELP)(f)

@@ -26,6 +26,7 @@ from neuronbuild.ui.console import run
 from tests.build.test_shards import double_env, double_recipe, write_recipes
 from tests.conftest import NKI_INTERMEDIATE_VARS
 from tests.engines.test_neuron_engine import small_recipe
+from tests.lib.keys import write_key
 from tests.neuron_double import SITE
 
 
@@ -73,6 +74,9 @@ CASES = [
     case("seal", "{a}", "--cache", "{store}", "--tag", "sealed"),
     case("seal", "{a}", "{bad}", "--cache", "{store}", "--shards", "2", code=1),
     case("seal", "{a}", "--cache", "{nowhere}", shape=ERROR, code=3),
+    case("seal", "{a}", "--cache", "{store}", "--tag", "signed", "--sign", "{key}"),
+    case("sign", "a", "--key", "{key}", "--cache", "{store}"),
+    case("sign", "a", "--key", "{root}/no.key", "--cache", "{store}", shape=ERROR, code=2),
     case("verify", "a", "--cache", "{store}", "--deep"),
     case("verify", "{short}", "--cache", "{store}"),
     case("verify", "nope/latest", "--cache", "{store}", shape=ERROR, code=2),
@@ -182,6 +186,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
     )
     assert done.returncode == 0, done.stderr
     (root / "bad.yaml.txt").write_text("name: [\n")
+    write_key(root / "ci.key")
     places = {
         "root": str(root),
         "a": a,
@@ -190,6 +195,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
         "bad_yaml": str(root / "bad.yaml.txt"),
         "store": str(store),
         "nowhere": str(root / "nowhere"),
+        "key": str(root / "ci.key"),
         "short": Store(str(store)).resolve("a/latest")[:19],
     }
     with pytest.MonkeyPatch.context() as patch:  # serve's default layout folder and local tier

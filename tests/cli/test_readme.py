@@ -241,7 +241,7 @@ def test_the_walkthrough_goes_from_a_recipe_to_a_served_and_rolled_back_build() 
     walk-through tests running nothing."""
     steps = readme_steps()
     files = [s.file for s in steps if s.file is not None]
-    assert files == ["cpu-tiny-llama.yaml"]
+    assert files == ["cpu-tiny-llama.yaml", "policy.yaml"]
     words = [shlex.split(s.command, comments=True)[:2] for s in steps if s.file is None]
     order = [
         ["neuronbuild", "validate"],
@@ -252,13 +252,17 @@ def test_the_walkthrough_goes_from_a_recipe_to_a_served_and_rolled_back_build() 
         ["neuronbuild", "pull"],
         ["neuronbuild", "serve"],
         ["curl", "-sf"],
+        ["openssl", "genpkey"],
+        ["neuronbuild", "sign"],  # step 6: a signed build, a node under a policy
     ]
     positions = [words.index(w) for w in order]
     assert positions == sorted(positions), words
     real_only = [s.command for s in steps if s.real_vllm_only]
     assert any("serve" in c and "--dry-run" not in c for c in real_only)
     assert any(f"--port {README_PORT}" in c for c in real_only)
-    assert [s.exit for s in steps if s.exit] == [2, 2]  # a move back without --rollback, a typo
+    # A move back without --rollback, a typo, an unsigned build under the node's policy.
+    assert [s.exit for s in steps if s.exit] == [2, 2, 2]
+    assert any("--policy policy.yaml" in s.command and s.exit == 2 for s in steps)
 
 
 def test_the_walkthrough_extraction_reads_prompts_continuations_files_and_exits() -> None:

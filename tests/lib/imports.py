@@ -34,6 +34,7 @@ RANK = {
     "engines/": 2,
     "store/": 2,
     **dict.fromkeys(READINGS, 3),
+    "attest/": 3,
     "build/": 4,
     "ui/": 4,
     "cli/": 5,

@@ -18,6 +18,8 @@ from tests.lib.builders import model_folder, publish_units
 
 OURS = {
     "neuronbuild",
+    "neuronbuild.attest",  # the attestation wing's face: it imports nothing
+    "neuronbuild.attest.trust",  # which policy file, if any; a policy's checks load only with one
     "neuronbuild.data",  # the checked-in list of vLLM engine arguments
     "neuronbuild.data.vllm_data",  # checked-in tables of the pinned vLLM (arguments, variables)
     "neuronbuild.digest",
@@ -84,6 +86,7 @@ OURS = {
 
 ENTRY_ONLY = {
     "neuronbuild.cli",
+    "neuronbuild.cli.attest",  # sign; it imports the signature libraries when it runs
     "neuronbuild.cli.build",  # the build commands; they import the compile side when they run
     "neuronbuild.cli.common",
     "neuronbuild.cli.conformance",  # the kit; it imports its checks when it runs

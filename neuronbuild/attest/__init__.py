@@ -1,0 +1,3 @@
+"""Signed build attestations of sealed manifests: in-toto Statements (v1) with a SLSA v1
+provenance predicate, in DSSE envelopes, signed by a key file and checked against a node's trust
+policy. This file intentionally imports nothing (the runtime imports only the reading half)."""

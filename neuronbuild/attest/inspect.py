@@ -1,0 +1,60 @@
+"""What a store's attestations of one manifest say: who claims to have signed each, whether a
+policy's key verifies it, its subject and predicate (``verify``, ``ls``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from neuronbuild.attest.envelope import read_attestation
+from neuronbuild.attest.policy import Policy
+from neuronbuild.errors import StoreDataInvalid
+
+
+def describe_attestations(
+    digest: str, attestations: Iterable[tuple[str, bytes]], policy: Policy | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(entries, problems)`` for the attestations of manifest ``digest``.
+
+    Each entry: ``keyid`` (the one its name claims), ``signer`` (the policy's name of the key
+    that verified it, None without one), ``verified`` (whether a key of ``policy`` verified its
+    signature; None without a policy: no key to check it with), ``subject``,
+    ``predicate_type`` and ``predicate`` (None when unreadable) and ``problem`` (None when
+    sound). ``problems``: one line each for an unreadable attestation or one over another
+    manifest (the caller exits 2).
+    """
+    keys = [(s.name, k) for s in (policy.signers.values() if policy else ()) for k in s.keys]
+    entries, problems = [], []
+    for keyid, data in attestations:
+        entry: dict[str, Any] = {
+            "keyid": keyid,
+            "signer": None,
+            "verified": None,
+            "subject": None,
+            "predicate_type": None,
+            "predicate": None,
+            "problem": None,
+        }
+        entries.append(entry)
+        try:
+            attestation = read_attestation(data, f"attestation {keyid[:16]} of {digest}")
+        except StoreDataInvalid as exc:
+            entry["problem"] = str(exc)
+            problems.append(str(exc))
+            continue
+        entry.update(
+            subject=attestation.subject,
+            predicate_type=attestation.predicate_type,
+            predicate=attestation.predicate,
+        )
+        if policy is not None:
+            by = attestation.verified_by([k for _, k in keys])
+            entry["verified"] = by is not None
+            entry["signer"] = next((n for n, k in keys if k.keyid == by), None)
+        if attestation.subject != digest:
+            entry["problem"] = (
+                f"attestation {keyid[:16]} of {digest} is over another manifest, "
+                f"{attestation.subject}"
+            )
+            problems.append(entry["problem"])
+    return entries, problems

@@ -1,0 +1,103 @@
+"""The attestation's payload: an in-toto Statement (v1) over one manifest, with a SLSA v1
+provenance predicate describing how it was built.
+
+Spec sources: in-toto Attestation Framework v1 (github.com/in-toto/attestation, ``spec/v1/
+statement.md``: ``_type``, ``subject`` as ResourceDescriptors with a ``digest`` map,
+``predicateType``, ``predicate``) and SLSA provenance v1 (slsa.dev/spec/v1.0/provenance:
+``buildDefinition`` {``buildType``, ``externalParameters``, ``internalParameters``,
+``resolvedDependencies``} and ``runDetails`` {``builder.id``, ``metadata``}).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from neuronbuild import __version__
+from neuronbuild.attest.builder import Builder
+from neuronbuild.digest import canonical_json, check_digest, hex_of, sha256_digest
+from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.store.records import Manifest
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://neuronbuild.dev/build/v1"
+"""The ``buildType`` of a neuronbuild compile: its ``externalParameters`` hold the canonical
+recipe and its digest, its ``internalParameters`` the toolchain as installed and every unit key."""
+
+
+def provenance(
+    manifest: Manifest, builder: Builder, finished: float | None = None
+) -> dict[str, Any]:
+    """The SLSA v1 provenance predicate of ``manifest``: its canonical recipe and that recipe's
+    digest (``sha256:`` of its canonical JSON), the toolchain its units were built with (the
+    versions installed where each unit compiled, which ``compile`` held equal to the recipe's
+    pins), every unit key in manifest order, and ``builder`` with its run. ``finished``: when
+    (seconds since the epoch; default now), as RFC 3339 UTC ``metadata.finishedOn``."""
+    toolchain: dict[str, str] = {}
+    for unit in manifest.units:
+        toolchain.update(unit.toolchain)
+    metadata: dict[str, Any] = {
+        "finishedOn": time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if finished is None else finished)
+        )
+    }
+    if builder.run is not None:
+        metadata["invocationId"] = builder.run
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "recipe": manifest.recipe,
+                "recipeDigest": sha256_digest(canonical_json(manifest.recipe)),
+            },
+            "internalParameters": {
+                "toolchain": dict(sorted(toolchain.items())),
+                "units": [unit.key for unit in manifest.units],
+            },
+            "resolvedDependencies": [],
+        },
+        "runDetails": {
+            "builder": {
+                "id": builder.id,
+                "version": {"neuronbuild": __version__, "ci": builder.system},
+            },
+            "metadata": metadata,
+        },
+    }
+
+
+def statement(manifest: Manifest, digest: str, builder: Builder) -> dict[str, Any]:
+    """The in-toto Statement v1 whose one subject is the manifest ``digest``
+    (``{"name": <recipe name>, "digest": {"sha256": <64 hex>}}``) and whose predicate is
+    :func:`provenance`."""
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": manifest.name, "digest": {"sha256": hex_of(digest)}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": provenance(manifest, builder),
+    }
+
+
+def statement_subject(data: Any, what: str) -> tuple[str, dict[str, Any]]:
+    """``(subject manifest digest, predicate)`` of a parsed Statement.
+
+    Raises:
+        StoreDataInvalid: not a Statement v1 of a SLSA v1 predicate, or not exactly one subject
+            with a sha256 digest (``what`` names the attestation).
+    """
+    if not isinstance(data, dict) or data.get("_type") != STATEMENT_TYPE:
+        found = data.get("_type") if isinstance(data, dict) else type(data).__name__
+        raise StoreDataInvalid(f"{what}: not an in-toto Statement v1 ({ascii(found)[:60]})")
+    if data.get("predicateType") != PREDICATE_TYPE:
+        found = ascii(data.get("predicateType"))[:80]
+        raise StoreDataInvalid(f"{what}: predicate type {found}, expected {PREDICATE_TYPE}")
+    subjects, predicate = data.get("subject"), data.get("predicate")
+    if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
+        raise StoreDataInvalid(f"{what}: expected exactly one subject")
+    digests = subjects[0].get("digest")
+    if not isinstance(digests, dict) or not isinstance(digests.get("sha256"), str):
+        raise StoreDataInvalid(f"{what}: its subject has no sha256 digest")
+    if not isinstance(predicate, dict):
+        raise StoreDataInvalid(f"{what}: its predicate is not an object")
+    return check_digest("sha256:" + digests["sha256"], f"{what}: subject"), predicate
