@@ -178,32 +178,30 @@ class Backend(ABC):
                 return False
             return True
 
-    def find(self, prefix: str) -> list[str]:
-        """Every object path under ``prefix`` (recursively), sorted; [] when there is none."""
-        with self._errors(f"cannot list {prefix}"):
-            try:
-                return sorted(str(p) for p in self.fs.find(prefix))
-            except FileNotFoundError:
-                return []
-
-    def list_sizes(self, prefix: str) -> dict[str, int]:
-        """Every object path under ``prefix`` and its size in bytes."""
+    def _listing(self, prefix: str) -> dict[str, dict[str, Any]]:
+        """Every object under ``prefix`` (recursively) with its details, from one listing; no
+        folder. s3fs's ``find`` answers a listing that came back empty with the prefix's own
+        ``info``, which is a folder once another writer's first object under it has landed:
+        that folder is no object (a FIFO or the like stays in, to be refused when read)."""
         with self._errors(f"cannot list {prefix}"):
             try:
                 found = self.fs.find(prefix, detail=True)
             except FileNotFoundError:
                 return {}
-        return {str(path): int(info.get("size") or 0) for path, info in found.items()}
+        return {str(p): info for p, info in found.items() if info.get("type") != "directory"}
+
+    def find(self, prefix: str) -> list[str]:
+        """Every object path under ``prefix`` (recursively), sorted; [] when there is none."""
+        return sorted(self._listing(prefix))
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        """Every object path under ``prefix`` and its size in bytes."""
+        return {p: int(info.get("size") or 0) for p, info in self._listing(prefix).items()}
 
     def list_modified(self, prefix: str) -> dict[str, float | None]:
         """Every object path under ``prefix`` and its modification time by the store's clock
         (seconds since the epoch; None where the file system keeps none), from one listing."""
-        with self._errors(f"cannot list {prefix}"):
-            try:
-                found = self.fs.find(prefix, detail=True)
-            except FileNotFoundError:
-                return {}
-        return {str(path): _modified_of(info) for path, info in found.items()}
+        return {p: _modified_of(info) for p, info in self._listing(prefix).items()}
 
     def open_read(self, path: str) -> IO[bytes]:
         """A binary file object for reading a regular file (FileNotFoundError when absent;

@@ -365,3 +365,27 @@ def test_a_missing_bucket_or_an_unreachable_endpoint_exits_3_never_reads_as_empt
     )
     assert unreachable.returncode == 3, unreachable.stderr
     assert "cannot reach bucket" in unreachable.stderr
+
+
+def test_a_listing_that_came_back_before_a_writers_first_object_lists_nothing(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s3fs answers an empty listing with the prefix's own info, a folder once another writer's
+    first object under it has landed (seen as ``history/<ref>: not a file``, exit 2, with four
+    concurrent pushes): the listing lists no object, and nothing is read as one."""
+    import s3fs
+
+    store = Store(s3_url, create=True)
+    prefix = store.layout.history("app", "latest")
+    store.backend.put(f"{prefix}/0001.json", b"{}")  # the other writer's first entry
+    lsdir = s3fs.S3FileSystem._lsdir
+
+    async def before_it_landed(self: Any, path: str, **kwargs: Any) -> list[dict[str, Any]]:
+        if kwargs.get("delimiter") == "" and path.rstrip("/") == prefix:
+            return []
+        return await lsdir(self, path, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_lsdir", before_it_landed)
+    store.backend.fs.invalidate_cache()
+    assert store.backend.list_modified(prefix) == {}
+    assert store.history_entries("app", "latest") == []
