@@ -60,8 +60,10 @@ OURS = {
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
+    "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
     "neuronbuild.store.retry",
+    "neuronbuild.store.s3_fast",  # S3 blobs' bytes through obstore
     "neuronbuild.store.tiered",
     "neuronbuild.store.transfer",
     "neuronbuild.ui",
