@@ -67,6 +67,15 @@ def hash_file(path: str | Path) -> tuple[str, int]:
         return hash_stream(f)
 
 
+class DigestMismatch(StoreDataInvalid):
+    """Bytes read did not match their digest or size (:func:`copy_verified`); ``found`` says
+    what was read instead (``sha256:<hex>, <n> bytes``, or that it is longer)."""
+
+    def __init__(self, message: str, found: str) -> None:
+        super().__init__(message)
+        self.found = found
+
+
 def copy_verified(
     src: IO[bytes],
     out: IO[bytes] | None,
@@ -80,7 +89,7 @@ def copy_verified(
     the length of every chunk read (a progress bar).
 
     Raises:
-        StoreDataInvalid: the bytes differ (``what`` names the object); ``out`` then holds a
+        DigestMismatch: the bytes differ (``what`` names the object); ``out`` then holds a
             prefix the caller must discard.
     """
     h = hashlib.sha256()
@@ -94,10 +103,13 @@ def copy_verified(
             on_bytes(len(chunk))
     found = "sha256:" + h.hexdigest()
     if seen > size:
-        raise StoreDataInvalid(f"{what} is corrupt (expected {digest}, {size} bytes; it is longer)")
+        raise DigestMismatch(
+            f"{what} is corrupt (expected {digest}, {size} bytes; it is longer)", "it is longer"
+        )
     if found != digest or seen != size:
-        raise StoreDataInvalid(
-            f"{what} is corrupt (expected {digest}, {size} bytes; found {found}, {seen} bytes)"
+        raise DigestMismatch(
+            f"{what} is corrupt (expected {digest}, {size} bytes; found {found}, {seen} bytes)",
+            f"{found}, {seen} bytes",
         )
 
 

@@ -32,6 +32,7 @@ from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
 from neuronbuild.store.ranged import RangedReads
 from neuronbuild.store.retry import body_retried, watch_s3
+from neuronbuild.store.s3_fast import LazyFastS3
 
 OnBytes = Callable[[int], None]
 """Told the length of each chunk an upload sends (a progress bar)."""
@@ -80,6 +81,11 @@ class Backend(ABC):
     Raises:
         StoreError: the file system failed (exit code 3); missing objects are reported as None.
     """
+
+    rereads_mismatch = False
+    """Whether a blob whose bytes did not match its digest may be read again and come whole
+    (:meth:`~neuronbuild.store.cas.Store.fetch_blob`): on a network, where bytes can change in
+    transit; never on a folder, whose bytes are the same at every read."""
 
     def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
         self.fs, self.layout, self.url = fs, layout, url
@@ -478,14 +484,18 @@ class ObjectBackend(Backend):
     """S3 through s3fs: every PUT is atomic; create and swap are conditional requests; each
     request is retried, with a line on stderr, by :mod:`neuronbuild.store.retry`."""
 
+    rereads_mismatch = True
+
     def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
         super().__init__(fs, layout, url)
         with self._errors("cannot set up its S3 client"):
             watch_s3(fs)
+        self.fast = LazyFastS3(fs, self.root.partition("/")[0])
+        """Blob GETs' client (:mod:`.s3_fast`, obstore), made on the first one."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled in another process (a Ray task's), the file system gets a client of its
-        # own, which must retry (and report) as this one does.
+        # own, which must retry (and report) as this one does; obstore's is made there anew.
         self.__dict__.update(state)
         with self._errors("cannot set up its S3 client"):
             watch_s3(self.fs)
@@ -496,14 +506,29 @@ class ObjectBackend(Backend):
 
     def open_read(self, path: str) -> IO[bytes]:
         """As the base's; an object of :data:`RANGED_MIN_BYTES` or more is read as concurrent
-        ranged GETs (:class:`~.ranged.RangedReads`), each retried as a whole request is."""
+        ranged GETs (:class:`~.ranged.RangedReads`), each retried as a whole request is. The
+        bytes come through obstore (:mod:`.s3_fast`: one streaming GET, or the ranged GETs)
+        where it is installed, else through s3fs; the HEAD before is s3fs's either way.
+
+        Raises:
+            FileNotFoundError: no such object. StoreDataInvalid: not a regular object.
+            StoreError: S3 failed (after the retries of :mod:`.retry`).
+        """
         size = int(self._file_info(path).get("size") or 0)
+        fast = self.fast.get()
+        what = self.fs.unstrip_protocol(path)
+        key = path.partition("/")[2]
         if size >= RANGED_MIN_BYTES:
-            return cast(
-                IO[bytes], RangedReads(lambda start, end: self._range(path, start, end), size)
-            )
+            read_range: Callable[[int, int], bytes | memoryview]
+            if fast is None:
+                read_range = lambda start, end: self._range(path, start, end)  # noqa: E731
+            else:
+                read_range = lambda start, end: fast.read_range(key, start, end, what)  # noqa: E731
+            return cast(IO[bytes], RangedReads(read_range, size))
+        if fast is not None:
+            return cast(IO[bytes], fast.open_stream(key, size, what))
         file = self.fs.open(path, "rb")
-        return cast(IO[bytes], _RetriedReads(file, self.fs.unstrip_protocol(path)))
+        return cast(IO[bytes], _RetriedReads(file, what))
 
     def _range(self, path: str, start: int, end: int) -> bytes:
         what = self.fs.unstrip_protocol(path)

@@ -21,7 +21,7 @@ from typing import Any
 import fsspec
 
 from neuronbuild import envs
-from neuronbuild.digest import check_digest, copy_verified, hash_file, hex_of
+from neuronbuild.digest import DigestMismatch, check_digest, copy_verified, hash_file, hex_of
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
@@ -317,10 +317,14 @@ class Store:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.part")
         url = self.blob_url(file.digest)
-        try:
+
+        def read() -> None:
             src = self.backend.open_read(self.layout.blob(file.digest))
-            with src, open(tmp, "xb") as out:
+            with src, open(tmp, "wb") as out:  # a read again starts the file again
                 copy_verified(src, out, file.digest, file.size, url, on_bytes)
+
+        try:
+            self._read_blob(file, read)
             tmp.replace(dest)
         except FileNotFoundError:
             raise StoreDataInvalid(f"{url} is missing") from None
@@ -348,9 +352,13 @@ class Store:
                 seen = _stat_key(path)
             if trust_verified and seen is not None and self._verified.get(file.digest) == seen:
                 return None
-        try:
+
+        def read() -> None:
             with self.backend.open_read(self.layout.blob(file.digest)) as f:
                 copy_verified(f, None, file.digest, file.size, url)
+
+        try:
+            self._read_blob(file, read)
         except FileNotFoundError:
             return f"{url}: missing ({file.path})"
         except StoreDataInvalid as exc:
@@ -358,6 +366,50 @@ class Store:
         if seen is not None:  # taken before the read: a change while hashing is seen next time
             self._verified[file.digest] = seen
         return None
+
+    def _read_blob(self, file: FileRecord, read: Callable[[], None]) -> None:
+        """``read()`` (one verified read of ``file``'s blob), again when its bytes did not
+        match and the store's bytes may be whole, each read again said on stderr as a retry.
+
+        A mismatch on a folder is the bytes at rest: refused at once. Over the network
+        (:attr:`~.backends.Backend.rereads_mismatch`) bytes can also change in transit, which no
+        client checks on obstore's GETs (botocore checked S3's stored checksum on s3fs's): the
+        store's own SHA-256 (one HEAD, kept for blobs uploaded in one PUT) decides. Equal to the
+        digest, the store holds the bytes whole and the read is retried as a broken body is
+        (:data:`~.retry.ATTEMPTS` reads, then a StoreError); different, the blob is corrupt
+        at rest (refused at once). Where the store keeps none (multipart blobs), the blob is
+        read again until two reads find the same wrong bytes, which is corruption at rest.
+
+        Raises:
+            DigestMismatch: the blob is corrupt (its bytes at rest differ from its digest).
+            StoreError: its bytes kept changing in transit for :data:`~.retry.ATTEMPTS` reads.
+        """
+        found: list[str] = []
+        stored: str | None = None
+        for attempt in range(1, retry.ATTEMPTS + 1):
+            try:
+                read()
+                return
+            except DigestMismatch as exc:
+                if not self.backend.rereads_mismatch:
+                    raise
+                url = self.blob_url(file.digest)
+                if attempt == 1:
+                    stored = self.backend.stored_sha256(self.layout.blob(file.digest))
+                whole_at_rest = stored == hex_of(file.digest)
+                if stored is not None and not whole_at_rest:
+                    raise
+                if not whole_at_rest and exc.found in found:
+                    raise  # the same wrong bytes twice: they are the store's
+                found.append(exc.found)
+                reason = f"{url}: the bytes read do not match its digest (read {exc.found})"
+                if attempt == retry.ATTEMPTS:
+                    if whole_at_rest:  # the store holds them whole: it is the network
+                        raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
+                    raise
+                seconds = retry.backoff(attempt + 1)
+                retrying(attempt + 1, retry.ATTEMPTS, seconds, reason)
+                time.sleep(seconds)
 
     def check_held(self, file: FileRecord) -> str | None:
         """Whether a blob the store holds with its recorded size has the right bytes: None

@@ -19,8 +19,8 @@ requests and ``jobs`` x 4 x 16 MiB of buffered bytes."""
 class RangedReads:
     """A binary stream of the first ``size`` bytes of an object, read as ``part``-byte ranges,
     ``in_flight`` of them at once on threads; ``read_range(start, end)`` returns bytes
-    ``[start, end)`` (fewer if the object is shorter: the caller's hash check sees it) and does
-    its own retries. Its errors surface from :meth:`read`, in order.
+    ``[start, end)``, or a memoryview of them (fewer if the object is shorter: the caller's hash
+    check sees it) and does its own retries. Its errors surface from :meth:`read`, in order.
 
     ``size`` is the object's own (from a HEAD), not its record's: an object longer than its
     record yields the byte past the record that ``copy_verified`` asks for, and is refused.
@@ -29,7 +29,7 @@ class RangedReads:
 
     def __init__(
         self,
-        read_range: Callable[[int, int], bytes],
+        read_range: Callable[[int, int], bytes | memoryview],
         size: int,
         *,
         part: int | None = None,
@@ -39,7 +39,7 @@ class RangedReads:
         self._part = part or PART_BYTES
         self._pool = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="ranged-get")
         self._in_flight = in_flight
-        self._parts: deque[Future[bytes]] = deque()
+        self._parts: deque[Future[bytes | memoryview]] = deque()
         self._next = 0
         self._view = memoryview(b"")
         self._ask()

@@ -61,6 +61,8 @@ class FaultyProxy:
         self.lose_ack, self.lose_acks, self.body_path = lose_ack, lose_acks, body_path
         self.then_fail = then_fail
         self.acks_lost: list[str] = []
+        self.agents: list[tuple[str, str, str]] = []
+        """Every request's method, path (with its query) and User-Agent, in arrival order."""
         self.down = False
         self.requests = self.failed = self.stalled = self.cut = self.gets = self.corrupted = 0
         self._lock = threading.Lock()
@@ -77,6 +79,8 @@ class FaultyProxy:
                 body = self.rfile.read(length) if length else None
                 with proxy._lock:
                     proxy.requests += 1
+                    agent = self.headers.get("User-Agent") or ""
+                    proxy.agents.append((self.command, self.path, agent))
                     fail = proxy.down or (
                         proxy.fail_every and proxy.requests % proxy.fail_every == 0
                     )
@@ -122,8 +126,11 @@ class FaultyProxy:
                         proxy.corrupted += corrupt
                 if corrupt:
                     data = data[:-1] + bytes([data[-1] ^ 0xFF])
-                if cut:
-                    self.send_response(200)
+                if cut:  # the upstream's status and headers (a 206's Content-Range), half a body
+                    self.send_response(response.status)
+                    for key, value in response.getheaders():
+                        if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(key, value)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data[: len(data) // 2])

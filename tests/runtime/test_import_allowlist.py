@@ -65,6 +65,7 @@ OURS = {
     "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
     "neuronbuild.store.retry",
+    "neuronbuild.store.s3_fast",  # S3 blobs' bytes through obstore
     "neuronbuild.store.tiered",
     "neuronbuild.store.transfer",
     "neuronbuild.ui",
