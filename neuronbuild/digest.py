@@ -124,6 +124,24 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def parse_strict(data: bytes, what: str) -> Any:
+    """The JSON value of untrusted ``data``, in any spelling: UTF-8, no duplicate keys, no NaN
+    or infinities.
+
+    Raises:
+        StoreDataInvalid: anything else, or nested deeper than the interpreter recurses
+            (``what`` names the object).
+    """
+    try:
+        return json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+        )
+    except (UnicodeError, ValueError, RecursionError) as exc:
+        raise StoreDataInvalid(f"{what}: malformed JSON ({ascii(str(exc))[:120]})") from None
+
+
 def parse_canonical(data: bytes, what: str) -> Any:
     """The JSON value of ``data``, accepted only when ``data`` is its canonical form.
 
@@ -131,14 +149,10 @@ def parse_canonical(data: bytes, what: str) -> Any:
         StoreDataInvalid: not UTF-8, not JSON, nested too deeply, duplicate keys, NaN or
             infinities, lone surrogates, or any other spelling than :func:`canonical_json`'s.
     """
+    value = parse_strict(data, what)
     try:
-        value = json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constants,
-        )
         canonical = canonical_json(value)
-    except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise StoreDataInvalid(f"{what}: malformed JSON ({ascii(str(exc))[:120]})") from None
     if canonical != data:
         raise StoreDataInvalid(f"{what}: not in canonical form (sorted keys, no whitespace)")

@@ -11,7 +11,6 @@ is handed, so hostile bytes are one line, exit 2 (:class:`~neuronbuild.errors.St
 from __future__ import annotations
 
 import binascii
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from securesystemslib.exceptions import FormatError, VerificationError
 from securesystemslib.signer import Key, Signer
 
 from neuronbuild.attest.statement import PREDICATE_TYPE, statement_subject
-from neuronbuild.digest import canonical_json
+from neuronbuild.digest import canonical_json, parse_strict
 from neuronbuild.errors import StoreDataInvalid
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -39,17 +38,6 @@ def sign_statement(statement: dict[str, Any], signer: Signer) -> bytes:
     envelope = Envelope(canonical_json(statement), PAYLOAD_TYPE, {})
     envelope.sign(signer)
     return canonical_json(envelope.to_dict())
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise ValueError("a key appears twice")
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _depth(value: Any) -> int:
@@ -76,12 +64,7 @@ def parse_json(data: bytes, what: str) -> Any:
     Raises:
         StoreDataInvalid: anything else, naming ``what``.
     """
-    try:
-        value = json.loads(
-            data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constants
-        )
-    except (UnicodeError, ValueError, RecursionError) as exc:
-        raise StoreDataInvalid(f"{what}: malformed JSON ({ascii(str(exc))[:100]})") from None
+    value = parse_strict(data, what)
     if _depth(value) > MAX_DEPTH:
         raise StoreDataInvalid(f"{what}: nested deeper than {MAX_DEPTH} levels")
     return value
