@@ -6,10 +6,10 @@ records, HEADs, conditional PUTs and multipart uploads stay on s3fs (:mod:`.back
 The client is set up once per :class:`~neuronbuild.store.backends.ObjectBackend`, on the first
 blob read, from what s3fs's own botocore client uses, so both talk to the same place as the same
 principal: the endpoint and region of s3fs's client (``$AWS_ENDPOINT_URL``, the config file,
-...; path-style requests on a custom endpoint, as botocore makes them), and botocore's resolved
-credentials (environment, profiles, instance metadata), refreshed through botocore, handed to
-obstore by a ``credential_provider``. It is never pickled: a backend sent to a Ray task makes
-its own there.
+...; path-style requests, as botocore makes them on a custom endpoint), and the credentials s3fs
+signs with (:class:`_S3fsCredentials`), handed to obstore by a ``credential_provider``. On AWS's
+own endpoints blob GETs stay on s3fs (:class:`LazyFastS3` says why). It is never pickled: a
+backend sent to a Ray task makes its own there.
 
 Retries stay the store's (:mod:`.retry`): obstore's own are off (``max_retries: 0``); what is
 retried is what :func:`~.retry.s3_fault` retries for botocore (HTTP 429, 500, 502, 503, 504,
@@ -68,19 +68,32 @@ def obstore_installed() -> bool:
     return importlib.util.find_spec("obstore") is not None
 
 
-class _BotocoreCredentials:
-    """obstore's ``credential_provider``: botocore's resolved credentials, frozen at each call
-    (botocore refreshes temporary ones), valid for :data:`CREDENTIAL_SECONDS`."""
+class _S3fsCredentials:
+    """obstore's ``credential_provider``: the credentials s3fs's own client signs with, valid
+    for :data:`CREDENTIAL_SECONDS`: its explicit ``key``/``secret``/``token`` (fsspec's
+    ``FSSPEC_S3_KEY`` and the like, or options) where it has them, else its aiobotocore
+    session's resolved chain (environment, its profile, instance metadata), frozen at each
+    call on s3fs's own event loop (botocore refreshes temporary ones)."""
 
-    def __init__(self, credentials: Any) -> None:
-        self.credentials = credentials
+    def __init__(self, fs: Any) -> None:
+        self.fs = fs
 
     def __call__(self) -> S3Credential:
-        frozen = self.credentials.get_frozen_credentials()
+        from fsspec.asyn import sync
+
+        fs = self.fs
+        if fs.key and fs.secret:
+            key, secret, token = fs.key, fs.secret, fs.token
+        else:
+            credentials = sync(fs.loop, fs.session.get_credentials)
+            if credentials is None:
+                raise StoreError("no AWS credentials found")
+            frozen = sync(fs.loop, credentials.get_frozen_credentials)
+            key, secret, token = frozen.access_key, frozen.secret_key, frozen.token
         return {
-            "access_key_id": frozen.access_key,
-            "secret_access_key": frozen.secret_key,
-            "token": frozen.token,
+            "access_key_id": key,
+            "secret_access_key": secret,
+            "token": token,
             "expires_at": datetime.now(UTC) + timedelta(seconds=CREDENTIAL_SECONDS),
         }
 
@@ -121,25 +134,27 @@ class FastS3:
     """
 
     def __init__(self, fs: Any, bucket: str) -> None:
-        import botocore.session
         from obstore.store import S3Store
 
         self.bucket = bucket
         meta = fs.s3.meta  # s3fs's own client: the endpoint and region it resolved
         endpoint, region = str(meta.endpoint_url), meta.region_name or "us-east-1"
-        config: dict[str, Any] = {"region": region}
-        if _is_aws(endpoint) and "." not in bucket:
-            config["virtual_hosted_style_request"] = True  # botocore's default on AWS
-        else:  # a custom endpoint (or a dotted bucket): path style, as botocore addresses it
-            config.update(endpoint=endpoint, virtual_hosted_style_request=False)
-        provider: _BotocoreCredentials | None = None
+        # A custom endpoint (AWS itself stays on s3fs: LazyFastS3): path style, as botocore
+        # addresses one.
+        config: dict[str, Any] = {
+            "region": region,
+            "endpoint": endpoint,
+            "virtual_hosted_style_request": False,
+        }
+        provider: _S3fsCredentials | None = None
         if getattr(fs, "anon", False):
             config["skip_signature"] = True
         else:
-            credentials = botocore.session.get_session().get_credentials()
-            if credentials is None:
-                raise StoreError(f"s3://{bucket}: no AWS credentials found")
-            provider = _BotocoreCredentials(credentials)
+            provider = _S3fsCredentials(fs)
+            try:
+                provider()
+            except StoreError as exc:
+                raise StoreError(f"s3://{bucket}: {exc}") from None
         timeout = envs.S3_READ_TIMEOUT.get()
         self.store: S3Store = S3Store(
             bucket,
@@ -271,7 +286,10 @@ class StreamedGet:
 
 class LazyFastS3:
     """A :class:`FastS3` made on first use, once, whichever thread asks first; None where
-    obstore is not installed. Holds no client while pickled (a Ray task makes its own)."""
+    obstore is not installed, and on AWS's own endpoints: there botocore follows S3's redirect
+    to a bucket's region (a bucket outside the configured region answers 301), which obstore
+    does not, so blob GETs stay on s3fs until the bucket's region is resolved the same way.
+    Holds no client while pickled (a Ray task makes its own)."""
 
     def __init__(self, fs: Any, bucket: str) -> None:
         self._fs, self._bucket = fs, bucket
@@ -285,7 +303,7 @@ class LazyFastS3:
             StoreError: it cannot be set up.
         """
         if self._client is None:
-            if not obstore_installed():
+            if not obstore_installed() or _is_aws(str(self._fs.s3.meta.endpoint_url)):
                 return None
             with self._lock:
                 if self._client is None:

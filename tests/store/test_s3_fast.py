@@ -116,15 +116,37 @@ def test_a_missing_blob_is_missing_through_obstore_too(proxied: FaultyProxy) -> 
         client.read_range("nothing/here", 0, 10, f"s3://{BUCKET}/nothing/here")
 
 
-def test_obstores_credentials_are_botocores(monkeypatch: pytest.MonkeyPatch) -> None:
-    import botocore.session
+def test_obstores_credentials_are_the_ones_s3fs_signs_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    import s3fs
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "token")
-    provided = s3_fast._BotocoreCredentials(botocore.session.get_session().get_credentials())()
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.connect()
+    provided = s3_fast._S3fsCredentials(fs)()
     assert (provided["access_key_id"], provided["secret_access_key"]) == ("AKIDEXAMPLE", "secret")
     assert provided.get("token") == "token" and provided["expires_at"] is not None
+    # fsspec's own settings (FSSPEC_S3_KEY, ...) reach s3fs as options, not botocore's chain.
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, key="fsspec-key", secret="fsspec-secret")
+    fs.connect()
+    provided = s3_fast._S3fsCredentials(fs)()
+    assert (provided["access_key_id"], provided["secret_access_key"]) == (
+        "fsspec-key",
+        "fsspec-secret",
+    )
+
+
+def test_blob_gets_on_aws_itself_stay_on_s3fs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore follows S3's redirect to a bucket's region; obstore would not."""
+    import s3fs
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.connect()
+    assert s3_fast.LazyFastS3(fs, "bucket").get() is None
 
 
 DEBUG = '\n\nDebug source:\nGeneric {\n    store: "S3",\n    source: RetryError(RetryErrorImpl {'
