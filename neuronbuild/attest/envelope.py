@@ -11,6 +11,7 @@ is handed, so hostile bytes are one line, exit 2 (:class:`~neuronbuild.errors.St
 from __future__ import annotations
 
 import binascii
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,12 @@ class Attestation:
         return None
 
 
+KEYID = re.compile(r"[0-9A-Za-z._:+/=-]{0,128}")
+"""A signature's keyid as read: securesystemslib's are 64 hex digits, other tools' may be other
+printable names or empty; anything else (control bytes, escapes) is refused, since refusals
+print it."""
+
+
 def read_attestation(data: bytes, what: str) -> Attestation:
     """Parse a stored DSSE envelope of an in-toto Statement (unverified).
 
@@ -121,6 +128,8 @@ def read_attestation(data: bytes, what: str) -> Attestation:
             f"{what}: expected 1 to {MAX_SIGNATURES} signatures, each {{keyid, sig}} strings"
         )
     keyids = tuple(str(s["keyid"]) for s in signatures)
+    if not all(KEYID.fullmatch(k) for k in keyids):  # printed in refusals: no control bytes
+        raise StoreDataInvalid(f"{what}: a keyid that is not {KEYID.pattern}")
     try:  # from_dict consumes the signature objects it is given: give it copies
         envelope = Envelope.from_dict({**raw, "signatures": [dict(s) for s in signatures]})
     except (KeyError, ValueError, TypeError, FormatError, binascii.Error) as exc:

@@ -90,6 +90,8 @@ def attestation_line(entry: dict[str, Any]) -> str:
     for name in ("runDetails", "builder", "id"):  # a signed but odd predicate reads as absent
         builder = builder.get(name) if isinstance(builder, dict) else None
     builder = builder if isinstance(builder, str) else ABSENT
+    if not (builder.isascii() and builder.isprintable()):  # unverified text: one safe line
+        builder = ascii(builder)
     return (
         f"attestation by key {entry['keyid'][:16]}{signer} "
         f"({state[entry['verified']]}): built by {builder}"

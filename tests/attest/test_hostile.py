@@ -57,6 +57,10 @@ def _bad_base64(envelope: dict) -> None:
     envelope["signatures"][0]["sig"] = "!!not base64!!"
 
 
+def _keyid_with_escapes(envelope: dict) -> None:
+    envelope["signatures"][0]["keyid"] = "\nerror: none\x1b[2K"  # a forged line, a terminal escape
+
+
 def _fifo(path: Path) -> None:
     path.unlink()
     os.mkfifo(path)
@@ -72,6 +76,7 @@ HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
     "wrong payload type": (rewrite(_payload_type), "payload type 'application/vnd.dsse.other"),
     "payload no statement": (rewrite(_not_a_statement), "not an in-toto Statement v1"),
     "bad base64": (rewrite(_bad_base64), "not a DSSE envelope"),
+    "a keyid with escapes": (rewrite(_keyid_with_escapes), "a keyid that is not"),
     "malformed json": (lambda p: p.write_text('{"payload": '), "malformed JSON"),
     "duplicate keys": (
         lambda p: p.write_text(p.read_text()[:-1] + ', "payload": "e30="}'),
@@ -157,3 +162,13 @@ def test_a_strangers_signature_that_claims_cis_keyid_is_refused(node: dict[str, 
     code, _, err, local = serve_node(node, "--policy", str(node["policy"]))
     assert code == 2 and "signer ci (key " in err and "that does not verify" in err, err
     assert blobs_in(local) == []
+
+
+def test_verify_prints_an_unverified_builder_id_as_one_safe_line() -> None:
+    from neuronbuild.cli.store import attestation_line
+
+    evil = "evil\n\x1b[32mOK\ud800"
+    entry = {"keyid": "a" * 64, "signer": None, "verified": None}
+    line = attestation_line({**entry, "predicate": {"runDetails": {"builder": {"id": evil}}}})
+    assert line.isprintable() and line.isascii(), line
+    assert line.endswith(ascii(evil))
