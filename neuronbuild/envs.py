@@ -80,11 +80,13 @@ VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP = "VLLM_NEURON_SKIP_PREFILL_DECODE_WARMUP
 @dataclass(frozen=True)
 class Var(Generic[T]):
     """One variable neuronbuild reads: its ``name``, a ``parse`` of its text (raising ValueError
-    with the reason) and the ``default`` when it is unset or empty."""
+    with the reason) and the ``default`` when it is unset or empty; ``empty``: when set, a value
+    set but empty is refused with this fix instead (a setting that must not fail open)."""
 
     name: str
     parse: Callable[[str], T]
     default: T
+    empty: str | None = None
 
     def get(self, environ: Mapping[str, str] | None = None) -> T:
         """The typed value, read now from ``environ`` (default: this process's environment; pass
@@ -93,7 +95,10 @@ class Var(Generic[T]):
         Raises:
             EnvInvalid: the value does not parse; the message names the variable (exit code 2).
         """
-        text = (os.environ if environ is None else environ).get(self.name, "")
+        environ = os.environ if environ is None else environ
+        text = environ.get(self.name, "")
+        if not text and self.empty is not None and self.name in environ:
+            raise EnvInvalid(f"${self.name} is set but empty: {self.empty}")
         if not text:
             return self.default
         try:
@@ -123,7 +128,9 @@ HEARTBEAT_SECONDS = Var(NEURONBUILD_HEARTBEAT_SECONDS, positive_seconds, 60.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
-POLICY: Var[Path | None] = Var(NEURONBUILD_POLICY, absolute_path, None)
+POLICY: Var[Path | None] = Var(
+    NEURONBUILD_POLICY, absolute_path, None, empty="name a policy file, or unset it"
+)
 """The trust policy file (:mod:`neuronbuild.attest.policy`) when ``--policy`` is not given."""
 NKI_INTERMEDIATE_CACHE: Var[Path | None] = Var(
     NEURONBUILD_NKI_INTERMEDIATE_CACHE, absolute_path, Path("/var/tmp/nki-intermediate-cache")

@@ -88,6 +88,21 @@ def test_the_policy_comes_from_the_environment_without_the_option(node: dict[str
     assert done.returncode == 2 and "found no attestation" in done.stderr
 
 
+def test_a_policy_variable_set_but_empty_is_refused_not_taken_for_no_policy(
+    node: dict[str, Path],
+) -> None:
+    local = node["root"] / "local"
+    done = serve_without_vllm(
+        "--ref", "tiny/latest", "--cache", str(node["store"]), "--local-cache", str(local),
+        "--dry-run", "--workdir", str(node["root"]), env={"NEURONBUILD_POLICY": ""},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: $NEURONBUILD_POLICY is set but empty: name a policy file, or unset it"
+    )
+    assert blobs_in(local) == []
+
+
 def test_a_signature_by_a_key_the_policy_does_not_name_is_refused_naming_both(
     node: dict[str, Path],
 ) -> None:
