@@ -256,14 +256,21 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     Examples:
       neuronbuild ls --cache s3://bucket/store --history
     """
+    from neuronbuild.errors import StoreDataInvalid
     from neuronbuild.store.cas import Store, parse_ref
+    from neuronbuild.ui.verbosity import echo_notes
 
     store = Store(cache)
     data = store.overview()
     refs = data["refs"]
-    data["attestations"] = {
-        d: sorted(store.attestation_paths(d)) for d in sorted(set(refs.values()))
-    }
+    data["attestations"], notes = {}, []
+    for d in sorted(set(refs.values())):
+        try:
+            data["attestations"][d] = sorted(store.attestation_paths(d))
+        except StoreDataInvalid as exc:  # one manifest's bad folder hides no other ref
+            data["attestations"][d] = []
+            notes.append(f"{exc}; its signers are not listed (verify {d} says more)")
+    echo_notes(notes)
     if history:
         data["history"] = {
             ref: [move.to_json() for move in store.ref_history(*parse_ref(ref))] for ref in refs

@@ -125,3 +125,17 @@ def test_tag_refuses_to_promote_an_unsigned_build_to_a_protected_name(
     sign(node, node["key"])
     code, _, err = neuronbuild_in_process("tag", "tiny/latest", "tiny/prod", *store)
     assert code == 0, err
+
+
+def test_ls_lists_every_ref_when_one_manifests_attestations_cannot_be_read(
+    node: dict[str, Path],
+) -> None:
+    sign(node, node["key"])
+    store, digest = Store(str(node["store"])), digest_of(node)
+    (path,) = store.attestation_paths(digest).values()
+    Path(path).rename(node["root"] / "elsewhere.json")
+    Path(path).symlink_to(node["root"] / "elsewhere.json")  # a bad store object
+    code, out, err = neuronbuild_in_process("ls", "--cache", str(node["store"]))
+    assert code == 0, err
+    assert "tiny/latest" in out
+    assert "a symbolic link" in err and "its signers are not listed" in err
