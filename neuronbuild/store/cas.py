@@ -382,7 +382,9 @@ class Store:
 
         Raises:
             DigestMismatch: the blob is corrupt (its bytes at rest differ from its digest).
-            StoreError: its bytes kept changing in transit for :data:`~.retry.ATTEMPTS` reads.
+            StoreError: its bytes did not match for :data:`~.retry.ATTEMPTS` reads while the
+                store's SHA-256 says it holds them whole, or (none kept) they differed at every
+                read: the network, not the store (exit code 3).
         """
         found: list[str] = []
         stored: str | None = None
@@ -403,10 +405,8 @@ class Store:
                     raise  # the same wrong bytes twice: they are the store's
                 found.append(exc.found)
                 reason = f"{url}: the bytes read do not match its digest (read {exc.found})"
-                if attempt == retry.ATTEMPTS:
-                    if whole_at_rest:  # the store holds them whole: it is the network
-                        raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
-                    raise
+                if attempt == retry.ATTEMPTS:  # whole at rest, or other bytes at every read:
+                    raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
                 seconds = retry.backoff(attempt + 1)
                 retrying(attempt + 1, retry.ATTEMPTS, seconds, reason)
                 time.sleep(seconds)

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from neuronbuild.digest import DigestMismatch
 from neuronbuild.errors import StoreError
 from neuronbuild.store import backends, ranged, s3_fast
+from neuronbuild.store import cas as cas_module
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord
 from tests.lib.faulty_proxy import FaultyProxy
@@ -222,3 +224,36 @@ def test_a_fault_that_keeps_coming_is_one_store_error_after_five_attempts(
         client.raise_or_wait(fault, "s3://b/k", failures)
     with pytest.raises(StoreError, match=r"^s3://b/k: Interrupted: .* \(tried 5 times\)$"):
         client.raise_or_wait(fault, "s3://b/k", retry.ATTEMPTS)
+
+
+@pytest.mark.parametrize(
+    ("found", "stored", "raised"),
+    [
+        pytest.param(["a", "b", "c", "d", "e"], None, StoreError, id="no-checksum-changing"),
+        pytest.param(["a", "b", "a"], None, DigestMismatch, id="no-checksum-same-twice"),
+        pytest.param(["a"] * 5, "whole", StoreError, id="whole-at-rest"),
+        pytest.param(["a"], "other", DigestMismatch, id="other-bytes-at-rest"),
+    ],
+)
+def test_a_blob_whose_bytes_mismatch_over_the_network_is_read_again_then_judged(
+    moto_port: int,
+    monkeypatch: pytest.MonkeyPatch,
+    found: list[str],
+    stored: str | None,
+    raised: type[Exception],
+) -> None:
+    """Bytes changing from read to read are the network's (exit 3); the same wrong bytes twice,
+    or S3's own SHA-256 of other bytes, are the store's (exit 2)."""
+    store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}", create=True)
+    file = FileRecord("f", "sha256:" + "ab" * 32, 3)
+    held = {"whole": "ab" * 32, "other": "cd" * 32, None: None}[stored]
+    monkeypatch.setattr(store.backend, "stored_sha256", lambda path: held)
+    monkeypatch.setattr(cas_module.time, "sleep", lambda seconds: None)
+    reads = iter(found)
+
+    def read() -> None:
+        raise DigestMismatch("corrupt", next(reads))
+
+    with pytest.raises(raised):
+        store._read_blob(file, read)
+    assert next(reads, None) is None  # read exactly as many times as the verdict needs
