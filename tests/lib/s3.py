@@ -28,28 +28,40 @@ def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
 
 
 @contextlib.contextmanager
-def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
-    """A moto S3 server on loopback holding ``bucket``, its environment set in this process too
-    (and restored after); yields that environment."""
-    server, env = start_moto()
+def s3_environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` (a server's endpoint and keys) set in this process for the block and restored
+    after, with s3fs's cached file systems dropped on both sides: they keep the endpoint they
+    were made with, and none may outlive its server."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     import s3fs
 
-    # Cached file systems keep the endpoint they were made with: none may outlive its server.
     s3fs.S3FileSystem.clear_instance_cache()
-    # moto keeps its buckets in this process, across servers: it may exist already.
-    s3fs.S3FileSystem(skip_instance_cache=True).makedirs(bucket, exist_ok=True)
     try:
-        yield env
+        yield
     finally:
-        server.stop()
         s3fs.S3FileSystem.clear_instance_cache()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def moto_s3(bucket: str) -> Iterator[dict[str, str]]:
+    """A moto S3 server on loopback holding ``bucket``, its environment set in this process too
+    (and restored after, :func:`s3_environment`); yields that environment."""
+    server, env = start_moto()
+    try:
+        with s3_environment(env):
+            import s3fs
+
+            # moto keeps its buckets in this process, across servers: it may exist already.
+            s3fs.S3FileSystem(skip_instance_cache=True).makedirs(bucket, exist_ok=True)
+            yield env
+    finally:
+        server.stop()
 
 
 REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')

