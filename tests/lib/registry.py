@@ -1,0 +1,116 @@
+"""The CNCF distribution registry (Debian's ``docker-registry`` package) on loopback, a real OCI
+registry for the tests and the benchmarks: plain HTTP on a free port, deletes enabled, its data in a
+temporary folder removed when it stops."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.lib.seaweed import free_ports
+
+INSTALL_HINT = (
+    "the OCI registry is not installed: apt-get install docker-registry "
+    "(Debian's package of the CNCF distribution registry; make install does it as root)"
+)
+START_SECONDS = 30.0
+
+
+def registry_binary() -> str | None:
+    """``docker-registry`` (Debian) or ``registry`` (upstream) on PATH; None if absent."""
+    return shutil.which("docker-registry") or shutil.which("registry")
+
+
+class RegistryServer:
+    """A running registry at :attr:`host` (``127.0.0.1:PORT``, plain HTTP); :meth:`stop` ends it
+    and removes its data."""
+
+    def __init__(self, binary: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="neuronbuild-registry-"))
+        (port,) = free_ports(1)
+        self.host = f"127.0.0.1:{port}"
+        self.url = f"http://{self.host}"
+        config = self.dir / "config.yml"
+        config.write_text(
+            "version: 0.1\n"
+            "log:\n  level: error\n  accesslog:\n    disabled: true\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {self.dir / 'data'}\n"
+            "  delete:\n    enabled: true\n"
+            f"http:\n  addr: {self.host}\n"
+        )
+        self.log = self.dir / "registry.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [binary, "serve", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_ready(self) -> None:
+        """Wait until ``/v2/`` answers 200; raise with the log if it exits or does not answer
+        within :data:`START_SECONDS`."""
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"registry exited ({self.process.returncode}):\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/v2/", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"registry did not answer at {self.url}:\n{self.tail()}")
+            time.sleep(0.1)
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self) -> None:
+        """End the registry (TERM, then KILL after 10 s) and remove its data."""
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_registry() -> RegistryServer:
+    """A ready registry on loopback; the caller stops it. Raises :class:`FileNotFoundError` with
+    the install hint when the registry is not installed."""
+    binary = registry_binary()
+    if binary is None:
+        raise FileNotFoundError(INSTALL_HINT)
+    server = RegistryServer(binary)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@contextlib.contextmanager
+def registry() -> Iterator[RegistryServer]:
+    """A registry on loopback for the block's length."""
+    server = start_registry()
+    try:
+        yield server
+    finally:
+        server.stop()
