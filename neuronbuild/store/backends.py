@@ -209,9 +209,11 @@ class Backend(ABC):
         (seconds since the epoch; None where the file system keeps none), from one listing."""
         return {p: _modified_of(info) for p, info in self._listing(prefix).items()}
 
-    def open_read(self, path: str) -> IO[bytes]:
+    def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
         """A binary file object for reading a regular file (FileNotFoundError when absent;
-        StoreDataInvalid for anything that is not a regular file)."""
+        StoreDataInvalid for anything that is not a regular file). ``size``: the bytes the
+        caller expects (its record's), which lets a backend skip asking for them; the caller
+        still checks the bytes it reads."""
         self._file_info(path)
         return self.fs.open(path, "rb")  # type: ignore[no-any-return]
 
@@ -329,7 +331,7 @@ class FolderBackend(Backend):
                 raise self._too_big(path, limit)
             return data, data
 
-    def open_read(self, path: str) -> IO[bytes]:
+    def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
         with self._errors(f"cannot read {path}"):
             return os.fdopen(_open_regular(path), "rb")
 
@@ -504,20 +506,24 @@ class ObjectBackend(Backend):
         what = self.fs.unstrip_protocol(path)
         return body_retried(lambda: super(ObjectBackend, self)._cat(path, end), what)
 
-    def open_read(self, path: str) -> IO[bytes]:
+    def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
         """As the base's; an object of :data:`RANGED_MIN_BYTES` or more is read as concurrent
         ranged GETs (:class:`~.ranged.RangedReads`), each retried as a whole request is. The
         bytes come through obstore (:mod:`.s3_fast`: one streaming GET, or the ranged GETs)
-        where it is installed, else through s3fs; the HEAD before is s3fs's either way.
+        where it is installed, else through s3fs. The object's size comes from a HEAD
+        (s3fs's), except where obstore reads an object expected (``size``) below
+        :data:`RANGED_MIN_BYTES`: its one GET tells the size, a request less per blob.
 
         Raises:
             FileNotFoundError: no such object. StoreDataInvalid: not a regular object.
             StoreError: S3 failed (after the retries of :mod:`.retry`).
         """
-        size = int(self._file_info(path).get("size") or 0)
         fast = self.fast.get()
         what = self.fs.unstrip_protocol(path)
         key = path.partition("/")[2]
+        if fast is not None and size is not None and size < RANGED_MIN_BYTES:
+            return cast(IO[bytes], fast.open_stream(key, None, what))
+        size = int(self._file_info(path).get("size") or 0)
         if size >= RANGED_MIN_BYTES:
             read_range: Callable[[int, int], bytes | memoryview]
             if fast is None:
@@ -737,8 +743,8 @@ class ReadOnly(Backend):
     def list_modified(self, prefix: str) -> dict[str, float | None]:
         return self.inner.list_modified(prefix)
 
-    def open_read(self, path: str) -> IO[bytes]:
-        return self.inner.open_read(path)
+    def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
+        return self.inner.open_read(path, size)
 
     def stored_sha256(self, path: str) -> str | None:
         return self.inner.stored_sha256(path)

@@ -306,7 +306,9 @@ class Store:
         self, file: FileRecord, dest: str | Path, on_bytes: Callable[[int], None] | None = None
     ) -> None:
         """Copy a blob to the local file ``dest``, verifying its sha256 and size on the way and
-        reading at most its size + 1 bytes (``on_bytes`` is told each chunk's length).
+        reading at most its size + 1 bytes (``on_bytes`` is told each chunk's length; a blob
+        read again is told only the bytes past those already told, so progress never passes
+        the blob's size).
 
         Raises:
             StoreDataInvalid: the blob is missing, not a regular file, or its bytes do not match
@@ -317,11 +319,19 @@ class Store:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.part")
         url = self.blob_url(file.digest)
+        told = [0, 0]  # bytes of this read so far, bytes told to on_bytes (over all reads)
+
+        def count(n: int) -> None:  # a read again is told only bytes past the earlier reads'
+            told[0] += n
+            if on_bytes is not None and told[0] > told[1]:
+                on_bytes(told[0] - told[1])
+                told[1] = told[0]
 
         def read() -> None:
-            src = self.backend.open_read(self.layout.blob(file.digest))
+            told[0] = 0
+            src = self.backend.open_read(self.layout.blob(file.digest), file.size)
             with src, open(tmp, "wb") as out:  # a read again starts the file again
-                copy_verified(src, out, file.digest, file.size, url, on_bytes)
+                copy_verified(src, out, file.digest, file.size, url, count)
 
         try:
             self._read_blob(file, read)
@@ -354,7 +364,7 @@ class Store:
                 return None
 
         def read() -> None:
-            with self.backend.open_read(self.layout.blob(file.digest)) as f:
+            with self.backend.open_read(self.layout.blob(file.digest), file.size) as f:
                 copy_verified(f, None, file.digest, file.size, url)
 
         try:

@@ -4,9 +4,12 @@ parts are still on the wire."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from neuronbuild.store.retry import run_droppable
 
 PART_BYTES = 16 << 20
 """Bytes per ranged GET (16 MiB, the part size of s3transfer's and obstore's own downloads)."""
@@ -24,7 +27,9 @@ class RangedReads:
 
     ``size`` is the object's own (from a HEAD), not its record's: an object longer than its
     record yields the byte past the record that ``copy_verified`` asks for, and is refused.
-    Only the parts a caller reads, and ``in_flight`` beyond them, are ever asked for.
+    Only the parts a caller reads, and ``in_flight`` beyond them, are ever asked for. Once
+    closed (the reader is done, or gave up on an error), parts still retrying stop at their next
+    wait (:func:`~.retry.pause`), so a failed read does not hold the process for their retries.
     """
 
     def __init__(
@@ -42,13 +47,18 @@ class RangedReads:
         self._parts: deque[Future[bytes | memoryview]] = deque()
         self._next = 0
         self._view = memoryview(b"")
+        self._dropped = threading.Event()
         self._ask()
 
     def _ask(self) -> None:
         while len(self._parts) < self._in_flight and self._next < self._size:
             end = min(self._next + self._part, self._size)
-            self._parts.append(self._pool.submit(self._read_range, self._next, end))
+            part = self._fetch(self._next, end)
+            self._parts.append(self._pool.submit(run_droppable, self._dropped, part))
             self._next = end
+
+    def _fetch(self, start: int, end: int) -> Callable[[], bytes | memoryview]:
+        return lambda: self._read_range(start, end)
 
     def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes (all that is left of the current part when ``n`` < 0); b"" at the
@@ -63,7 +73,9 @@ class RangedReads:
         return bytes(out)
 
     def close(self) -> None:
-        """Drop the parts not yet read; requests already on the wire finish in the background."""
+        """Drop the parts not yet read; requests already on the wire finish in the background,
+        with no further retry."""
+        self._dropped.set()
         for future in self._parts:
             future.cancel()
         self._parts.clear()

@@ -21,8 +21,10 @@ obstore's own retries off, and report the same way.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from neuronbuild.errors import StoreError
@@ -61,6 +63,39 @@ TRANSIENT_CODES = frozenset(
     }
 )
 """S3 error codes retried whatever their HTTP status (botocore's standard mode's lists)."""
+
+
+class Abandoned(StoreError):
+    """The read a retry served was dropped by its reader (a ranged read closed after another part
+    failed): no further attempt is made, so a failed pull exits without waiting out the others'
+    retries."""
+
+
+_DROPPED: ContextVar[threading.Event | None] = ContextVar("dropped", default=None)
+"""Set while a request runs for a reader that may drop it (:func:`run_droppable`)."""
+
+
+def run_droppable(dropped: threading.Event, request: Callable[[], T]) -> T:
+    """``request()``, whose retry waits (:func:`pause`) end with :class:`Abandoned` as soon as
+    ``dropped`` is set."""
+    token = _DROPPED.set(dropped)
+    try:
+        return request()
+    finally:
+        _DROPPED.reset(token)
+
+
+def pause(seconds: float) -> None:
+    """Wait ``seconds`` before a retry.
+
+    Raises:
+        Abandoned: the reader this request serves dropped it, before or during the wait.
+    """
+    dropped = _DROPPED.get()
+    if dropped is None:
+        time.sleep(seconds)
+    elif dropped.wait(seconds):
+        raise Abandoned("the read was dropped by its reader")
 
 
 def backoff(attempt: int) -> float:
@@ -162,7 +197,7 @@ def body_retried(read: Callable[[], T], what: str) -> T:
                 raise StoreError(f"{what}: {reason} (tried {ATTEMPTS} times)") from None
             seconds = backoff(attempt + 1)
             retrying(attempt + 1, ATTEMPTS, seconds, f"{what}: {reason}")
-            time.sleep(seconds)
+            pause(seconds)
     raise AssertionError("unreachable")  # the loop returns or raises
 
 

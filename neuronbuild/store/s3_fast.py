@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -197,7 +196,7 @@ class FastS3:
             raise StoreError(f"{what}: {reason} (tried {retry.ATTEMPTS} times)") from None
         seconds = retry.backoff(failures + 1)
         retrying(failures + 1, retry.ATTEMPTS, seconds, f"{what}: {reason}")
-        time.sleep(seconds)
+        retry.pause(seconds)
 
     def read_range(self, key: str, start: int, end: int, what: str) -> memoryview:
         """Bytes ``[start, end)`` of ``key`` (fewer if it is shorter), one ranged GET retried
@@ -214,8 +213,9 @@ class FastS3:
             )
         )
 
-    def open_stream(self, key: str, size: int, what: str) -> StreamedGet:
-        """A stream of the ``size``-byte object ``key`` (its size from a HEAD) from one GET.
+    def open_stream(self, key: str, size: int | None, what: str) -> StreamedGet:
+        """A stream of the ``size``-byte object ``key`` (its size from a HEAD; None: from the
+        GET's own answer) from one GET.
 
         Raises:
             FileNotFoundError: no such object. StoreError: as :meth:`raise_or_wait`.
@@ -233,7 +233,7 @@ class StreamedGet:
         FileNotFoundError: no such object. StoreError: as :meth:`FastS3.raise_or_wait`.
     """
 
-    def __init__(self, client: FastS3, key: str, size: int, what: str) -> None:
+    def __init__(self, client: FastS3, key: str, size: int | None, what: str) -> None:
         self._client, self._key, self._size, self._what = client, key, size, what
         self._at = 0
         self._failures = [0]
@@ -245,6 +245,8 @@ class StreamedGet:
 
         options: Any = {"range": {"offset": self._at}} if self._at else None
         result = obstore.get(self._client.store, self._key, options=options)
+        if self._size is None:  # the first GET (of the whole object) tells its size
+            self._size = int(result.meta["size"])
         return iter(result.stream(min_chunk_size=STREAM_CHUNK))
 
     def _next_chunk(self) -> bytes:
@@ -256,7 +258,7 @@ class StreamedGet:
             except Exception as exc:
                 self._failures[0] += 1
                 self._client.raise_or_wait(exc, self._what, self._failures[0])
-                if self._at >= self._size:
+                if self._size is not None and self._at >= self._size:
                     return b""  # every byte the HEAD promised came; nothing to ask for
                 self._chunks = self._client._retried(self._open, self._what, self._failures)
 

@@ -78,6 +78,34 @@ def test_a_failing_part_surfaces_after_the_parts_before_it() -> None:
             stream.read(64)
 
 
+def test_parts_still_retrying_stop_at_their_next_wait_once_the_reader_gives_up() -> None:
+    """A part that failed for good ends the read; the parts behind it, waiting out their own
+    retries, give up at once instead of holding the process (its pool threads) for them."""
+    from neuronbuild.store import retry
+
+    waiting, outcomes = threading.Barrier(4), []
+
+    def read_range(start: int, end: int) -> bytes:
+        if start == 0:
+            waiting.wait(10)
+            raise StoreError("s3://b/blob: cannot read: broken (tried 5 times)")
+        waiting.wait(10)
+        try:
+            retry.pause(60)  # a retry's backoff, as body_retried and obstore's reads wait
+        except retry.Abandoned:
+            outcomes.append("abandoned")
+            raise
+        outcomes.append("waited")
+        return b"x" * (end - start)
+
+    stream = RangedReads(read_range, 256, part=64, in_flight=4)
+    with pytest.raises(StoreError, match="tried 5 times"):
+        stream.read(64)
+    stream.close()
+    stream._pool.shutdown(wait=True)  # returns once every part's thread is done
+    assert outcomes == ["abandoned"] * 3
+
+
 def test_a_short_object_ends_the_stream_where_its_bytes_end() -> None:
     data = os.urandom(100)  # the store said 640 bytes; the object holds 100
     with RangedReads(lambda s, e: data[s:e], 640, part=64, in_flight=4) as stream:
