@@ -3,8 +3,9 @@ a registry, and name it by digest.
 
 The image is an OCI image manifest (image-spec ``manifest.md``) with one uncompressed layer
 (:mod:`.layer`) and an OCI image config (``config.md``: ``os``, ``architecture``,
-``rootfs.diff_ids``) so that containerd and CRI-O can unpack it, and Kubernetes mount it as an image volume. Nothing in
-it depends on the host or the time: the same manifest gives the same image digest on any machine.
+``rootfs.diff_ids``) so that containerd and CRI-O can unpack it, and Kubernetes mount it as an
+image volume. Nothing in it depends on the host or the time: the same manifest gives the same
+image digest on any machine.
 Push order: the layer, the config, then the manifest (a registry refuses a manifest whose blobs it
 lacks), by tag when ``--to`` names one, else by digest alone.
 """
