@@ -12,7 +12,6 @@ import json
 import shutil
 import tarfile
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +28,10 @@ from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
 from tests.lib.commands import neuronbuild
-from tests.lib.registry import RegistryServer, start_registry
+from tests.lib.registry import RegistryServer
 from tests.lib.seaweed import free_ports
 
 ACCEPT = "application/vnd.oci.image.manifest.v1+json"
-
-
-@pytest.fixture(scope="module")
-def reg() -> Iterator[RegistryServer]:
-    server = start_registry()  # not installed: FileNotFoundError names apt-get install
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def get(reg: RegistryServer, path: str, accept: str = "*/*") -> bytes:

@@ -62,6 +62,7 @@ OURS = {
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
+    "neuronbuild.store.node_image",  # a node image's stamp, checked on its read-only mount
     "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
     "neuronbuild.store.retry",
