@@ -94,6 +94,7 @@ ENTRY_ONLY = {
     "neuronbuild.cli.common",
     "neuronbuild.cli.conformance",  # the kit; it imports its checks when it runs
     "neuronbuild.cli.diagnose",
+    "neuronbuild.cli.image",  # image; it imports the image wing and ORAS when it runs
     "neuronbuild.cli.main",  # the command group
     "neuronbuild.cli.store",
     "neuronbuild.__main__",
