@@ -74,5 +74,10 @@ def image(
         f"image of {what}: {count(built.files, 'file')}, {size(built.bytes)}, "
         f"linux/{built.architecture}; layer {built.layer} ({size(built.layer_bytes or 0)}); "
         f"{count(built.uploaded, 'blob')} uploaded"
+        + (
+            f", {count(built.attestations, 'attestation')} as referrers"
+            if built.attestations
+            else ""
+        )
     )
     click.echo(built.reference)

@@ -7,7 +7,8 @@ The image is an OCI image manifest (image-spec ``manifest.md``) with one uncompr
 image volume. Nothing in it depends on the host or the time: the same manifest gives the same
 image digest on any machine.
 Push order: the layer, the config, then the manifest (a registry refuses a manifest whose blobs it
-lacks), by tag when ``--to`` names one, else by digest alone.
+lacks), by tag when ``--to`` names one, else by digest alone; then the manifest's attestations, as
+referrers of the image (:mod:`.referrers`), which leave its digest as it is.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from neuronbuild.engines.cpu_isa import MACHINES
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
+from neuronbuild.image.referrers import push_attestations
 from neuronbuild.image.registry import Destination, RegistryClient
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -54,7 +56,8 @@ class ImageBuilt:
     """A node image: the neuronbuild ``manifest`` it lays out, where it went (``destination``),
     its ``image`` manifest digest and ``reference`` by digest (None on a dry run), its layer's
     digest and size, and the ``files`` and file ``bytes`` it holds; ``uploaded``: blobs the
-    registry lacked."""
+    registry lacked; ``attestations``: those pushed as referrers of the image
+    (:mod:`.referrers`)."""
 
     manifest: str
     destination: Destination
@@ -65,6 +68,7 @@ class ImageBuilt:
     layer: str | None = None
     layer_bytes: int | None = None
     uploaded: int = 0
+    attestations: int = 0
 
     @property
     def reference(self) -> str | None:
@@ -83,6 +87,7 @@ class ImageBuilt:
             "layer": self.layer,
             "layer_bytes": self.layer_bytes,
             "uploaded": self.uploaded,
+            "attestations": self.attestations,
         }
 
 
@@ -199,11 +204,14 @@ def build_image(
             bar.close()
     data = image_manifest(digest, config, layer.digest, layer.size)
     image = sha256_digest(data)
-    named = client.push_manifest(data, MANIFEST_MEDIA_TYPE, dest.tag or image)
+    named, _ = client.push_manifest(data, MANIFEST_MEDIA_TYPE, dest.tag or image)
     if named and named != image:
         raise StoreError(
             f"{dest.url}: the registry names the image {named}, its bytes hash to {image}"
         )
+    attested = push_attestations(
+        client, image, len(data), digest, store.get_attestations(digest), scratch
+    )
     return ImageBuilt(
-        digest, dest, arch, len(files), total, image, layer.digest, layer.size, uploaded
+        digest, dest, arch, len(files), total, image, layer.digest, layer.size, uploaded, attested
     )

@@ -216,16 +216,36 @@ class RegistryClient:
         self._check(response, f"upload of blob {digest[:19]}")
         return True
 
-    def push_manifest(self, data: bytes, media_type: str, reference: str) -> str:
-        """PUT the manifest bytes ``data`` under ``reference`` (a tag or its digest); returns
-        the digest the registry names it by, which must be the sha256 of ``data``.
+    def push_manifest(self, data: bytes, media_type: str, reference: str) -> tuple[str, bool]:
+        """PUT the manifest bytes ``data`` under ``reference`` (a tag or its digest). Returns
+        the digest the registry names it by ("" when it does not say) and whether it answered
+        with ``OCI-Subject`` (it indexes referrers itself: distribution spec 1.1, "Pushing
+        Manifests with Subject").
 
         Raises:
-            StoreError: the registry refused it, failed, or names it by another digest.
+            StoreError: the registry refused it or failed.
         """
         url = f"{self.base}/v2/{self.dest.repository}/manifests/{reference}"
         response = self.registry.do_request(
             url, "PUT", data=data, headers={"Content-Type": media_type}
         )
         self._check(response, f"push of manifest {reference}")
-        return str(response.headers.get("Docker-Content-Digest", ""))
+        named = str(response.headers.get("Docker-Content-Digest", ""))
+        return named, "OCI-Subject" in response.headers
+
+    def get_manifest(self, reference: str, media_type: str, limit: int) -> bytes | None:
+        """The bytes of the manifest at ``reference`` (None when there is none), of at most
+        ``limit`` bytes.
+
+        Raises:
+            StoreError: the registry failed, or the manifest is larger than ``limit``.
+        """
+        url = f"{self.base}/v2/{self.dest.repository}/manifests/{reference}"
+        response = self.registry.do_request(url, "GET", headers={"Accept": media_type})
+        if response.status_code == 404:
+            return None
+        self._check(response, f"read of manifest {reference}")
+        data = bytes(response.content)
+        if len(data) > limit:
+            raise StoreError(f"{self.dest.url}: manifest {reference} is over {limit} bytes")
+        return data

@@ -28,10 +28,12 @@ from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
 from tests.lib.commands import neuronbuild
+from tests.lib.keys import write_key
 from tests.lib.registry import RegistryServer
 from tests.lib.seaweed import free_ports
 
 ACCEPT = "application/vnd.oci.image.manifest.v1+json"
+INDEX = "application/vnd.oci.image.index.v1+json"
 
 
 def get(reg: RegistryServer, path: str, accept: str = "*/*") -> bytes:
@@ -169,3 +171,27 @@ def test_an_unreachable_registry_is_one_line_exit_3_after_retries(
     assert f"registry 127.0.0.1:{port} unreachable" in line and "tried 5 times" in line
     result = neuronbuild("image", digest, "--cache", store.url, "--to", dest.url, "-q")
     assert "unreachable" in one_line(result, 3)
+
+
+def test_attestations_travel_as_referrers_of_the_image_whose_digest_stays(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    store, digest = built(tmp_path)
+    plain = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    assert plain.attestations == 0
+    write_key(tmp_path / "ci.key")
+    signed = neuronbuild("sign", digest, "--key", str(tmp_path / "ci.key"), "--cache", store.url)
+    assert signed.returncode == 0, signed.stderr
+    again = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    assert again.image == plain.image and again.attestations == 1
+    assert again.image is not None
+    index = json.loads(get(reg, f"nb/signed/manifests/sha256-{again.image[7:]}", INDEX))
+    [entry] = index["manifests"]
+    assert entry["artifactType"] == "application/vnd.dsse.envelope.v1+json"
+    referrer = json.loads(get(reg, f"nb/signed/manifests/{entry['digest']}", ACCEPT))
+    assert referrer["subject"]["digest"] == again.image
+    [envelope] = store.get_attestations(digest).values()
+    assert get(reg, f"nb/signed/blobs/{referrer['layers'][0]['digest']}") == envelope
+    build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    index = json.loads(get(reg, f"nb/signed/manifests/sha256-{again.image[7:]}", INDEX))
+    assert len(index["manifests"]) == 1  # pushed again: listed once
