@@ -43,6 +43,8 @@ NEURON_ARCHITECTURE = "amd64"
 
 
 class Progress(Protocol):
+    """What ``build_image`` tells of the bytes it reads from the store (a progress bar)."""
+
     def advance(self, n_bytes: int) -> None: ...
     def close(self) -> None: ...
 

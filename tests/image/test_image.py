@@ -6,19 +6,22 @@ mistake is one line (exit 2), an unreachable registry one line (exit 3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
 import shutil
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from neuronbuild.errors import StoreError, message_lines
+from neuronbuild.errors import StoreDataInvalid, StoreError, message_lines
 from neuronbuild.image.build import build_image
+from neuronbuild.image.layer import tree
 from neuronbuild.image.registry import parse_destination
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
@@ -195,3 +198,30 @@ def test_attestations_travel_as_referrers_of_the_image_whose_digest_stays(
     build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
     index = json.loads(get(reg, f"nb/signed/manifests/sha256-{again.image[7:]}", INDEX))
     assert len(index["manifests"]) == 1  # pushed again: listed once
+
+
+def test_a_dry_run_checks_the_store_and_the_registry_and_pushes_nothing(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    store, digest = built(tmp_path)
+    to = f"oci+http://{reg.host}/nb/dry:v1"
+    result = neuronbuild("image", digest, "--cache", store.url, "--to", to, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"would push the image of {digest} to {to}: 2 files")
+    with pytest.raises(urllib.error.HTTPError):
+        get(reg, "nb/dry/manifests/v1", ACCEPT)
+    [blob] = [f for f in store.get_manifest(digest).blobs() if f.path.endswith("model")]
+    Path(store.local_blob_path(blob) or "").unlink()
+    line = one_line(neuronbuild("image", digest, "--cache", store.url, "--to", to, "--dry-run"), 2)
+    assert f"manifest {digest} is incomplete" in line and "1 blob missing" in line
+
+
+def test_a_manifest_path_in_the_stamps_folder_is_refused(tmp_path: Path) -> None:
+    store, digest = built(tmp_path)
+    manifest = store.get_manifest(digest)
+    unit = manifest.units[0]
+    hostile = dataclasses.replace(
+        unit, files=(*unit.files, dataclasses.replace(unit.files[0], path=NODE_STAMP))
+    )
+    with pytest.raises(StoreDataInvalid, match=r"inside \.neuronbuild/, the stamp's"):
+        tree(dataclasses.replace(manifest, units=(hostile,)))
