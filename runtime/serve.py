@@ -31,7 +31,7 @@ from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST, parse_ref
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import check_apart, laid_out, lay_out, register
-from neuronbuild.store.node_image import check_image
+from neuronbuild.store.node_image import check_image, image_shadow_root, link_shadow
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
@@ -387,7 +387,14 @@ def prepare(
     if not isinstance(keyed, dict):
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
     env = engine.engine_env(environ, keyed)
-    env.update(engine.serve_env(str(root)))
+    vllm_root = root
+    if image:  # vLLM writes beside its artifacts as it loads them: a mirror of links
+        vllm_root = image_shadow_root(digest)
+        if not dry_run:
+            fix = "set XDG_CACHE_HOME to a folder this node may write"
+            check_node_folder(vllm_root.parent, "image link folder", fix)
+            link_shadow(root, manifest, vllm_root)
+    env.update(engine.serve_env(str(vllm_root)))
     unique = tuple(dict.fromkeys(allowed))
     warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
     return Prepared(

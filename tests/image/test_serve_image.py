@@ -68,6 +68,7 @@ def test_serve_runs_from_the_images_read_only_mount_fetching_and_writing_nothing
         read_only_bind(mount),
         *("serve", "--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(mount)),
         *("--local-cache", str(tier), *how),
+        env={"XDG_CACHE_HOME": str(tmp_path / "xdg")},
     )
     assert result.returncode == 0, result.stderr
     if how == ("--dry-run",):
@@ -75,6 +76,11 @@ def test_serve_runs_from_the_images_read_only_mount_fetching_and_writing_nothing
     else:
         prepared = json.loads(result.stdout.strip().splitlines()[-1])
         assert prepared["vllm_cache_root"] == str(mount) and prepared["laid_out"]
+        # vLLM writes beside its artifacts as it loads them: its root is a mirror of links.
+        shadow = Path(prepared["env"]["VLLM_CACHE_ROOT"])
+        assert shadow.is_relative_to(tmp_path / "xdg")
+        link = shadow / MODEL_FILE
+        assert link.is_symlink() and link.resolve() == (mount / MODEL_FILE).resolve()
     assert files_under(mount) == before
     assert not list((tier / "blobs").rglob("*")) if tier.exists() else True  # nothing fetched
 

@@ -1,11 +1,13 @@
 """Issue 23, item 3, with the real vLLM CPU build: the demo compiled, its node image pushed to the
 loopback registry, the layer pulled back and unpacked, bound read-only (as an image volume is),
 and ``serve --vllm-cache-root`` on it starts vLLM, which loads the prebuilt artifact ("Directly
-load AOT compilation") and answers, with nothing written into the mount. Compiles for real
+load AOT compilation") and answers, with nothing written into the mount (vLLM writes into its
+mirror of links and copies, :func:`~neuronbuild.store.node_image.link_shadow`). Compiles for real
 (minutes): marked ``vllm``."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -47,7 +49,8 @@ def test_vllm_serves_from_the_images_read_only_mount(reg: RegistryServer, tmp_pa
     script = " && ".join([*read_only_bind(mount), "exec " + shlex.join(serve)])
     argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
     log = tmp_path / "serve.log"
-    with Server(argv, port, log) as server:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}  # vLLM's mirror of the mount
+    with Server(argv, port, log, env) as server:
         server.wait_ready()
         answer = server.complete("It is a truth universally acknowledged, that")
     text = log.read_text(errors="replace")
