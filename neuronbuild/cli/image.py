@@ -24,6 +24,7 @@ from neuronbuild.ui.options import cache_option, dry_run_option, json_option
 )
 @click.option(
     "--tmp-dir",
+    metavar="DIR",
     type=click.Path(file_okay=False, exists=True),
     help="Where the layer is written before its upload; it needs room for the manifest's bytes "
     "(default: $TMPDIR, else /tmp).",
