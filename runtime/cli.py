@@ -178,7 +178,8 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     "--vllm-cache-root",
     type=click.Path(file_okay=False),
     help="Where to lay the artifacts out (default: $VLLM_CACHE_ROOT, else "
-    "~/.cache/neuronbuild/layouts/<manifest>).",
+    "~/.cache/neuronbuild/layouts/<manifest>); a node image's mount (neuronbuild image) is "
+    "checked by its stamp and served read-only, nothing fetched.",
 )
 @click.option(
     "--deep", is_flag=True, help="Re-hash laid-out files even when their recorded stat holds."

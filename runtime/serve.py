@@ -31,6 +31,7 @@ from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST, parse_ref
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import check_apart, laid_out, lay_out, register
+from neuronbuild.store.node_image import check_image, image_shadow_root, link_shadow
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
@@ -312,7 +313,9 @@ def prepare(
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
 
-    ``cache_root``: where to lay out (default :func:`node_layout_root`); ``serving_args``:
+    ``cache_root``: where to lay out (default :func:`node_layout_root`); a folder holding a
+    node image (:mod:`neuronbuild.store.node_image`) is checked by its stamp (``deep``:
+    re-hashed) and served as it is, read-only, with no blob fetched; ``serving_args``:
     vLLM server options (serving-only), after the recipe's arguments and its ``serve:``
     section; ``deep``: re-hash every laid-out file even when its stamp holds; ``dry_run``:
     check that every blob is in a tier and write nothing; ``allow_mismatch``: node differences
@@ -328,10 +331,13 @@ def prepare(
     Raises:
         UserError: see :func:`resolve`; this node differs from the build (a table) or would
             compile; the model is not on this node; the layout root is inside a folder store
-            of ``tiers`` or holds one (:func:`~neuronbuild.store.node.check_apart`).
+            of ``tiers`` or holds one (:func:`~neuronbuild.store.node.check_apart`), or is a
+            node image of another manifest.
         NodeConfigInvalid: the layout root or the local tier is read-only or not this user's
             to write, or vLLM could not bind its address (exit 2).
         NoRoom: the layout root or the local tier is full or over quota (exit 3).
+        StoreDataInvalid: a node image under ``cache_root`` lacks a file of the manifest or
+            holds it with another size, mtime or (``deep``) bytes (exit 2).
     """
     environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers, policy)
@@ -344,13 +350,17 @@ def prepare(
     check_model_present(recipe.model, revision, cwd, built_from_folder=from_folder)
     root = cache_root or node_layout_root(digest)
     check_apart(root, tiers)
-    ready = laid_out(root, manifest, digest)
-    if deep or not ready:
+    # A node image (a read-only mount, say) is served as it is, never written, nothing fetched.
+    image = check_image(root, manifest, digest, deep=deep)
+    ready = image or laid_out(root, manifest, digest)
+    if not image and (deep or not ready):
         fix = "pass --vllm-cache-root with a folder this node may write"
         if cache_root is None and envs.CACHE_ROOT.get() is not None:
             fix = "set VLLM_CACHE_ROOT to a folder this node may write (or pass --vllm-cache-root)"
         check_node_folder(root, "layout root", fix)
-    missing = tiers.remote is not None and bool(tiers.local.missing_blobs(manifest.files()))
+    missing = (
+        not image and tiers.remote is not None and bool(tiers.local.missing_blobs(manifest.files()))
+    )
     if missing:
         check_local_tier(tiers.local)
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
@@ -360,7 +370,10 @@ def prepare(
         check_listen(argv[3:])
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
-        tiers.check_complete(manifest, digest)
+        if not image:
+            tiers.check_complete(manifest, digest)
+    elif image:
+        engine.lay_out_beside(root, [f.path for f in manifest.files()])  # outside the image
     else:
         if missing:
             tiers.fill(digest)  # read-through: the node keeps what it fetched
@@ -374,7 +387,14 @@ def prepare(
     if not isinstance(keyed, dict):
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
     env = engine.engine_env(environ, keyed)
-    env.update(engine.serve_env(str(root)))
+    vllm_root = root
+    if image:  # vLLM writes beside its artifacts as it loads them: a mirror of links
+        vllm_root = image_shadow_root(digest)
+        if not dry_run:
+            fix = "set XDG_CACHE_HOME to a folder this node may write"
+            check_node_folder(vllm_root.parent, "image link folder", fix)
+            link_shadow(root, manifest, vllm_root)
+    env.update(engine.serve_env(str(vllm_root)))
     unique = tuple(dict.fromkeys(allowed))
     warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
     return Prepared(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from neuronbuild import __version__
-from neuronbuild.cli import attest, build, conformance, diagnose, store
+from neuronbuild.cli import attest, build, conformance, diagnose, image, store
 from neuronbuild.ui.console import run
 from neuronbuild.ui.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
 from neuronbuild.ui.verbosity import set_verbosity
@@ -71,6 +71,7 @@ for command in (
     store.ls_,
     store.gc,
     store.status,
+    image.image,
     diagnose.doctor,
     diagnose.isa,
     conformance.conformance,

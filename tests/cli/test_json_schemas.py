@@ -27,6 +27,7 @@ from tests.build.test_shards import double_env, double_recipe, write_recipes
 from tests.conftest import NKI_INTERMEDIATE_VARS
 from tests.engines.test_neuron_engine import small_recipe
 from tests.lib.keys import write_key
+from tests.lib.registry import registry
 from tests.neuron_double import SITE
 
 
@@ -108,6 +109,8 @@ CASES = [
     case("serve", "--manifest", "sha256:f", "--cache", "{store}", "--dry-run", shape=ERROR, code=2),
     case("conformance", "{n}", "--cache", "{store}", neuron=True),  # neuron recipe {n}'s build
     case("conformance", "{a}", "--cache", "{store}", shape=ERROR, code=2),  # not a neuron recipe
+    case("image", "a", "--cache", "{store}", "--to", "oci+http://{registry}/json/a:v1"),
+    case("image", "a", "--cache", "{store}", "--to", "http://{registry}/a", shape=ERROR, code=2),
     case("isa"),
     case("isa", "{a}", shape=ERROR, code=2),  # a usage error: isa takes no argument
 ]
@@ -198,9 +201,9 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
         "key": str(root / "ci.key"),
         "short": Store(str(store)).resolve("a/latest")[:19],
     }
-    with pytest.MonkeyPatch.context() as patch:  # serve's default layout folder and local tier
-        patch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
-        return [run_case(c, places, env) for c in CASES]
+    with pytest.MonkeyPatch.context() as patch, registry() as oci:
+        patch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])  # serve's layout folder and tier
+        return [run_case(c, {**places, "registry": oci.host}, env) for c in CASES]
 
 
 def _id(c: Case) -> str:

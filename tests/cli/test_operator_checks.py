@@ -331,7 +331,7 @@ def test_no_option_of_the_build_store_or_diagnose_commands_shows_a_click_type_na
     from neuronbuild.cli.main import cli
 
     ours = [n for n, c in commands().items() if c.callback.__module__.startswith("neuronbuild.cli")]
-    assert len(ours) == 14
+    assert len(ours) == 15
     for name in ours:
         text = CliRunner().invoke(cli, [name, "--help"]).output.split("\nOptions:")[1]
         shown = re.findall(r"^  -.*?  ", text, flags=re.M)

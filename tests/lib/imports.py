@@ -35,6 +35,7 @@ RANK = {
     "store/": 2,
     **dict.fromkeys(READINGS, 3),
     "attest/": 3,
+    "image/": 3,  # a manifest as an OCI image: reads the store, pushes to a registry
     "build/": 4,
     "ui/": 4,
     "cli/": 5,

@@ -62,6 +62,7 @@ OURS = {
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
+    "neuronbuild.store.node_image",  # a node image's stamp, checked on its read-only mount
     "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
     "neuronbuild.store.retry",
@@ -93,6 +94,7 @@ ENTRY_ONLY = {
     "neuronbuild.cli.common",
     "neuronbuild.cli.conformance",  # the kit; it imports its checks when it runs
     "neuronbuild.cli.diagnose",
+    "neuronbuild.cli.image",  # image; it imports the image wing and ORAS when it runs
     "neuronbuild.cli.main",  # the command group
     "neuronbuild.cli.store",
     "neuronbuild.__main__",

@@ -1,0 +1,84 @@
+"""``neuronbuild image``: a manifest's node image, built, pushed, and named by digest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from neuronbuild.human import count, size
+from neuronbuild.ui.console import echo_json
+from neuronbuild.ui.options import cache_option, dry_run_option, json_option
+
+
+@click.command()
+@click.argument("target", metavar="REF|MANIFEST")
+@cache_option
+@click.option(
+    "--to",
+    "to",
+    metavar="URL",
+    required=True,
+    help="The registry repository to push to: oci://HOST[:PORT]/REPOSITORY[:TAG], or "
+    "oci+http://... for a plain-HTTP registry; without a tag the image is pushed by digest only.",
+)
+@click.option(
+    "--tmp-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, exists=True),
+    help="Where the layer is written before its upload; it needs room for the manifest's bytes "
+    "(default: $TMPDIR, else /tmp).",
+)
+@dry_run_option("check the manifest, its blobs in the store and that the registry answers")
+@json_option()
+def image(
+    target: str, cache: str, to: str, tmp_dir: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Build the node image of REF|MANIFEST (the folder `serve` lays out under VLLM_CACHE_ROOT,
+    with a stamp `serve` checks on a read-only mount), push it, and print its reference by
+    digest, HOST/REPOSITORY@sha256:... (the last line of stdout). The same manifest gives the same
+    image digest on any machine. Mount it in a pod as an image volume and serve from it with
+    `neuronbuild serve --manifest DIGEST --vllm-cache-root MOUNT`.
+
+    \b
+    Examples:
+      neuronbuild image app/prod --to oci://registry.example.com/ml/app-artifacts:prod
+      neuronbuild image sha256:3f2a9c1b --to oci+http://localhost:5000/app --dry-run
+    """
+    from neuronbuild.image.build import build_image
+    from neuronbuild.image.registry import parse_destination
+    from neuronbuild.store.cas import Store
+    from neuronbuild.ui.progress import ByteProgress
+
+    dest = parse_destination(to)
+    store = Store(cache)
+    found = store.resolve_target(target)
+    built = build_image(
+        store,
+        found.digest,
+        dest,
+        dry_run=dry_run,
+        scratch=Path(tmp_dir) if tmp_dir else None,
+        progress=ByteProgress,
+    )
+    if as_json:
+        echo_json("image", {"store": store.url, "ref": found.ref_text, **built.to_json()})
+        return
+    what = f"{found.digest}{f' ({found.ref_text})' if found.ref_text else ''}"
+    if built.reference is None:
+        click.echo(
+            f"would push the image of {what} to {dest.url}: {count(built.files, 'file')}, "
+            f"{size(built.bytes)}, linux/{built.architecture}"
+        )
+        return
+    click.echo(
+        f"image of {what}: {count(built.files, 'file')}, {size(built.bytes)}, "
+        f"linux/{built.architecture}; layer {built.layer} ({size(built.layer_bytes or 0)}); "
+        f"{count(built.uploaded, 'blob')} uploaded"
+        + (
+            f", {count(built.attestations, 'attestation')} as referrers"
+            if built.attestations
+            else ""
+        )
+    )
+    click.echo(built.reference)

@@ -1,0 +1,219 @@
+"""``neuronbuild image``: build a manifest's node image (its lay-out as one OCI layer), push it to
+a registry, and name it by digest.
+
+The image is an OCI image manifest (image-spec ``manifest.md``) with one uncompressed layer
+(:mod:`.layer`) and an OCI image config (``config.md``: ``os``, ``architecture``,
+``rootfs.diff_ids``) so that containerd and CRI-O can unpack it, and Kubernetes mount it as an
+image volume. Nothing in it depends on the host or the time: the same manifest gives the same
+image digest on any machine.
+Push order: the layer, the config, then the manifest (a registry refuses a manifest whose blobs it
+lacks), by tag when ``--to`` names one, else by digest alone; then the manifest's attestations, as
+referrers of the image (:mod:`.referrers`), which leave its digest as it is.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from neuronbuild.digest import canonical_json, sha256_digest
+from neuronbuild.engines.cpu_isa import MACHINES
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
+from neuronbuild.human import count
+from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
+from neuronbuild.image.referrers import push_attestations
+from neuronbuild.image.registry import Destination, RegistryClient
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
+MANIFEST_ANNOTATION = "dev.neuronbuild.manifest"
+"""The image manifest's and config label's key for the neuronbuild manifest it lays out."""
+
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
+"""OCI ``architecture`` (Go's GOARCH names, image-spec ``config.md``) of each machine name a
+``cpu_isa`` starts with; riscv64 is spelled alike."""
+
+NEURON_ARCHITECTURE = "amd64"
+"""Trainium and Inferentia instances (trn1, trn2, trn3, inf2) are x86-64 hosts."""
+
+
+class Progress(Protocol):
+    """What ``build_image`` tells of the bytes it reads from the store (a progress bar)."""
+
+    def advance(self, n_bytes: int) -> None: ...
+    def close(self) -> None: ...
+
+
+ProgressFactory = Callable[[str, int, int], Progress]
+"""``(what, total bytes, blobs) -> progress``, as :class:`~neuronbuild.ui.progress.ByteProgress`."""
+
+
+@dataclass(frozen=True)
+class ImageBuilt:
+    """A node image: the neuronbuild ``manifest`` it lays out, where it went (``destination``),
+    its ``image`` manifest digest and ``reference`` by digest (None on a dry run), its layer's
+    digest and size, and the ``files`` and file ``bytes`` it holds; ``uploaded``: blobs the
+    registry lacked; ``attestations``: those pushed as referrers of the image
+    (:mod:`.referrers`)."""
+
+    manifest: str
+    destination: Destination
+    architecture: str
+    files: int
+    bytes: int
+    image: str | None = None
+    layer: str | None = None
+    layer_bytes: int | None = None
+    uploaded: int = 0
+    attestations: int = 0
+
+    @property
+    def reference(self) -> str | None:
+        return self.destination.by_digest(self.image) if self.image else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "manifest": self.manifest,
+            "to": self.destination.url,
+            "tag": self.destination.tag,
+            "architecture": self.architecture,
+            "n_files": self.files,
+            "bytes": self.bytes,
+            "image": self.image,
+            "reference": self.reference,
+            "layer": self.layer,
+            "layer_bytes": self.layer_bytes,
+            "uploaded": self.uploaded,
+            "attestations": self.attestations,
+        }
+
+
+def architecture(manifest: Manifest) -> str:
+    """The OCI architecture the manifest's artifacts run on: a CPU build's, from its units'
+    ``cpu_isa`` factor (``x86_64-v3`` -> ``amd64``); a Neuron build's, x86-64.
+
+    Raises:
+        StoreDataInvalid: a unit's ``cpu_isa`` names no machine neuronbuild knows.
+    """
+    for unit in manifest.units:
+        isa = unit.factors.get("cpu_isa")
+        if isa is None:
+            continue
+        machine = str(isa).split("-", 1)[0].split("+", 1)[0]
+        if machine not in MACHINES:
+            raise StoreDataInvalid(f"manifest unit {unit.key}: unknown cpu_isa {str(isa)[:60]!a}")
+        return ARCHITECTURES.get(machine, machine)
+    return NEURON_ARCHITECTURE
+
+
+def image_config(manifest_digest: str, layer_digest: str, arch: str) -> bytes:
+    """The canonical bytes of the OCI image config: no command, no time, one layer."""
+    return canonical_json(
+        {
+            "architecture": arch,
+            "os": "linux",
+            "config": {"Labels": {MANIFEST_ANNOTATION: manifest_digest}},
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }
+    )
+
+
+def image_manifest(
+    manifest_digest: str, config: bytes, layer_digest: str, layer_size: int
+) -> bytes:
+    """The canonical bytes of the OCI image manifest of one config and one layer."""
+    return canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": {
+                "mediaType": CONFIG_MEDIA_TYPE,
+                "digest": sha256_digest(config),
+                "size": len(config),
+            },
+            "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": layer_size}],
+            "annotations": {MANIFEST_ANNOTATION: manifest_digest},
+        }
+    )
+
+
+def build_image(
+    store: Store,
+    digest: str,
+    dest: Destination,
+    *,
+    dry_run: bool = False,
+    scratch: Path | None = None,
+    progress: ProgressFactory | None = None,
+) -> ImageBuilt:
+    """Build the node image of manifest ``digest`` from ``store`` and push it to ``dest``.
+
+    The layer is written to a temporary file under ``scratch`` (default: the system's
+    temporary folder), which needs room for the manifest's bytes, then streamed to the registry in
+    chunks. ``dry_run``: check the manifest, that the store holds every blob and that the
+    registry answers; build and push nothing.
+
+    Raises:
+        UserError: no such manifest. StoreDataInvalid: the store lacks a blob or holds a corrupt
+            one, or the manifest is hostile (exit code 2). StoreError: the store or the registry
+            failed or refused (exit code 3). NoRoom: ``scratch`` is full (exit code 3).
+    """
+    manifest = store.get_manifest(digest)
+    files = manifest.files()
+    total = sum(f.size for f in files)
+    arch = architecture(manifest)
+    missing = store.missing_blobs(manifest.blobs())
+    if missing:
+        raise StoreDataInvalid(
+            f"manifest {digest} is incomplete in {store.url}: {count(len(missing), 'blob')} "
+            f"missing, e.g. {missing[0].path}; publish it again before building its image"
+        )
+    client = RegistryClient(dest)
+    client.ping()
+    built = ImageBuilt(digest, dest, arch, len(files), total)
+    if dry_run:
+        return built
+    bar = progress("image", total, len(manifest.blobs())) if progress else None
+
+    def fetch(file: FileRecord, local: Path) -> None:
+        store.fetch_blob(file, local, bar.advance if bar else None)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="neuronbuild-image-", dir=scratch) as work:
+            folder = Path(work)
+            layer_path = folder / "layer.tar"
+            try:
+                with layer_path.open("wb") as out:
+                    layer = write_layer(manifest, digest, fetch, out, folder)
+            except OSError as exc:
+                raise NoRoom.of(exc, folder, "cannot write the layer") or StoreError(
+                    f"cannot write the layer under {folder}: {exc}"
+                ) from None
+            if bar:
+                bar.close()
+                bar = None
+            config = image_config(digest, layer.digest, arch)
+            (folder / "config.json").write_bytes(config)
+            uploaded = int(client.push_blob(layer_path, layer.digest, layer.size))
+            uploaded += client.push_blob(folder / "config.json", sha256_digest(config), len(config))
+    finally:
+        if bar:
+            bar.close()
+    data = image_manifest(digest, config, layer.digest, layer.size)
+    image = sha256_digest(data)
+    named, _ = client.push_manifest(data, MANIFEST_MEDIA_TYPE, dest.tag or image)
+    if named and named != image:
+        raise StoreError(
+            f"{dest.url}: the registry names the image {named}, its bytes hash to {image}"
+        )
+    attested = push_attestations(
+        client, image, len(data), digest, store.get_attestations(digest), scratch
+    )
+    return ImageBuilt(
+        digest, dest, arch, len(files), total, image, layer.digest, layer.size, uploaded, attested
+    )

@@ -1,0 +1,128 @@
+"""A node image's attestations as OCI referrers: each signed statement of its neuronbuild
+manifest (``attestations/``, :mod:`neuronbuild.attest`) pushed as an artifact manifest whose
+``subject`` is the image manifest (OCI distribution spec 1.1, "Listing Referrers").
+
+Each referrer is an image manifest with ``artifactType`` :data:`DSSE_MEDIA_TYPE`, the empty
+config (image-spec ``manifest.md``, "Guidance for an Empty Descriptor") and one layer, the
+envelope's bytes as the store holds them (untrusted: a reader verifies them, as ``verify`` does).
+A registry that indexes referrers itself says so with ``OCI-Subject``; on one that does not
+(distribution 2.8, Debian's docker-registry) the spec's fallback is kept: an image index tagged
+``sha256-<image hex>`` listing them, read, extended and written back. That tag has no
+compare-and-swap: two pushes of attestations of one image at once may drop one of them from
+the index (the referrer manifests themselves stay; pushing again restores it).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from neuronbuild.digest import canonical_json, hex_of, sha256_digest
+from neuronbuild.errors import StoreError
+from neuronbuild.image.registry import RegistryClient
+
+DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+"""The DSSE envelope's media type, as its spec and in-toto's OCI usage name it."""
+EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
+KEYID_ANNOTATION = "dev.neuronbuild.keyid"
+MAX_INDEX_BYTES = 4 << 20
+"""Largest fallback referrers index read (bytes)."""
+
+
+def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest: str) -> bytes:
+    """The canonical bytes of the referrer manifest of one attestation of ``image``."""
+    return canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "artifactType": DSSE_MEDIA_TYPE,
+            "config": {
+                "mediaType": EMPTY_MEDIA_TYPE,
+                "digest": sha256_digest(EMPTY),
+                "size": len(EMPTY),
+            },
+            "layers": [
+                {
+                    "mediaType": DSSE_MEDIA_TYPE,
+                    "digest": sha256_digest(envelope),
+                    "size": len(envelope),
+                }
+            ],
+            "subject": {"mediaType": MANIFEST_MEDIA_TYPE, "digest": image, "size": image_size},
+            "annotations": {KEYID_ANNOTATION: keyid, "dev.neuronbuild.manifest": manifest},
+        }
+    )
+
+
+def _indexed(client: RegistryClient, image: str, added: list[dict[str, object]]) -> None:
+    """Add ``added`` (descriptors) to the fallback referrers index of ``image``."""
+    tag = f"sha256-{hex_of(image)}"
+    data = client.get_manifest(tag, INDEX_MEDIA_TYPE, MAX_INDEX_BYTES)
+    listed: list[dict[str, object]] = []
+    if data is not None:
+        try:
+            value = json.loads(data)
+            listed = [m for m in value.get("manifests", []) if isinstance(m, dict)]
+        except (ValueError, AttributeError):
+            raise StoreError(
+                f"{client.dest.url}: the referrers index {tag} is not an image index"
+            ) from None
+    known = {m.get("digest") for m in listed}
+    merged = listed + [d for d in added if d["digest"] not in known]
+    if len(merged) == len(listed):
+        return
+    index = {
+        "schemaVersion": 2,
+        "mediaType": INDEX_MEDIA_TYPE,
+        "manifests": sorted(merged, key=lambda m: str(m.get("digest"))),
+    }
+    client.push_manifest(canonical_json(index), INDEX_MEDIA_TYPE, tag)
+
+
+def push_attestations(
+    client: RegistryClient,
+    image: str,
+    image_size: int,
+    manifest: str,
+    attestations: dict[str, bytes],
+    scratch: Path | None = None,
+) -> int:
+    """Push each of ``attestations`` (keyid -> envelope bytes) of neuronbuild manifest
+    ``manifest`` as a referrer of ``image`` (its manifest being ``image_size`` bytes), and index
+    them where the registry does not. Returns how many were pushed.
+
+    Raises:
+        StoreError: the registry refused or failed (after retries).
+    """
+    if not attestations:
+        return 0
+    added: list[dict[str, object]] = []
+    indexes_itself = True
+    with tempfile.TemporaryDirectory(prefix="neuronbuild-referrers-", dir=scratch) as work:
+        empty = Path(work) / "empty.json"
+        empty.write_bytes(EMPTY)
+        client.push_blob(empty, sha256_digest(EMPTY), len(EMPTY))
+        for keyid, envelope in sorted(attestations.items()):
+            path = Path(work) / "envelope.json"
+            path.write_bytes(envelope)
+            client.push_blob(path, sha256_digest(envelope), len(envelope))
+            data = referrer(image, image_size, keyid, envelope, manifest)
+            digest = sha256_digest(data)
+            _, subject = client.push_manifest(data, MANIFEST_MEDIA_TYPE, digest)
+            indexes_itself = indexes_itself and subject
+            added.append(
+                {
+                    "mediaType": MANIFEST_MEDIA_TYPE,
+                    "digest": digest,
+                    "size": len(data),
+                    "artifactType": DSSE_MEDIA_TYPE,
+                    "annotations": {KEYID_ANNOTATION: keyid},
+                }
+            )
+    if not indexes_itself:
+        _indexed(client, image, added)
+    return len(added)

@@ -1,0 +1,148 @@
+"""The stamp a node image carries, and the check that a folder (its read-only mount) holds a
+manifest by that stamp.
+
+``serve``'s own stamp (:mod:`.node`) records each file's inode, which no other machine can match:
+an image is unpacked by the node's container runtime, so every inode differs from where it was
+built. A node image instead fixes what survives unpacking: each file's size and a fixed
+modification time (:data:`IMAGE_MTIME`, which OCI layers carry in their tar headers and container
+runtimes keep), beside the manifest digest. The stamp is the same file (:data:`NODE_STAMP`) with
+``"image": true`` and ``[size, mtime ns]`` per path. A folder holding such a stamp is served as it
+is and never written: it is either the manifest's bytes (sizes and mtimes hold; ``deep``
+re-hashes them) or refused in one line. vLLM itself writes beside its artifacts while loading
+them, so ``serve`` hands it a writable mirror of symlinks into the image (:func:`link_shadow`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from neuronbuild import envs
+from neuronbuild.digest import canonical_json, hash_file, hex_of, parse_canonical
+from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
+from neuronbuild.store.node import inside
+from neuronbuild.store.records import Manifest
+
+IMAGE_MTIME = 0
+"""Every file's and folder's modification time in a node image (seconds since the epoch): fixed,
+so one manifest gives one layer digest on any machine (the reproducible-builds convention of
+a clamped ``SOURCE_DATE_EPOCH``)."""
+
+
+def image_stamp(manifest: Manifest, digest: str) -> bytes:
+    """The canonical bytes of the stamp a node image of ``manifest`` (``digest``) carries at
+    :data:`NODE_STAMP`: ``{"image": true, "manifest": digest, "files": {path: [size, mtime
+    ns]}}``."""
+    files = {f.path: [f.size, IMAGE_MTIME * 10**9] for f in manifest.files()}
+    return canonical_json({"files": files, "image": True, "manifest": digest})
+
+
+def read_image_stamp(root: Path) -> dict[str, Any] | None:
+    """The node image stamp under ``root``, or None when ``root`` holds none (no stamp, or
+    ``serve``'s own, or one too large or malformed to be an image's).
+
+    Raises:
+        OSError: never for a missing stamp; only what reading an existing one raised.
+    """
+    stamp = root / NODE_STAMP
+    try:
+        if not stamp.is_file() or stamp.stat().st_size > MAX_RECORD_BYTES:
+            return None
+        value = parse_canonical(stamp.read_bytes(), str(stamp))
+    except (OSError, StoreDataInvalid):
+        return None
+    if not isinstance(value, dict) or value.get("image") is not True:
+        return None
+    if not isinstance(value.get("files"), dict) or not isinstance(value.get("manifest"), str):
+        return None
+    return value
+
+
+def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = False) -> bool:
+    """Whether ``root`` holds a node image; if it does, that it holds ``manifest`` (``digest``):
+    its stamp names that manifest, and every file of the manifest is there, a regular file
+    (no symlink) of its size and :data:`IMAGE_MTIME`; with ``deep``, re-hashed too. Nothing under
+    ``root`` is written. False when ``root`` holds no node image stamp (a folder ``serve`` lays
+    out itself).
+
+    Raises:
+        UserError: the image holds another manifest (the message names both, exit code 2).
+        StoreDataInvalid: a file is missing, of another size or mtime, or (``deep``) of other
+            bytes: the image is damaged or not unpacked whole (exit code 2).
+    """
+    stamp = read_image_stamp(root)
+    if stamp is None:
+        return False
+    if stamp["manifest"] != digest:
+        raise UserError(
+            f"layout root {root} is a node image of manifest {str(stamp['manifest'])[:80]!a}, "
+            f"not {digest}: mount the image `neuronbuild image {digest}` pushed, or serve the "
+            "manifest it holds"
+        )
+    mtime_ns = IMAGE_MTIME * 10**9
+    for file in manifest.files():
+        where = f"layout root {root} (a node image of {digest[:19]}): {file.path}"
+        path = root / file.path
+        try:
+            if path.is_symlink() or not path.is_file():
+                raise StoreDataInvalid(f"{where} is missing; the image is damaged, pull it again")
+            st = path.stat()
+        except OSError as exc:
+            raise StoreDataInvalid(f"{where} cannot be read: {exc.strerror}") from None
+        if st.st_size != file.size:
+            raise StoreDataInvalid(
+                f"{where} is {st.st_size} bytes, the manifest says {file.size}; the image is "
+                "damaged, pull it again"
+            )
+        if st.st_mtime_ns != mtime_ns:
+            raise StoreDataInvalid(
+                f"{where} was modified after the image was built (mtime {st.st_mtime_ns} ns, "
+                f"the image's is {mtime_ns}); pull the image again"
+            )
+        if deep and hash_file(path) != (file.digest, file.size):
+            raise StoreDataInvalid(
+                f"{where} does not hash to {file.digest}; the image is damaged, pull it again"
+            )
+    return True
+
+
+INDUCTOR_CACHE = "inductor_cache"
+"""The folder of an AOT entry that torch's Inductor writes into as it loads it (vLLM 0.32)."""
+
+
+def image_shadow_root(digest: str) -> Path:
+    """Where ``serve`` links a node image's files for vLLM: ``<user cache>/layouts/<manifest
+    hex, 16 digits>.image`` (node-local, writable, never a store)."""
+    return envs.user_cache() / "layouts" / f"{hex_of(digest)[:16]}.image"
+
+
+def link_shadow(root: Path, manifest: Manifest, shadow: Path) -> None:
+    """Lay ``shadow`` out as a writable mirror of the node image at ``root``: its folders made
+    anew, each file of ``manifest`` a symlink to the image's, except those under an
+    :data:`INDUCTOR_CACHE` folder, which are copied.
+
+    vLLM 0.32 writes under the AOT entry's ``inductor_cache/`` while it loads the artifact
+    (``vllm/compilation/decorators.py``: ``TORCHINDUCTOR_CACHE_DIR`` is set under
+    ``VLLM_CACHE_ROOT`` "unconditionally", as "post-load execution ... need to write" there), so
+    ``VLLM_CACHE_ROOT`` cannot be the read-only mount itself; measured: vLLM stops with "Failed to
+    reload cache entry from disk". Symlinks into the mount inside ``inductor_cache/`` fail the
+    same way (measured, torch 2.13: "Failed to load artifact"), so those files are copied; the
+    image stays as it is.
+
+    Raises:
+        StoreDataInvalid: a manifest path escapes ``root`` or ``shadow``.
+        OSError: ``shadow`` cannot be written (the caller names the folder).
+    """
+    shutil.rmtree(shadow, ignore_errors=True)
+    shadow.mkdir(parents=True)
+    for file in manifest.files():
+        source, dest = inside(root, file.path), inside(shadow, file.path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if INDUCTOR_CACHE in PurePosixPath(file.path).parts:
+            shutil.copyfile(source, dest)
+            if file.executable:
+                dest.chmod(0o755)
+        else:
+            dest.symlink_to(source)

@@ -1,0 +1,137 @@
+"""Issue 23, item 3: ``serve --vllm-cache-root`` on a node image's read-only mount. The layer is
+pulled from the real registry and unpacked, then bound read-only in a private mount namespace (as a
+container runtime mounts an image volume): ``serve`` checks it by the image's stamp (sizes, the
+fixed mtime, the manifest digest; ``--deep`` re-hashes), fetches nothing and writes nothing, and
+refuses in one line (exit 2) an image of another manifest, a missing or short file, or (deep) other
+bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.image.build import build_image
+from neuronbuild.image.registry import parse_destination
+from neuronbuild.store.cas import Store
+from tests.image.test_image import pulled, unpack
+from tests.lib.builders import publish_build
+from tests.lib.claims import small_recipe
+from tests.lib.faults import can_mount, in_mounts, read_only_bind
+from tests.lib.registry import RegistryServer
+
+pytestmark = pytest.mark.skipif(not can_mount(), reason="no private mount namespace here")
+
+MODEL_FILE = "torch_compile_cache/aot/k/rank_0_0/model"
+"""A file of the small build's manifest (tests.lib.builders.cpu_cache_files)."""
+
+
+def image_of(reg: RegistryServer, store: Store, digest: str, mount: Path, repo: str) -> None:
+    """Push the image of ``digest``, pull its layer back over HTTP, unpack it at ``mount``."""
+    built = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/{repo}"))
+    assert built.image is not None
+    unpack(pulled(reg, repo, built.image)["layer"], mount)
+
+
+def serve(store: Store, digest: str, mount: Path, *more: str) -> object:
+    args = ("serve", "--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(mount))
+    return in_mounts(read_only_bind(mount), *args, *more)
+
+
+def one_line(result: object, code: int = 2) -> str:
+    assert result.returncode == code, (result.returncode, result.stderr)  # type: ignore[attr-defined]
+    assert "Traceback" not in result.stderr  # type: ignore[attr-defined]
+    [line] = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    return str(line)
+
+
+def files_under(folder: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (p.relative_to(folder).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    )
+
+
+@pytest.mark.parametrize("how", [(), ("--dry-run",), ("--deep",)])
+def test_serve_runs_from_the_images_read_only_mount_fetching_and_writing_nothing(
+    reg: RegistryServer, tmp_path: Path, how: tuple[str, ...]
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    mount = tmp_path / "mount"
+    image_of(reg, store, digest, mount, "nb/claims")
+    before = files_under(mount)
+    tier = tmp_path / "tier"  # a local tier in front of the store: a lay-out would fill it
+    result = in_mounts(
+        read_only_bind(mount),
+        *("serve", "--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(mount)),
+        *("--local-cache", str(tier), *how),
+        env={"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+    )
+    assert result.returncode == 0, result.stderr
+    if how == ("--dry-run",):
+        assert f"laid out under {mount} already" in result.stdout
+    else:
+        prepared = json.loads(result.stdout.strip().splitlines()[-1])
+        assert prepared["vllm_cache_root"] == str(mount) and prepared["laid_out"]
+        # vLLM writes beside its artifacts as it loads them: its root is a mirror of links.
+        shadow = Path(prepared["env"]["VLLM_CACHE_ROOT"])
+        assert shadow.is_relative_to(tmp_path / "xdg")
+        link = shadow / MODEL_FILE
+        assert link.is_symlink() and link.resolve() == (mount / MODEL_FILE).resolve()
+    assert files_under(mount) == before
+    assert not list((tier / "blobs").rglob("*")) if tier.exists() else True  # nothing fetched
+
+
+def test_an_image_of_another_manifest_is_one_line_naming_both(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    first = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    other = publish_build(store, {**small_recipe(tmp_path), "max_model_len": 128}, tmp_path, "b")
+    mount = tmp_path / "mount"
+    image_of(reg, store, first, mount, "nb/first")
+    line = one_line(serve(store, other, mount, "--dry-run"))
+    assert f"is a node image of manifest {first!a}, not {other}" in line, line
+
+
+@pytest.mark.parametrize("damage", ["missing", "short", "touched"])
+def test_a_damaged_image_is_one_line_exit_2(
+    reg: RegistryServer, tmp_path: Path, damage: str
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    mount = tmp_path / "mount"
+    image_of(reg, store, digest, mount, "nb/claims")
+    target = mount / MODEL_FILE
+    if damage == "missing":
+        target.unlink()
+    elif damage == "short":
+        target.write_bytes(target.read_bytes()[:-1])
+        os.utime(target, ns=(0, 0))
+    else:
+        target.write_bytes(target.read_bytes())  # same bytes, a new mtime
+    line = one_line(serve(store, digest, mount, "--dry-run"))
+    assert line.startswith(
+        f"error: layout root {mount} (a node image of {digest[:19]}): {MODEL_FILE}"
+    )
+    assert {"missing": "is missing", "short": "the manifest says", "touched": "modified"}[
+        damage
+    ] in line, line
+
+
+def test_deep_finds_other_bytes_the_stamp_cannot_see(reg: RegistryServer, tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    mount = tmp_path / "mount"
+    image_of(reg, store, digest, mount, "nb/claims")
+    target = mount / MODEL_FILE
+    data = bytearray(target.read_bytes())
+    data[0] ^= 1
+    target.write_bytes(bytes(data))
+    os.utime(target, ns=(0, 0))  # size and mtime as the stamp says
+    assert serve(store, digest, mount, "--dry-run").returncode == 0  # type: ignore[attr-defined]
+    line = one_line(serve(store, digest, mount, "--dry-run", "--deep"))
+    assert f"{MODEL_FILE} does not hash to" in line, line
