@@ -162,7 +162,12 @@ def kms_signer(key_ref: str, option: str = "--sign") -> KmsSigner:
         raise _failure(arn, "GetPublicKey", exc) from None
     # The key's kind is read off its public key, not KeySpec: moto 5.2.5 answers only the
     # deprecated CustomerMasterKeySpec, and the public key is what a node verifies with anyway.
-    public = load_der_public_key(response["PublicKey"])
+    try:
+        public = load_der_public_key(response["PublicKey"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"{option} {key_ref}: KMS gave no public key ({type(exc).__name__})"
+        ) from None
     usage, algorithms = response.get("KeyUsage"), response.get("SigningAlgorithms") or []
     spec = response.get("KeySpec") or response.get("CustomerMasterKeySpec")
     if (
@@ -172,7 +177,7 @@ def kms_signer(key_ref: str, option: str = "--sign") -> KmsSigner:
         or ALGORITHM not in algorithms
     ):
         raise UserError(
-            f"{option} {key_ref}: a {spec} key for {usage}; give an {KEY_SPEC} key for "
-            f"SIGN_VERIFY ({ALGORITHM})"
+            f"{option} {key_ref}: KeySpec {spec}, KeyUsage {usage}; give an {KEY_SPEC} key "
+            f"for SIGN_VERIFY ({ALGORITHM})"
         )
     return KmsSigner(arn, SSlibKey.from_crypto(public), client)
