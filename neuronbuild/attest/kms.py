@@ -162,6 +162,7 @@ def kms_signer(key_ref: str, option: str = "--sign") -> KmsSigner:
         raise _failure(arn, "GetPublicKey", exc) from None
     # The key's kind is read off its public key, not KeySpec: moto 5.2.5 answers only the
     # deprecated CustomerMasterKeySpec, and the public key is what a node verifies with anyway.
+    # ECDSA_SHA_256 among its algorithms means a signing key (ECC_SECG_P256K1 signs it too).
     try:
         public = load_der_public_key(response["PublicKey"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -173,7 +174,6 @@ def kms_signer(key_ref: str, option: str = "--sign") -> KmsSigner:
     if (
         not isinstance(public, ec.EllipticCurvePublicKey)
         or not isinstance(public.curve, ec.SECP256R1)
-        or usage != "SIGN_VERIFY"
         or ALGORITHM not in algorithms
     ):
         raise UserError(

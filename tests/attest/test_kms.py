@@ -164,6 +164,7 @@ def test_a_message_over_kmss_raw_limit_is_signed_as_its_digest(
     [
         ("RSA_2048", "KeySpec RSA_2048, KeyUsage SIGN_VERIFY; give an ECC_NIST_P256 key"),
         ("ECC_NIST_P384", "KeySpec ECC_NIST_P384, KeyUsage SIGN_VERIFY; give"),
+        ("ECC_SECG_P256K1", "KeySpec ECC_SECG_P256K1, KeyUsage SIGN_VERIFY; give"),
         ("absent", "KMS refused GetPublicKey (NotFoundException"),
         ("SYMMETRIC_DEFAULT", "KeySpec SYMMETRIC_DEFAULT, KeyUsage ENCRYPT_DECRYPT; give"),
     ],
