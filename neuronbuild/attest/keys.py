@@ -1,5 +1,6 @@
-"""Signing and verification keys: a private key file that signs, the public key files a policy
-trusts, and the fingerprint (keyid) that names a signer.
+"""Signing and verification keys: the signer a KEY_REF names (a private key file, or an AWS KMS
+key through :mod:`neuronbuild.attest.kms`), the public key files a policy trusts, and the
+fingerprint (keyid) that names a signer.
 
 A keyid is securesystemslib's default: the sha256 (hex) of the canonical JSON of the public key's
 ``{"keytype", "scheme", "keyval"}`` (``securesystemslib.signer._utils.compute_default_keyid``), so
@@ -14,25 +15,22 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
-from securesystemslib.signer import CryptoSigner, SSlibKey
+from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
+from neuronbuild.attest.files import read_small_file
 from neuronbuild.errors import UserError
 
 MAX_KEY_BYTES = 64 << 10
 """Largest key file read (bytes); a PEM key is well under 1 KiB."""
 
-KEY_REF_HELP = "file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256)"
+KEY_REF_HELP = (
+    "file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256), or awskms:ARN of an AWS "
+    "KMS key (ECC_NIST_P256)"
+)
 
 
-def _read(path: Path, option: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(data) > MAX_KEY_BYTES:
-        raise UserError(f"{option} {path}: larger than {MAX_KEY_BYTES} bytes; not a key file")
-    return data
+def _read(path: Path, what: str) -> bytes:
+    return read_small_file(path, MAX_KEY_BYTES, what, "a PEM key file")
 
 
 def _supported(key: object) -> bool:
@@ -53,28 +51,40 @@ def _kind(key: object) -> str:
     return f"a key of type {name}"
 
 
-def key_path(key_ref: str) -> Path:
+def key_path(key_ref: str, option: str = "--sign") -> Path:
     """The file a ``--sign``/``--key`` KEY_REF names: ``file:PATH`` or a bare ``PATH``.
 
     Raises:
-        UserError: another scheme (``awskms:``, ``sigstore:`` are not in this version).
+        UserError: another scheme (``sigstore:``/``keyless:``: keyless signing is not supported
+            yet; ``awskms:`` is :func:`load_signer`'s).
     """
     scheme, sep, rest = key_ref.partition(":")
     if sep and scheme == "file":
         return Path(rest)
+    if sep and scheme in ("sigstore", "keyless"):
+        raise UserError(
+            f"{option} {key_ref!r}: keyless (Sigstore) signing is not supported yet; give "
+            f"{KEY_REF_HELP}"
+        )
     if sep and len(scheme) > 1 and "/" not in scheme:
-        raise UserError(f"--sign {key_ref!r}: unknown key scheme {scheme!r}; give {KEY_REF_HELP}")
+        raise UserError(f"{option} {key_ref!r}: unknown key scheme {scheme!r}; give {KEY_REF_HELP}")
     return Path(key_ref)
 
 
-def load_signer(key_ref: str, option: str = "--sign") -> CryptoSigner:
-    """The signer of the private key file KEY_REF names (see :func:`key_path`).
+def load_signer(key_ref: str, option: str = "--sign") -> Signer:
+    """The signer KEY_REF names: ``awskms:ARN`` (:func:`neuronbuild.attest.kms.kms_signer`,
+    which asks KMS for the public key now), else the private key file of :func:`key_path`.
 
     Raises:
         UserError: the file cannot be read, is not an unencrypted PEM private key, or holds
-            another kind of key than Ed25519 or ECDSA P-256 (``option`` names the option).
+            another kind of key than Ed25519 or ECDSA P-256 (``option`` names the option); for
+            KMS, see :func:`~neuronbuild.attest.kms.kms_signer` (StoreError: KMS unreachable).
     """
-    path = key_path(key_ref)
+    if key_ref.startswith("awskms:"):
+        from neuronbuild.attest.kms import kms_signer
+
+        return kms_signer(key_ref, option)
+    path = key_path(key_ref, option)
     data = _read(path, option)
     try:
         private = load_pem_private_key(data, password=None)

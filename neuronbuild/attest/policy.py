@@ -5,21 +5,41 @@ The file (YAML), paths relative to its own folder::
     signers:
       ci:                       # a name of your choosing, used in messages
         keys: [keys/ci.pub]     # PEM public keys (Ed25519 or ECDSA P-256)
-    refs:                       # first match wins; a pattern is fnmatch over <name>/<tag>
+      release:
+        keys:
+          - file: keys/release.pub
+            keyid: 3f1c...      # its fingerprint, pinned: the file must hold that key
+          - kms: awskms:arn:aws:kms:us-east-1:111122223333:key/1234abcd-...
+            file: keys/kms.pub  # the KMS key's public key, fetched once and pinned here
+    refs:                       # first match wins; a pattern is matched over <name>/<tag>
       - match: app/prod
-        signers: [ci]
-      - match: "*"
+        signers: [release]
+      - match: "*/*"
         signers: [ci]
 
-A manifest served by digest is matched as ``<recipe name>/sha256:<hex>`` (so ``app/*`` and ``*``
-cover it, ``app/prod`` does not). Under a policy, ``serve``, ``pull`` and ``verify`` refuse a ref
-no rule matches (fail closed); ``tag`` refuses an unsigned move only onto a ref a rule matches
-(a *protected* name).
+A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
+securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private
+half (``kms: awskms:ARN``). Either way the public key itself is in the policy's folder, never
+fetched: a node verifies offline, with no network to KMS or credentials for it. A keyid or an
+ARN without its ``file`` is refused (a fingerprint cannot check a signature). Keyless signers
+(a certificate identity and issuer) are refused as not supported yet.
+
+A pattern's ``*`` matches any characters but ``/`` (so ``app/*`` covers every tag of ``app`` and
+``*`` alone no ref), ``?`` one character but ``/``, and ``**`` any characters, ``/`` included
+(``**`` covers every ref); every other character matches itself (no ``[...]`` classes: a ref
+never holds ``[``, so such a pattern is refused). A manifest served by digest is matched as
+``<recipe name>/sha256:<hex>`` (so ``app/*`` and ``**`` cover it, ``app/prod`` does not). Under
+a policy, ``serve``, ``pull`` and ``verify`` refuse a ref no rule matches (fail closed); ``tag``
+refuses an unsigned move only onto a ref a rule matches (a *protected* name).
+
+The file is read as a regular file of at most :data:`MAX_POLICY_BYTES` (a FIFO is refused, not
+waited on) and a key given twice in one mapping is refused, naming it and its lines: YAML would
+keep the last silently, so a signer edited in two places would trust what nobody reads.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +49,9 @@ import yaml
 from securesystemslib.signer import Key
 
 from neuronbuild.attest.envelope import read_attestation
-from neuronbuild.attest.keys import load_public_key
+from neuronbuild.attest.files import read_small_file
+from neuronbuild.attest.ref_patterns import compile_pattern
+from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, keyless_refusal, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
 
@@ -48,23 +70,38 @@ class PolicyRefused(UserError):
 
 @dataclass(frozen=True)
 class Signer:
-    """One named signer of a policy and the public keys that sign as it."""
+    """One named signer of a policy and the keys that sign as it."""
 
     name: str
-    keys: tuple[Key, ...]
+    trusted: tuple[TrustedKey, ...]
+
+    @property
+    def keys(self) -> tuple[Key, ...]:
+        """The verification keys of :attr:`trusted`."""
+        return tuple(t.key for t in self.trusted)
+
+    def key_name(self, keyid: str) -> str:
+        """How refusals name this signer's key ``keyid``: ``key <16 hex>[ at <KMS key ARN>]``."""
+        named = next((t for t in self.trusted if t.key.keyid == keyid), None)
+        return named.name() if named is not None else f"key {keyid[:16]}"
 
     def describe(self) -> str:
-        """``<name> (key <keyid, 16 hex>[, ...])``: how refusals name this signer."""
-        return f"{self.name} (key {', '.join(str(k.keyid)[:16] for k in self.keys)})"
+        """``<name> (key <keyid, 16 hex>[ at <ARN>], ...)``: how refusals name this signer."""
+        return f"{self.name} ({', '.join(t.name() for t in self.trusted)})"
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Refs matching ``match`` (fnmatch over ``<name>/<tag>``) must be signed by one of
-    ``signers``."""
+    """Refs matching ``match`` (a pattern over ``<name>/<tag>``, :mod:`.ref_patterns`, compiled
+    as ``pattern``) must be signed by one of ``signers``."""
 
     match: str
     signers: tuple[Signer, ...]
+    pattern: re.Pattern[str]
+
+    def covers(self, ref: str) -> bool:
+        """Whether ``match`` matches the whole of ``ref``."""
+        return self.pattern.fullmatch(ref) is not None
 
 
 @dataclass(frozen=True)
@@ -77,12 +114,12 @@ class Policy:
 
     def rule_for(self, ref: str) -> Rule | None:
         """The first rule whose pattern matches ``ref`` (``<name>/<tag>``), or None."""
-        return next((r for r in self.rules if fnmatch.fnmatchcase(ref, r.match)), None)
+        return next((r for r in self.rules if r.covers(ref)), None)
 
     def _signer_of(self, keyid: str) -> str:
         for signer in self.signers.values():
             if any(k.keyid == keyid for k in signer.keys):
-                return f"signer {signer.name} (key {keyid[:16]})"
+                return f"signer {signer.name} ({signer.key_name(keyid)})"
         return f"key {keyid[:16]}"
 
     def refusal(
@@ -161,6 +198,20 @@ def _list(value: Any, where: str, what: str) -> list[Any]:
     return value
 
 
+def _signer(name: str, entry: Any, folder: Path, field: str) -> Signer:
+    if isinstance(entry, dict) and KEYLESS_FIELDS & set(entry):
+        raise PolicyInvalid(keyless_refusal(field))
+    if not isinstance(entry, dict) or set(entry) != {"keys"}:
+        raise PolicyInvalid(f"{field}: expected exactly {{keys: [KEY, ...]}}")
+    trusted = []
+    for i, key in enumerate(_list(entry["keys"], f"{field}.keys", "keys")):
+        try:
+            trusted.append(trusted_key(key, folder, f"{field}.keys[{i}]"))
+        except UserError as exc:
+            raise PolicyInvalid(str(exc)) from None
+    return Signer(name, tuple(trusted))
+
+
 def parse_policy(data: Any, source: str, folder: Path) -> Policy:
     """A :class:`Policy` from the YAML value ``data`` of file ``source`` (key paths relative to
     ``folder``).
@@ -174,55 +225,65 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
     raw_signers = data["signers"]
     if not isinstance(raw_signers, dict) or not raw_signers:
         raise PolicyInvalid(f"{where}: signers: expected a mapping of names to {{keys: [...]}}")
-    signers: dict[str, Signer] = {}
-    for name, entry in raw_signers.items():
-        field = f"{where}: signers.{name}"
-        if not isinstance(entry, dict) or set(entry) != {"keys"}:
-            raise PolicyInvalid(f"{field}: expected exactly {{keys: [PEM public key files]}}")
-        keys = []
-        for i, path in enumerate(_list(entry["keys"], f"{field}.keys", "PEM public key files")):
-            if not isinstance(path, str):
-                raise PolicyInvalid(f"{field}.keys[{i}]: expected a file path")
-            try:
-                keys.append(load_public_key(folder / path, f"{field}.keys[{i}]"))
-            except UserError as exc:
-                raise PolicyInvalid(str(exc)) from None
-        signers[str(name)] = Signer(str(name), tuple(keys))
+    signers = {
+        str(name): _signer(str(name), entry, folder, f"{where}: signers.{name}")
+        for name, entry in raw_signers.items()
+    }
     rules = []
     for i, entry in enumerate(_list(data["refs"], f"{where}: refs", "{match, signers}")):
         field = f"{where}: refs[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"match", "signers"}:
             raise PolicyInvalid(f"{field}: expected exactly {{match: PATTERN, signers: [NAME]}}")
-        if not isinstance(entry["match"], str) or not entry["match"]:
+        if not isinstance(entry["match"], str):
             raise PolicyInvalid(f"{field}.match: expected a pattern over <name>/<tag>")
+        try:
+            pattern = compile_pattern(entry["match"], f"{field}.match")
+        except UserError as exc:
+            raise PolicyInvalid(str(exc)) from None
         named = []
         for name in _list(entry["signers"], f"{field}.signers", "signer names"):
             if str(name) not in signers:
                 known = ", ".join(sorted(signers))
                 raise PolicyInvalid(f"{field}.signers: {name!r} is not a signer (known: {known})")
             named.append(signers[str(name)])
-        rules.append(Rule(entry["match"], tuple(named)))
+        rules.append(Rule(entry["match"], tuple(named), pattern))
     return Policy(source, signers, tuple(rules))
+
+
+def _yaml(text: bytes, where: str) -> Any:
+    """The YAML document ``text``; a key a mapping holds twice is refused, naming it and its
+    lines (:func:`neuronbuild.recipe.duplicate_keys`, the recipe reader's check).
+
+    Raises:
+        PolicyInvalid: not YAML (its line), or a duplicate key.
+    """
+    from neuronbuild.recipe import duplicate_keys
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        duplicates = duplicate_keys(node)
+        if duplicates:
+            raise PolicyInvalid(f"{where}: {duplicates[0]}")
+        return None if node is None else loader.construct_document(node)
+    except (yaml.YAMLError, RecursionError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PolicyInvalid(f"{where}: not YAML{at}; fix the file") from None
+    finally:
+        loader.dispose()
 
 
 def load_policy(path: str | Path) -> Policy:
     """The policy in YAML file ``path``.
 
     Raises:
-        PolicyInvalid: unreadable, over :data:`MAX_POLICY_BYTES`, not YAML, or malformed.
+        PolicyInvalid: unreadable, not a regular file (a FIFO is refused, not waited on), over
+            :data:`MAX_POLICY_BYTES`, not YAML, a key given twice in one mapping, or malformed.
     """
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise PolicyInvalid(f"--policy {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(text) > MAX_POLICY_BYTES:
-        raise PolicyInvalid(f"--policy {path}: larger than {MAX_POLICY_BYTES} bytes")
-    try:
-        data = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PolicyInvalid(f"--policy {path}: not YAML{at}; fix the file") from None
-    return parse_policy(data, str(path), path.parent)
+        text = read_small_file(path, MAX_POLICY_BYTES, "--policy", "a policy file (YAML)")
+    except UserError as exc:
+        raise PolicyInvalid(str(exc)) from None
+    return parse_policy(_yaml(text, f"--policy {path}"), str(path), path.parent)

@@ -15,7 +15,10 @@ from neuronbuild.ui.options import cache_option, json_option
     "key_ref",
     metavar="KEY_REF",
     required=True,
-    help="The signing key: file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256).",
+    help=(
+        "The signing key: file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256), or "
+        "awskms:ARN of an AWS KMS key (ECC_NIST_P256; needs neuronbuild[kms])."
+    ),
 )
 @cache_option
 @json_option()
@@ -28,6 +31,7 @@ def sign(target: str, key_ref: str, cache: str, as_json: bool) -> None:
     \b
     Examples:
       neuronbuild sign app/latest --key ci.key --cache s3://bucket/store
+      neuronbuild sign app/latest --key awskms:arn:aws:kms:us-east-1:111122223333:key/ID
     """
     from neuronbuild import start_env
     from neuronbuild.attest.keys import load_signer

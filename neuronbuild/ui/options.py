@@ -183,7 +183,10 @@ def policy_option(f: F) -> F:
     )(f)
 
 
-SIGN_HELP = "Sign each sealed manifest with this key: file:PATH or PATH of a PEM private key."
+SIGN_HELP = (
+    "Sign each sealed manifest with this key: file:PATH or PATH of a PEM private key, or "
+    "awskms:ARN of an AWS KMS key (ECC_NIST_P256)."
+)
 
 
 def sign_option(f: F) -> F:

@@ -4,6 +4,7 @@ ref has attested, checked before a blob is fetched; without a policy, signing ch
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,9 +36,12 @@ def node(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path, "store": store, "policy": policy, "key": tmp_path / "ci.key"}
 
 
-def serve_node(node: dict[str, Path], *args: str) -> tuple[int, str, str, Path]:
+def serve_node(
+    node: dict[str, Path], *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str, Path]:
     """``serve --ref tiny/latest --layout-only`` as a node runs it, with an empty local tier in
-    front of the store: (exit code, stdout, stderr, local tier)."""
+    front of the store, ``env`` added to this process's environment: (exit code, stdout,
+    stderr, local tier)."""
     local = node["root"] / "local"
     done = subprocess.run(
         [sys.executable, "-c", SERVE_WITHOUT_VLLM,
@@ -45,6 +49,7 @@ def serve_node(node: dict[str, Path], *args: str) -> tuple[int, str, str, Path]:
          "--vllm-cache-root", str(node["root"] / "layout"), "--layout-only",
          "--workdir", str(node["root"]), *args],
         capture_output=True, text=True, timeout=60,  # seconds: past it, serve hung
+        env={**os.environ, **(env or {})},
     )  # fmt: skip
     return done.returncode, done.stdout, done.stderr, local
 

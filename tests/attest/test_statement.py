@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -166,8 +167,15 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
         with pytest.raises(UserError, match=words) as raised:
             load_signer(str(tmp_path / name))
         assert "\n" not in str(raised.value)
-    with pytest.raises(UserError, match="unknown key scheme 'awskms'"):
-        load_signer("awskms:arn:aws:kms:us-east-1:1:key/x")
+    for ref, words in [
+        ("gcpkms:projects/p/keys/k", "unknown key scheme 'gcpkms'"),
+        ("awskms:arn:aws:kms:us-east-1:1:key/x", "expected awskms:arn:aws:kms:REGION"),
+        ("awskms:arn:aws:kms:us-east-1:111122223333:alias/ci", "not an alias"),
+        ("sigstore:", "keyless (Sigstore) signing is not supported yet"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(words)) as raised:
+            load_signer(ref)
+        assert "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,106 @@
+"""The keys a trust policy names for a signer (``signers.<name>.keys``), read into verification
+keys.
+
+Each entry is one of:
+
+- ``PATH``: a PEM public key file (Ed25519 or ECDSA P-256), relative to the policy's folder;
+- ``{file: PATH, keyid: HEX}``: that file, its fingerprint pinned (securesystemslib's keyid, the
+  64 hex ``neuronbuild sign`` prints): a file that holds another key is refused, so a swapped
+  ``.pub`` beside the policy cannot widen it;
+- ``{kms: awskms:ARN, file: PATH}`` (``keyid`` optional too): an AWS KMS key
+  (:mod:`neuronbuild.attest.kms`) and its public key, fetched once with KMS's GetPublicKey and
+  pinned in the file. Nodes verify offline: they never call KMS, so need neither network to it
+  nor credentials. The ARN names the signer in refusals.
+
+A keyid or an ARN alone is refused: a fingerprint cannot check a signature, and fetching the
+key at verification time would make every node depend on KMS. A keyless entry (a certificate
+``identity`` and ``issuer``, Sigstore's) is refused as not supported yet.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from securesystemslib.signer import Key
+
+from neuronbuild.attest.keys import load_public_key
+from neuronbuild.errors import UserError
+
+KEYID = re.compile(r"[0-9a-f]{64}")
+"""A pinned keyid: securesystemslib's default, sha256 hex of the public key's canonical form."""
+
+KEY_FIELDS = {"file", "keyid", "kms"}
+KEYLESS_FIELDS = {"identity", "issuer"}
+"""The fields of a keyless (Sigstore) signer: the certificate's identity and OIDC issuer."""
+
+FORMS = "PATH, {file: PATH, keyid: HEX} or {kms: awskms:ARN, file: PATH}"
+"""The key entries a policy accepts, for messages."""
+
+
+def keyless_refusal(field: str) -> str:
+    """The one line refusing a keyless signer at ``field``."""
+    return (
+        f"{field}: keyless signers (certificate identity + issuer) are not supported yet; "
+        f"name the signer's keys: {FORMS}"
+    )
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    """A verification ``key`` a policy names, and the AWS KMS key ARN (``kms``) that holds its
+    private half, if the policy says so."""
+
+    key: Key
+    kms: str | None = None
+
+    def name(self) -> str:
+        """``key <keyid, 16 hex>``, and `` at <ARN>`` for a KMS key: how refusals name it."""
+        head = f"key {str(self.key.keyid)[:16]}"
+        return f"{head} at {self.kms}" if self.kms else head
+
+
+def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey:
+    """The key policy entry ``entry`` (at ``field``, files relative to ``folder``) names.
+
+    Raises:
+        UserError: one line naming ``field``: an entry of another shape, a file that cannot be
+            read or holds no Ed25519 / ECDSA P-256 public key, a keyid that is not 64 hex or not
+            the file's, an ARN that is no KMS key ARN, a KMS key that is not ECDSA P-256, a
+            keyid or ARN without its file, or a keyless entry.
+    """
+    if isinstance(entry, str):
+        return TrustedKey(load_public_key(folder / entry, field))
+    if isinstance(entry, dict) and KEYLESS_FIELDS & set(entry):
+        raise UserError(keyless_refusal(field))
+    if not isinstance(entry, dict) or not entry or not set(entry) <= KEY_FIELDS:
+        raise UserError(f"{field}: expected one of {FORMS}")
+    path, keyid, kms = entry.get("file"), entry.get("keyid"), entry.get("kms")
+    arn = None
+    if kms is not None:
+        from neuronbuild.attest.kms import kms_arn
+
+        if not isinstance(kms, str):
+            raise UserError(f"{field}.kms: expected awskms:ARN")
+        arn = kms_arn(kms, f"{field}.kms")
+    if keyid is not None and not (isinstance(keyid, str) and KEYID.fullmatch(keyid)):
+        raise UserError(f"{field}.keyid: expected the 64 lowercase hex digits of a keyid")
+    if not isinstance(path, str):
+        named = "an ARN" if arn else "a keyid"
+        raise UserError(
+            f"{field}: {named} alone cannot verify a signature offline; add file: PATH of its "
+            "PEM public key" + (" (aws kms get-public-key, once)" if arn else "")
+        )
+    key = load_public_key(folder / path, f"{field}.file")
+    if keyid is not None and key.keyid != keyid:
+        raise UserError(
+            f"{field}.file {folder / path}: holds key {key.keyid}, not the pinned keyid {keyid}"
+        )
+    if arn is not None and key.scheme != "ecdsa-sha2-nistp256":
+        raise UserError(
+            f"{field}.file {folder / path}: holds a key of type {key.keytype}, but a KMS "
+            "signer's key is ECC_NIST_P256 (ECDSA P-256)"
+        )
+    return TrustedKey(key, arn)
