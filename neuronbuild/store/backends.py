@@ -87,6 +87,14 @@ class Backend(ABC):
     (:meth:`~neuronbuild.store.cas.Store.fetch_blob`): on a network, where bytes can change in
     transit; never on a folder, whose bytes are the same at every read."""
 
+    lists_blobs = True
+    """Whether one listing of ``blobs/`` finds every blob (an OCI registry lists none: the
+    presence of many blobs is then checked one request each)."""
+
+    settle_seconds = 0.0
+    """A store without compare-and-swap (an OCI registry): how long a ref move waits after its
+    write before checking it is on the ref's history chain (0: the swap itself is atomic)."""
+
     def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
         self.fs, self.layout, self.url = fs, layout, url
         self.root = layout.root
