@@ -94,7 +94,9 @@ HASHED = {
 }
 """Kinds whose tag is hashed: tag prefix and the depth of their objects' paths (0: any)."""
 
-OUR_TAG = re.compile(r"^(unit|manifest|layout|lease)-([0-9a-f]{64})$|^(ref|history|attestation|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$")
+OUR_TAG = re.compile(
+    r"^(unit|manifest|layout|lease)-([0-9a-f]{64})$|^(ref|history|attestation|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
+)
 
 
 def artifact_type(kind: str) -> str:
@@ -472,8 +474,10 @@ class RegistryBackend(Backend):
         try:
             self.registry.upload_blob(digest, size, body)
         except BlobRefused:
-            raise StoreError(f"{self.url_of(path)}: the registry refused the upload: {local} "
-                             "changed while it was sent") from None
+            raise StoreError(
+                f"{self.url_of(path)}: the registry refused the upload: {local} "
+                "changed while it was sent"
+            ) from None
         finally:
             for old in opened:
                 old.close()
@@ -534,7 +538,9 @@ class BlobReader:
                 return chunk
             except (urllib3.exceptions.HTTPError, RequestsConnectionError, OSError) as exc:
                 self.breaks += 1
-                reason = f"{self.registry.where.url}: blob {self.digest}: {retry.one_line(str(exc))}"
+                reason = (
+                    f"{self.registry.where.url}: blob {self.digest}: {retry.one_line(str(exc))}"
+                )
                 if self.breaks >= retry.ATTEMPTS:
                     raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
                 seconds = retry.backoff(self.breaks + 1)

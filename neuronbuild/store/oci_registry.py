@@ -35,7 +35,9 @@ from neuronbuild.store import retry
 SCHEMES = {"oci": "https", "oci+http": "http"}
 """Store URL scheme -> the registry's transport: ``oci://`` over HTTPS, ``oci+http://`` plain."""
 
-REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+REPOSITORY = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
 """A repository name, as the distribution spec's ``<name>`` rule spells it."""
 
 HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
@@ -129,6 +131,11 @@ class Registry:
             hostname=where.host, insecure=where.scheme == "oci+http", auth_backend="token"
         )
         self.session = self.client.session
+        import requests.adapters
+
+        # As many pooled connections as the store's widest fan-out (16 presence checks at once).
+        for prefix in ("http://", "https://"):
+            self.session.mount(prefix, requests.adapters.HTTPAdapter(pool_maxsize=32))
         self.auth = self.client.auth
         container = oras.container.Container(f"{where.host}/{where.repository}")
         self.auth.load_configs(container, configs=_auth_files())
@@ -142,7 +149,12 @@ class Registry:
     # One request.
 
     def _send(
-        self, method: str, url: str, headers: dict[str, str], body: Callable[[], Any] | None, stream: bool
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: Callable[[], Any] | None,
+        stream: bool,
     ) -> Any:
         """One attempt, authenticating once on 401/403 (ORAS's token exchange)."""
         sent = {**headers, **self.auth.get_auth_header()}
@@ -245,9 +257,7 @@ class Registry:
     def open_blob(self, digest: str, start: int = 0) -> Any | None:
         """A streaming ``GET`` of the blob from byte ``start`` (``Range``), or None if absent."""
         headers = {"Range": f"bytes={start}-"} if start else {}
-        return self.request(
-            "GET", f"/blobs/{digest}", headers=headers, ok=(200, 206), stream=True
-        )
+        return self.request("GET", f"/blobs/{digest}", headers=headers, ok=(200, 206), stream=True)
 
     def upload_blob(self, digest: str, size: int, body: Callable[[], Any]) -> None:
         """Upload a blob in one streamed ``PUT`` after the ``POST`` that opens the session (the
@@ -307,7 +317,9 @@ class Registry:
 
     def manifest_digest(self, reference: str) -> str | None:
         """The digest of the manifest a tag names now (``HEAD``), or None when absent."""
-        response = self.request("HEAD", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPE})
+        response = self.request(
+            "HEAD", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPE}
+        )
         if response is None:
             return None
         digest = response.headers.get("Docker-Content-Digest")
@@ -347,8 +359,10 @@ class Registry:
             found.extend(page)
             if not link or not page:
                 break
-            path = link if link.startswith("http") else (
-                f"{SCHEMES[self.where.scheme]}://{self.where.host}{link}"
+            path = (
+                link
+                if link.startswith("http")
+                else (f"{SCHEMES[self.where.scheme]}://{self.where.host}{link}")
             )
         return found
 
