@@ -53,10 +53,9 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from fsspec import AbstractFileSystem
 
@@ -355,13 +354,13 @@ class RegistryBackend(Backend):
             got = self.registry.get_manifest(tag)
             if got is None:
                 return None  # deleted since the tag list
-            manifest = _json_object(got[0])
-            annotations = manifest.get("annotations") if manifest else None
+            manifest = _json_object(got[0]) or {}
+            annotations = manifest.get("annotations")
             rel = annotations.get(PATH_ANNOTATION) if isinstance(annotations, dict) else None
             if not isinstance(rel, str):
                 raise StoreDataInvalid(f"{self.url} (tag {tag}): not a neuronbuild object")
             full = f"{self.root}/{rel}"
-            if path is not None and full != path or self.tag_of_safe(full) != tag:
+            if (path is not None and full != path) or self.tag_of_safe(full) != tag:
                 raise StoreDataInvalid(f"{self.url} (tag {tag}): holds another object ({rel!r})")
             if not rel.startswith(rel_prefix):
                 return None
@@ -415,7 +414,7 @@ class RegistryBackend(Backend):
             import io
 
             return io.BytesIO(data)
-        return BlobReader(self.registry, digest)
+        return cast(IO[bytes], BlobReader(self.registry, digest))
 
     # Writes.
 
@@ -592,8 +591,3 @@ def _created(manifest: dict[str, Any]) -> float | None:
         return datetime.datetime.fromisoformat(str(value)).timestamp() if value else None
     except ValueError:
         return None
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield

@@ -225,6 +225,18 @@ class Registry:
             time.sleep(seconds)
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def must(self, method: str, path: str, **options: Any) -> Any:
+        """As :meth:`request`, where a 404 is a failure too (an endpoint the registry lacks).
+
+        Raises:
+            StoreError: as :meth:`request` does, and on 404.
+        """
+        response = self.request(method, path, **options)
+        if response is None:
+            what = options.get("what") or f"{self.where.url}: {method} {path.split('?')[0]}"
+            raise StoreError(f"{what}: HTTP 404 (not found)")
+        return response
+
     # The distribution API's endpoints.
 
     def ping(self) -> None:
@@ -245,7 +257,7 @@ class Registry:
                     f"{self.where.url}: cannot reach the registry: it refuses connections "
                     f"({retry.one_line(str(exc))})"
                 ) from None
-        self.request("GET", root, ok=(200,), what=f"{self.where.url}: GET /v2/").close()
+        self.must("GET", root, ok=(200,), what=f"{self.where.url}: GET /v2/").close()
 
     def blob_size(self, digest: str) -> int | None:
         """The blob's size in bytes (``HEAD``), or None when the repository lacks it."""
@@ -280,7 +292,7 @@ class Registry:
         url = urllib.parse.urlunsplit(parts._replace(query=query))
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         try:
-            self.request("PUT", url, headers=headers, body=body, ok=(201,)).close()
+            self.must("PUT", url, headers=headers, body=body, ok=(201,)).close()
         except StoreError as exc:
             if "DIGEST_INVALID" in str(exc):
                 raise BlobRefused(str(exc)) from None
@@ -330,7 +342,7 @@ class Registry:
 
     def put_manifest(self, tag: str, data: bytes) -> None:
         """``PUT`` an OCI image manifest under ``tag``."""
-        self.request(
+        self.must(
             "PUT",
             f"/manifests/{tag}",
             headers={"Content-Type": MANIFEST_TYPE},
