@@ -15,6 +15,7 @@ import pytest
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store import cas
+from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.records import FileRecord
@@ -236,6 +237,35 @@ class TestRegistryStore(AtomicContract):
             store.move_ref("claims", "latest", m1, expected=m0)
         assert store.get_ref("claims", "latest") == m2
         assert [m.manifest for m in store.ref_history("claims", "latest")] == [m0, m2]
+
+    @pytest.mark.parametrize("write", ["swap", "create"])
+    def test_a_write_overwritten_before_its_read_back_is_reported_lost(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch, write: str
+    ) -> None:
+        """The backend's own check (leases and unit records rely on it, with no history): a
+        racer that wrote between this write and its read back wins, and this write says so."""
+        backend = store.backend
+        path = store.layout.lease("sha256:" + "1" * 64)
+        token = None
+        if write == "swap":
+            backend.put(path, b"first")
+            token = backend.read_versioned(path, 4096)[1]
+        real_put = type(backend)._put_object
+        racer = Store(store.url).backend
+
+        def put_then_overwritten(self: Any, where: str, data: bytes) -> str:
+            digest = real_put(self, where, data)
+            if self is backend:
+                real_put(racer, where, b"racer")
+            return digest
+
+        monkeypatch.setattr(type(backend), "_put_object", put_then_overwritten)
+        if write == "swap":
+            with pytest.raises(SwapConflict, match="another writer"):
+                backend.swap(path, b"mine", token)
+        else:
+            assert backend.create(path, b"mine") is False
+        assert backend.read(path, 4096) == b"racer"
 
     def test_a_move_overwritten_after_its_check_is_lost_from_the_chain(
         self, connect: Callable[[], Store], tmp_path: Path
