@@ -197,9 +197,18 @@ def test_tags_of_other_tools_are_left_alone(oci_url: str, tmp_path: Path) -> Non
     assert store.manifest_digests() == [digest]
 
 
-@pytest.mark.parametrize("hostile", ["foreign", "other path", "huge", "malformed record"])
+@pytest.mark.parametrize(
+    ("hostile", "said"),
+    [
+        ("foreign", "not a neuronbuild units object"),
+        ("other type", "not a neuronbuild units object"),
+        ("other path", "holds another object"),
+        ("huge", "larger than"),
+        ("malformed record", "unit sha256:"),
+    ],
+)
 def test_a_tag_of_our_shape_that_is_not_ours_is_bad_store_data_exit_2(
-    oci_url: str, tmp_path: Path, hostile: str
+    oci_url: str, tmp_path: Path, hostile: str, said: str
 ) -> None:
     store = Store(oci_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
@@ -211,6 +220,8 @@ def test_a_tag_of_our_shape_that_is_not_ours_is_bad_store_data_exit_2(
     config = b"{}"
     if hostile == "foreign":
         manifest = image_manifest(config)
+    elif hostile == "other type":
+        manifest = ours | {"artifactType": "application/vnd.example.thing.v1+json"}
     elif hostile == "other path":
         manifest = ours | {"annotations": ours["annotations"] | {"dev.neuronbuild.path": "x"}}
     elif hostile == "huge":
@@ -222,7 +233,7 @@ def test_a_tag_of_our_shape_that_is_not_ours_is_bad_store_data_exit_2(
         manifest = ours | {"config": {**ours["config"], **descriptor}}
         manifest["config"].pop("data", None)
     push_foreign(store, tag, manifest, config)
-    with pytest.raises(StoreDataInvalid):
+    with pytest.raises(StoreDataInvalid, match=said):
         store.get_unit(key)
     result = neuronbuild("verify", digest, "--cache", oci_url)
     assert result.returncode == 2, result.stderr
