@@ -95,14 +95,11 @@ def parse_registry_url(url: str) -> RegistryURL:
 
 def _auth_files() -> list[str]:
     """The credential files beside ORAS's default ``~/.docker/config.json`` that exist."""
-    files = []
-    docker = os.environ.get("DOCKER_CONFIG")
-    if docker:
-        files.append(os.path.join(docker, "config.json"))
-    auth_file = os.environ.get("REGISTRY_AUTH_FILE")
-    if auth_file:
-        files.append(auth_file)
-    return [f for f in files if os.path.isfile(f)]
+    from neuronbuild import envs
+
+    docker = envs.DOCKER_CONFIG_DIR.get()
+    files = [docker / "config.json" if docker else None, envs.AUTH_FILE.get()]
+    return [str(f) for f in files if f is not None and f.is_file()]
 
 
 class Unauthorized(StoreError):
