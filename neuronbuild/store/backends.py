@@ -5,8 +5,10 @@ The store needs four writes: replace an object atomically, create one only if ab
 unit record or manifest wins), upload a local file atomically, and compare-and-swap (moving a
 ref). Folders (local disks, NFS) get them from a temporary file in the layout's ``tmp/`` renamed
 or hard-linked into place and a file lock; S3 from conditional requests (``If-None-Match: *``,
-``If-Match: <ETag>``) through s3fs. Other fsspec URLs are read-only unless the user opts into
-last-writer-wins, where create and swap are check-then-write and may race. Reads take regular
+``If-Match: <ETag>``) through s3fs; OCI registries (``oci://``, :mod:`neuronbuild.store.oci`,
+a backend of its own outside fsspec) by check, write and read-after-write, the strongest the
+distribution API allows (it says what that guarantees). Other fsspec URLs are read-only unless
+the user opts into last-writer-wins, where create and swap are check-then-write and may race. Reads take regular
 files only, and never more bytes than the caller's limit: a named pipe, a device or an oversized
 object in a shared store is bad store data, not a hang.
 """
@@ -717,8 +719,8 @@ class ReadOnly(Backend):
 
     def _refuse(self) -> UserError:
         return UserError(
-            f"{self.url}: writing here needs atomic writes, which only folders and s3:// "
-            "provide; pass --last-writer-wins to write anyway"
+            f"{self.url}: writing here needs atomic writes, which only folders, s3:// and "
+            "oci:// provide; pass --last-writer-wins to write anyway"
         )
 
     def check_root(self, create: bool) -> None:

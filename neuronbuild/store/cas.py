@@ -125,8 +125,9 @@ def planning_store(url: str, *, given: bool) -> Store | None:
 
 
 class Store:
-    """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``, or another
-    fsspec URL, read-only there unless ``last_writer_wins``).
+    """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``,
+    ``oci://HOST/REPOSITORY`` or ``oci+http://`` (an OCI registry, :mod:`neuronbuild.store.oci`),
+    or another fsspec URL, read-only there unless ``last_writer_wins``).
 
     The root must exist (``create``: a missing folder is created, for commands that publish;
     ``missing_ok``: a missing root reads as empty, for their dry runs).
