@@ -8,9 +8,9 @@ or hard-linked into place and a file lock; S3 from conditional requests (``If-No
 ``If-Match: <ETag>``) through s3fs; OCI registries (``oci://``, :mod:`neuronbuild.store.oci`,
 a backend of its own outside fsspec) by check, write and read-after-write, the strongest the
 distribution API allows (it says what that guarantees). Other fsspec URLs are read-only unless
-the user opts into last-writer-wins, where create and swap are check-then-write and may race. Reads take regular
-files only, and never more bytes than the caller's limit: a named pipe, a device or an oversized
-object in a shared store is bad store data, not a hang.
+the user opts into last-writer-wins, where create and swap are check-then-write and may race.
+Reads take regular files only, and never more bytes than the caller's limit: a named pipe, a
+device or an oversized object in a shared store is bad store data, not a hang.
 """
 
 from __future__ import annotations
