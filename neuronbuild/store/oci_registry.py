@@ -198,6 +198,10 @@ class Registry:
                 response = self._send(method, url, headers or {}, body, stream)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 fault = retry.one_line(str(exc) or type(exc).__name__)
+            except (requests.RequestException, ValueError) as exc:  # a bad token realm, ...
+                raise StoreError(
+                    f"{what}: {type(exc).__name__}: {retry.one_line(str(exc))}"
+                ) from None
             else:
                 status = response.status_code
                 if status in ok:
