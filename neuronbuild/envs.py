@@ -39,6 +39,11 @@ NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"
 ``/var/tmp/nki-intermediate-cache``; ``neuronbuild.engines.neuron_nki``): set it only where the
 SDK writes elsewhere, e.g. in tests, which must never write the real /var/tmp."""
 
+DOCKER_CONFIG = "DOCKER_CONFIG"
+"""The folder of Docker's ``config.json`` (registry credentials of ``oci://`` stores)."""
+REGISTRY_AUTH_FILE = "REGISTRY_AUTH_FILE"
+"""podman's and skopeo's registry credentials file (``oci://`` stores)."""
+
 NO_COLOR = "NO_COLOR"
 """Set to anything: no colour even on a terminal (https://no-color.org)."""
 
@@ -128,6 +133,8 @@ HEARTBEAT_SECONDS = Var(NEURONBUILD_HEARTBEAT_SECONDS, positive_seconds, 60.0)
 CACHE_ROOT: Var[Path | None] = Var(VLLM_CACHE_ROOT, absolute_path, None)
 """Where ``serve`` lays artifacts out when the user set ``$VLLM_CACHE_ROOT``."""
 STORE_URL: Var[str | None] = Var(NEURONBUILD_CACHE, str, None)
+DOCKER_CONFIG_DIR: Var[Path | None] = Var(DOCKER_CONFIG, absolute_path, None)
+AUTH_FILE: Var[Path | None] = Var(REGISTRY_AUTH_FILE, absolute_path, None)
 POLICY: Var[Path | None] = Var(
     NEURONBUILD_POLICY, absolute_path, None, empty="name a policy file, or unset it"
 )

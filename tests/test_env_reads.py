@@ -138,6 +138,8 @@ BAD = {
 """A value each typed variable refuses."""
 ANY_TEXT = {
     envs.VLLM_CACHE_ROOT,
+    envs.DOCKER_CONFIG,
+    envs.REGISTRY_AUTH_FILE,
     envs.NEURONBUILD_CACHE,
     envs.NEURONBUILD_POLICY,
     envs.NEURONBUILD_NKI_INTERMEDIATE_CACHE,

@@ -5,10 +5,12 @@ The store needs four writes: replace an object atomically, create one only if ab
 unit record or manifest wins), upload a local file atomically, and compare-and-swap (moving a
 ref). Folders (local disks, NFS) get them from a temporary file in the layout's ``tmp/`` renamed
 or hard-linked into place and a file lock; S3 from conditional requests (``If-None-Match: *``,
-``If-Match: <ETag>``) through s3fs. Other fsspec URLs are read-only unless the user opts into
-last-writer-wins, where create and swap are check-then-write and may race. Reads take regular
-files only, and never more bytes than the caller's limit: a named pipe, a device or an oversized
-object in a shared store is bad store data, not a hang.
+``If-Match: <ETag>``) through s3fs; OCI registries (``oci://``, :mod:`neuronbuild.store.oci`,
+a backend of its own outside fsspec) by check, write and read-after-write, the strongest the
+distribution API allows (it says what that guarantees). Other fsspec URLs are read-only unless
+the user opts into last-writer-wins, where create and swap are check-then-write and may race.
+Reads take regular files only, and never more bytes than the caller's limit: a named pipe, a
+device or an oversized object in a shared store is bad store data, not a hang.
 """
 
 from __future__ import annotations
@@ -86,6 +88,14 @@ class Backend(ABC):
     """Whether a blob whose bytes did not match its digest may be read again and come whole
     (:meth:`~neuronbuild.store.cas.Store.fetch_blob`): on a network, where bytes can change in
     transit; never on a folder, whose bytes are the same at every read."""
+
+    lists_blobs = True
+    """Whether one listing of ``blobs/`` finds every blob (an OCI registry lists none: the
+    presence of many blobs is then checked one request each)."""
+
+    settle_seconds = 0.0
+    """A store without compare-and-swap (an OCI registry): how long a ref move waits after its
+    write before checking it is on the ref's history chain (0: the swap itself is atomic)."""
 
     def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
         self.fs, self.layout, self.url = fs, layout, url
@@ -715,8 +725,8 @@ class ReadOnly(Backend):
 
     def _refuse(self) -> UserError:
         return UserError(
-            f"{self.url}: writing here needs atomic writes, which only folders and s3:// "
-            "provide; pass --last-writer-wins to write anyway"
+            f"{self.url}: writing here needs atomic writes, which only folders, s3:// and "
+            "oci:// provide; pass --last-writer-wins to write anyway"
         )
 
     def check_root(self, create: bool) -> None:

@@ -38,6 +38,7 @@ from neuronbuild.store.layout import (
     parse_ref,
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
+from neuronbuild.store.oci_registry import is_registry_url
 from neuronbuild.store.records import (
     MAX_TIMING_SECONDS,
     FileRecord,
@@ -124,8 +125,9 @@ def planning_store(url: str, *, given: bool) -> Store | None:
 
 
 class Store:
-    """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``, or another
-    fsspec URL, read-only there unless ``last_writer_wins``).
+    """A compile cache at ``url`` (a folder path, ``file://``, ``s3://bucket/prefix``,
+    ``oci://HOST/REPOSITORY`` or ``oci+http://`` (an OCI registry, :mod:`neuronbuild.store.oci`),
+    or another fsspec URL, read-only there unless ``last_writer_wins``).
 
     The root must exist (``create``: a missing folder is created, for commands that publish;
     ``missing_ok``: a missing root reads as empty, for their dry runs).
@@ -148,13 +150,20 @@ class Store:
     ) -> None:
         check_url(url)
         self.url = url
-        options = s3_options() if url.startswith(("s3://", "s3a://")) else {}
-        try:
-            fs, root = fsspec.core.url_to_fs(url, **options)
-        except (ValueError, ImportError) as exc:
-            raise UserError(f"--cache {url!r}: {exc}") from None
-        self.layout = Layout(root.rstrip("/"))
-        self.backend: Backend = backend_for(fs, self.layout, url, last_writer_wins)
+        self.backend: Backend
+        if is_registry_url(url):
+            from neuronbuild.store.oci import RegistryBackend
+
+            self.backend = RegistryBackend(url)
+            self.layout = self.backend.layout
+        else:
+            options = s3_options() if url.startswith(("s3://", "s3a://")) else {}
+            try:
+                fs, root = fsspec.core.url_to_fs(url, **options)
+            except (ValueError, ImportError) as exc:
+                raise UserError(f"--cache {url!r}: {exc}") from None
+            self.layout = Layout(root.rstrip("/"))
+            self.backend = backend_for(fs, self.layout, url, last_writer_wins)
         self.root = self.layout.root
         self.blobs_elsewhere: Store | None = None
         """A store whose blobs count as this one's (a ``compile --stage`` folder leans on the
@@ -233,7 +242,7 @@ class Store:
 
     def _missing_here(self, files: Iterable[FileRecord], workers: int) -> list[FileRecord]:
         unique = list({e.digest: e for e in files}.values())
-        if len(unique) > LIST_THRESHOLD:
+        if len(unique) > LIST_THRESHOLD and self.backend.lists_blobs:
             sizes = self.backend.list_sizes(self.layout.folder("blobs"))
             return [e for e in unique if sizes.get(self.layout.blob(e.digest)) != e.size]
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -743,7 +752,28 @@ class Store:
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
+        if self.backend.settle_seconds:
+            self._check_landed(name, tag, intent)
         return current
+
+    def _check_landed(self, name: str, tag: str, intent: str) -> None:
+        """On a store without compare-and-swap (:attr:`~.backends.Backend.settle_seconds`):
+        after waiting that long, check the move whose history entry is ``intent`` is on the
+        ref's chain, so a move another writer overwrote (both read the same ref before either
+        wrote) is reported, not taken for one that landed. A racer slower than the wait is not
+        seen (the registry's limit, stated in :mod:`neuronbuild.store.oci`).
+
+        Raises:
+            RefConflict: the move is not on the chain (it was overwritten).
+        """
+        time.sleep(self.backend.settle_seconds)
+        chain, _ = self.ref_chain(name, tag)
+        if not any(path == intent for path, _ in chain):
+            self._forget(intent)
+            raise RefConflict(
+                f"{name}/{tag}: another writer overwrote this move (the registry has no "
+                "compare-and-swap); retry"
+            )
 
     def _condemned(self, digest: str, intent: str) -> bool:
         """Whether a gc run's marker on ``digest`` holds: written less than

@@ -18,7 +18,10 @@ from neuronbuild.ui.verbosity import NORMAL, QUIET, VERBOSE, set_verbosity, verb
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-CACHE_HELP = "The store: a folder, file://, s3://bucket/prefix or another fsspec URL."
+CACHE_HELP = (
+    "The store: a folder, file://, s3://bucket/prefix, oci://HOST/REPOSITORY (oci+http:// for a "
+    "plain-HTTP registry) or another fsspec URL."
+)
 CACHE_DEFAULT = "$NEURONBUILD_CACHE or ~/.cache/neuronbuild/store"
 LOCAL_CACHE_HELP = "A local store folder in front of --cache"
 JOBS_HELP = "How many run at once"

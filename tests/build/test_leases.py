@@ -1,7 +1,7 @@
 """Two builders of one recipe against one store share its units (issue 20, CI: "Two compiles of
 one recipe at once"): a unit another live builder has leased is left while others run, then
 waited for and adopted; an expired lease (a dead builder's) is taken over; ``gc`` sweeps expired
-leases. The leases themselves are tested on a folder and on S3 (moto)."""
+leases. The leases themselves are tested on a folder, on S3 (moto) and on an OCI registry."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,7 +31,10 @@ from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.leases import Leases, LeaseTimes, Owner
 from neuronbuild.ui.progress import Progress
 from tests.build.test_shards import builds, double_env, double_recipe, write_recipes
+from tests.lib.registry import registry_root
 from tests.lib.s3 import moto_s3
+
+__all__ = ["registry_root"]  # the module's registry, for the leases on OCI
 
 BUCKET = "neuronbuild-leases"
 OTHER = {"owner": {"host": "other-host", "pid": 4242, "token": "t0"}, "taken": 0}
@@ -43,10 +47,12 @@ def s3_env() -> Iterator[dict[str, str]]:
         yield env
 
 
-@pytest.fixture(params=["folder", "s3"])
+@pytest.fixture(params=["folder", "s3", "oci"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     if request.param == "folder":
         return Store(str(tmp_path / "store"), create=True)
+    if request.param == "oci":  # a registry's writes are checked after writing (store.oci)
+        return Store(f"{request.getfixturevalue('registry_root')}/leases/{uuid.uuid4().hex[:10]}")
     request.getfixturevalue("s3_env")
     return Store(f"s3://{BUCKET}/{tmp_path.name}", create=True)
 

@@ -16,6 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from tests.lib.seaweed import free_ports
 
 INSTALL_HINT = (
@@ -114,3 +116,14 @@ def registry() -> Iterator[RegistryServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def registry_root() -> Iterator[str]:
+    """``oci+http://127.0.0.1:PORT`` of a registry started for the module; the tests skip, saying
+    how to install it, where it is not installed (it is no Python package: ``make install`` and
+    ``.ci/run`` install it as root)."""
+    if registry_binary() is None:
+        pytest.skip(INSTALL_HINT)
+    with registry() as server:
+        yield f"oci+http://{server.host}"

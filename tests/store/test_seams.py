@@ -20,7 +20,7 @@ from neuronbuild.store.transfer import copy_manifest
 from tests.conftest import REPO, cpu_recipe, publish_build
 from tests.test_wing import runtime_imports
 
-REFUSAL = "writing here needs atomic writes, which only folders and s3:// provide"
+REFUSAL = "writing here needs atomic writes, which only folders, s3:// and oci:// provide"
 
 
 def test_the_store_wing_imports_no_ui_at_run_time() -> None:

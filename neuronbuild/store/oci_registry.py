@@ -1,0 +1,453 @@
+"""One OCI registry repository over the distribution API (the OCI distribution spec, v1.1): the
+requests a store needs, each retried with a line on stderr, and their failures mapped onto the
+store's errors. The ORAS Python SDK (``oras``, the ``oci`` extra) supplies the credentials and the
+bearer-token exchange; the requests themselves are made here, because its ``Registry`` retries
+silently (5 attempts, up to 83 s apart, on connection faults and HTTP 500 only) and its single
+``PUT`` upload reads the whole file into memory.
+
+Credentials come from the Docker and container-tools config files ORAS reads
+(``~/.docker/config.json``, its ``credsStore`` and ``credHelpers``), plus
+``$DOCKER_CONFIG/config.json`` and ``$REGISTRY_AUTH_FILE`` (podman, skopeo) where set. A registry
+that asks for a token (``WWW-Authenticate: Bearer realm=...``, as Docker Hub, GHCR, ECR and Harbor
+do) gets one from its realm, with those credentials or anonymously.
+
+Errors: a refused connection, a timeout, HTTP 429 and 5xx are retried (:data:`.retry.ATTEMPTS`
+attempts, :func:`.retry.backoff` apart, each said by :func:`~neuronbuild.notices.retrying`), then
+a :class:`~neuronbuild.errors.StoreError` (exit code 3), as are 401/403 after authenticating and
+any other unexpected status. 404 is reported as absent (None) to the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from neuronbuild.errors import StoreError, UserError
+from neuronbuild.notices import retrying
+from neuronbuild.store import retry
+
+SCHEMES = {"oci": "https", "oci+http": "http"}
+"""Store URL scheme -> the registry's transport: ``oci://`` over HTTPS, ``oci+http://`` plain."""
+
+REPOSITORY = re.compile(
+    r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
+"""A repository name, as the distribution spec's ``<name>`` rule spells it."""
+
+HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+MAX_MANIFEST_BYTES = 4 << 20
+"""Largest OCI manifest read (bytes): the distribution registry's own limit on a manifest PUT."""
+
+CONNECT_SECONDS = 5.0
+READ_SECONDS = 30.0
+TAGS_PAGE = 1000
+"""Tags asked per page of ``tags/list`` (the registry may send fewer and a ``Link`` to the next)."""
+
+
+@dataclass(frozen=True)
+class RegistryURL:
+    """A parsed store URL ``oci://HOST[:PORT]/REPOSITORY`` (or ``oci+http://``)."""
+
+    scheme: str
+    host: str
+    repository: str
+
+    @property
+    def base(self) -> str:
+        """``http[s]://HOST/v2/REPOSITORY``: the prefix of every request."""
+        return f"{SCHEMES[self.scheme]}://{self.host}/v2/{self.repository}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}/{self.repository}"
+
+
+def is_registry_url(url: str) -> bool:
+    """Whether ``url`` names a registry store (``oci://`` or ``oci+http://``)."""
+    return url.partition("://")[0] in SCHEMES and "://" in url
+
+
+def parse_registry_url(url: str) -> RegistryURL:
+    """``oci://HOST[:PORT]/REPOSITORY`` -> its parts.
+
+    Raises:
+        UserError: no host, no repository, or a repository name the distribution spec refuses
+            (lowercase letters, digits and separators; the message shows the form).
+    """
+    scheme, _, rest = url.partition("://")
+    host, _, repository = rest.partition("/")
+    repository = repository.rstrip("/")
+    if not HOST.match(host) or not repository or not REPOSITORY.match(repository):
+        raise UserError(
+            f"--cache {url!r}: expected {scheme}://HOST[:PORT]/REPOSITORY with a lowercase "
+            "repository name, e.g. oci://ghcr.io/team/neuronbuild-cache"
+        )
+    return RegistryURL(scheme, host, repository)
+
+
+def _auth_files() -> list[str]:
+    """The credential files beside ORAS's default ``~/.docker/config.json`` that exist."""
+    from neuronbuild import envs
+
+    docker = envs.DOCKER_CONFIG_DIR.get()
+    files = [docker / "config.json" if docker else None, envs.AUTH_FILE.get()]
+    return [str(f) for f in files if f is not None and f.is_file()]
+
+
+class Unauthorized(StoreError):
+    """The registry refused the request after authenticating (401/403)."""
+
+
+class Registry:
+    """Requests to one repository of one registry (thread-safe as a ``requests.Session`` is for
+    these calls: one token, refreshed on 401).
+
+    Raises:
+        UserError: the ``oci`` extra is not installed (the message says how to install it).
+    """
+
+    def __init__(self, where: RegistryURL) -> None:
+        try:
+            import oras.container
+            import oras.provider
+        except ImportError:
+            raise UserError(
+                f"--cache {where.url}: OCI registries need the oci extra: "
+                "pip install 'neuronbuild[oci]'"
+            ) from None
+        self.where = where
+        self.client = oras.provider.Registry(
+            hostname=where.host, insecure=where.scheme == "oci+http", auth_backend="token"
+        )
+        self.session = self.client.session
+        import requests.adapters
+
+        # As many pooled connections as the store's widest fan-out (16 presence checks at once).
+        for prefix in ("http://", "https://"):
+            self.session.mount(prefix, requests.adapters.HTTPAdapter(pool_maxsize=32))
+        self.auth = self.client.auth
+        container = oras.container.Container(f"{where.host}/{where.repository}")
+        self.auth.load_configs(container, configs=_auth_files())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"where": self.where}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["where"])  # type: ignore[misc]  # a Ray task's own session
+
+    # One request.
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: Callable[[], Any] | None,
+        stream: bool,
+    ) -> Any:
+        """One attempt, authenticating once on 401/403 (ORAS's token exchange)."""
+        sent = {**headers, **self.auth.get_auth_header()}
+        timeout = (CONNECT_SECONDS, READ_SECONDS)
+        response = self.session.request(
+            method, url, headers=sent, data=body() if body else None, stream=stream, timeout=timeout
+        )
+        if response.status_code not in (401, 403):
+            return response
+        response.close()
+        sent, changed = self.auth.authenticate_request(response, dict(headers))
+        if not changed:
+            return response
+        return self.session.request(
+            method, url, headers=sent, data=body() if body else None, stream=stream, timeout=timeout
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        body: Callable[[], Any] | None = None,
+        ok: tuple[int, ...] = (200,),
+        stream: bool = False,
+        what: str = "",
+    ) -> Any | None:
+        """``method`` on ``path`` (under :attr:`RegistryURL.base`, or a full URL): the response
+        when its status is in ``ok``, None on 404; ``body`` makes each attempt's body afresh (a
+        file reopened at its start). Retries as the module says.
+
+        Raises:
+            Unauthorized: 401/403 after authenticating. StoreError: any other status, or a
+                transient fault that outlasted the attempts (one line, ``what`` named).
+        """
+        import requests
+
+        url = path if path.startswith(("http://", "https://")) else self.where.base + path
+        what = what or f"{self.where.url}: {method} {path.split('?')[0]}"
+        for attempt in range(1, retry.ATTEMPTS + 1):
+            fault = None
+            try:
+                response = self._send(method, url, headers or {}, body, stream)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                fault = retry.one_line(str(exc) or type(exc).__name__)
+            except (requests.RequestException, ValueError) as exc:  # a bad token realm, ...
+                raise StoreError(
+                    f"{what}: {type(exc).__name__}: {retry.one_line(str(exc))}"
+                ) from None
+            else:
+                status = response.status_code
+                if status in ok:
+                    return response
+                if status == 404:
+                    response.close()
+                    return None
+                if status not in retry.TRANSIENT_STATUS:
+                    message = _error_text(response)
+                    if status in (401, 403):
+                        raise Unauthorized(
+                            f"{what}: HTTP {status} {message}; log in (docker login "
+                            f"{self.where.host}) or check the credentials in "
+                            "~/.docker/config.json, $DOCKER_CONFIG or $REGISTRY_AUTH_FILE"
+                        )
+                    raise StoreError(f"{what}: HTTP {status} {message}")
+                fault = f"HTTP {status} {_error_text(response)}".strip()
+            if attempt == retry.ATTEMPTS:
+                raise StoreError(f"{what}: {fault} (tried {retry.ATTEMPTS} times)")
+            seconds = retry.backoff(attempt + 1)
+            retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {fault}")
+            time.sleep(seconds)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def must(self, method: str, path: str, **options: Any) -> Any:
+        """As :meth:`request`, where a 404 is a failure too (an endpoint the registry lacks).
+
+        Raises:
+            StoreError: as :meth:`request` does, and on 404.
+        """
+        response = self.request(method, path, **options)
+        if response is None:
+            what = options.get("what") or f"{self.where.url}: {method} {path.split('?')[0]}"
+            raise StoreError(f"{what}: HTTP 404 (not found)")
+        return response
+
+    # The distribution API's endpoints.
+
+    def ping(self) -> None:
+        """``GET /v2/`` once (a registry that refuses connections fails at once), then as
+        :meth:`request` retries it.
+
+        Raises:
+            StoreError: the registry refuses connections, or does not answer as one.
+        """
+        import requests
+
+        root = f"{SCHEMES[self.where.scheme]}://{self.where.host}/v2/"
+        try:
+            self._send("GET", root, {}, None, False).close()
+        except requests.ConnectionError as exc:
+            if "refused" in str(exc).lower():
+                raise StoreError(
+                    f"{self.where.url}: cannot reach the registry: it refuses connections "
+                    f"({retry.one_line(str(exc))})"
+                ) from None
+        self.must("GET", root, ok=(200,), what=f"{self.where.url}: GET /v2/").close()
+
+    def blob_size(self, digest: str) -> int | None:
+        """The blob's size in bytes (``HEAD``), or None when the repository lacks it."""
+        response = self.request("HEAD", f"/blobs/{digest}")
+        if response is None:
+            return None
+        return int(response.headers.get("Content-Length") or 0)
+
+    def open_blob(self, digest: str, start: int = 0) -> Any | None:
+        """A streaming ``GET`` of the blob from byte ``start`` (``Range``), or None if absent."""
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        return self.request("GET", f"/blobs/{digest}", headers=headers, ok=(200, 206), stream=True)
+
+    def upload_blob(self, digest: str, size: int, body: Callable[[], Any]) -> None:
+        """Upload a blob in one streamed ``PUT`` after the ``POST`` that opens the session (the
+        registry checks the bytes hash to ``digest``; a session is per attempt).
+
+        Raises:
+            BlobRefused: the registry found other bytes than ``digest`` names.
+        """
+        start = self.request("POST", "/blobs/uploads/", ok=(202,), headers={"Content-Length": "0"})
+        if start is None:
+            raise StoreError(f"{self.where.url}: the registry has no upload endpoint (404)")
+        start.close()
+        location = start.headers.get("Location") or ""
+        if not location:
+            raise StoreError(f"{self.where.url}: the registry sent no upload location")
+        if location.startswith("/"):
+            location = f"{SCHEMES[self.where.scheme]}://{self.where.host}{location}"
+        parts = urllib.parse.urlsplit(location)
+        query = urllib.parse.urlencode([*urllib.parse.parse_qsl(parts.query), ("digest", digest)])
+        url = urllib.parse.urlunsplit(parts._replace(query=query))
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        try:
+            self.must("PUT", url, headers=headers, body=body, ok=(201,)).close()
+        except StoreError as exc:
+            if "DIGEST_INVALID" in str(exc):
+                raise BlobRefused(str(exc)) from None
+            raise
+
+    def delete_blob(self, digest: str) -> None:
+        """``DELETE`` the blob from the repository (absent: nothing to do)."""
+        response = self.request("DELETE", f"/blobs/{digest}", ok=(202, 200))
+        if response is not None:
+            response.close()
+
+    def get_manifest(self, reference: str) -> tuple[bytes, str] | None:
+        """The manifest a tag or digest names: its bytes (at most :data:`MAX_MANIFEST_BYTES`)
+        and its digest (the sha256 of those bytes); None when absent.
+
+        Raises:
+            StoreDataInvalid: larger than the limit.
+        """
+        from neuronbuild.digest import sha256_digest
+        from neuronbuild.errors import StoreDataInvalid
+
+        response = self.request(
+            "GET", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPE}, stream=True
+        )
+        if response is None:
+            return None
+        with response:
+            data = _read_at_most(response.raw, MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise StoreDataInvalid(
+                f"{self.where.url}: manifest {reference}: larger than {MAX_MANIFEST_BYTES} bytes"
+            )
+        return data, sha256_digest(data)
+
+    def manifest_digest(self, reference: str) -> str | None:
+        """The digest of the manifest a tag names now (``HEAD``), or None when absent."""
+        response = self.request(
+            "HEAD", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPE}
+        )
+        if response is None:
+            return None
+        digest = response.headers.get("Docker-Content-Digest")
+        if digest:
+            return str(digest)
+        got = self.get_manifest(reference)  # a registry that sends no digest on HEAD
+        return None if got is None else got[1]
+
+    def put_manifest(self, tag: str, data: bytes) -> None:
+        """``PUT`` an OCI image manifest under ``tag``."""
+        self.must(
+            "PUT",
+            f"/manifests/{tag}",
+            headers={"Content-Type": MANIFEST_TYPE},
+            body=lambda: data,
+            ok=(201, 200),
+        ).close()
+
+    def delete_manifest(self, digest: str) -> None:
+        """``DELETE`` a manifest by digest, and with it every tag naming it (absent: nothing)."""
+        response = self.request("DELETE", f"/manifests/{digest}", ok=(202, 200))
+        if response is not None:
+            response.close()
+
+    def tags(self) -> list[str]:
+        """Every tag of the repository, page by page (``n`` and the ``Link`` header); [] for a
+        repository nothing was pushed to yet."""
+        found: list[str] = []
+        path: str | None = f"/tags/list?n={TAGS_PAGE}"
+        while path is not None:
+            response = self.request("GET", path)
+            if response is None:
+                return found
+            with response:
+                page = _tags_page(response.content, self.where.url)
+                link = response.links.get("next", {}).get("url")
+            found.extend(page)
+            if not link or not page:
+                break
+            path = (
+                link
+                if link.startswith("http")
+                else (f"{SCHEMES[self.where.scheme]}://{self.where.host}{link}")
+            )
+        return found
+
+
+class BlobRefused(StoreError):
+    """The registry refused a blob whose bytes do not hash to the digest it was sent under."""
+
+
+def _tags_page(content: bytes, url: str) -> list[str]:
+    """The tags of one ``tags/list`` answer.
+
+    Raises:
+        StoreDataInvalid: it is no JSON object with a list of strings (or null) as ``tags``.
+    """
+    from neuronbuild.errors import StoreDataInvalid
+
+    try:
+        page = json.loads(content)
+    except (ValueError, RecursionError):
+        raise StoreDataInvalid(f"{url}: the tag list is not JSON") from None
+    tags = page.get("tags") if isinstance(page, dict) else None
+    if tags is None and isinstance(page, dict):
+        return []
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise StoreDataInvalid(f"{url}: the tag list is malformed")
+    return tags
+
+
+def _error_text(response: Any) -> str:
+    """The first OCI error of a failed response, on one line (``CODE: message``); its body is
+    read up to 64 KiB."""
+    try:
+        body = next(response.iter_content(64 << 10), b"")
+        first = json.loads(body)["errors"][0]
+        return retry.one_line(f"{first.get('code', '')}: {first.get('message', '')}")
+    except Exception:
+        return ""
+    finally:
+        response.close()
+
+
+def _read_at_most(raw: IO[bytes], limit: int) -> bytes:
+    """Up to ``limit`` bytes of a response body (decoded as sent: urllib3's ``decode_content``)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        chunk = raw.read(min(1 << 20, limit - got), decode_content=True)  # type: ignore[call-arg]
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+class CountedFile:
+    """A local file as a streamed request body of known length (requests sends it in blocks
+    and sets ``Content-Length`` from :meth:`__len__`), each block's length told to
+    ``on_bytes``."""
+
+    def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
+        self.file = open(path, "rb")  # noqa: SIM115  # closed by the request's end (close())
+        self.size = os.fstat(self.file.fileno()).st_size
+        self.on_bytes = on_bytes
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.file.read(n)
+        if chunk and self.on_bytes is not None:
+            self.on_bytes(len(chunk))
+        return chunk
+
+    def close(self) -> None:
+        self.file.close()
