@@ -405,7 +405,7 @@ class RegistryBackend(Backend):
                                 found[self.layout.blob(digest)] = {"size": size, "mtime": None}
         return found
 
-    def open_read(self, path: str) -> IO[bytes]:
+    def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
         digest = self._blob_digest(path)
         if digest is None:
             data = self.read(path, MAX_RECORD_BYTES)
