@@ -57,7 +57,12 @@ def stopped_mid_store_call(
             "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}",
             "PYTHONPATH": str(REPO),
         }
-        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        # The signal at its default, as a shell gives it: under nohup (SIGHUP ignored), the
+        # command keeps an ignored signal ignored, by design.
+        proc = subprocess.Popen(
+            argv, env=env, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),
+        )  # fmt: skip
         deadline = time.monotonic() + 60
         while proxy.requests < after and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
