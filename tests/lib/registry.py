@@ -120,10 +120,10 @@ def registry() -> Iterator[RegistryServer]:
 
 @pytest.fixture(scope="module")
 def registry_root() -> Iterator[str]:
-    """``oci+http://127.0.0.1:PORT`` of a registry started for the module; the tests skip, saying
+    """``oci+http://127.0.0.1:PORT`` of a registry started for the module; the tests fail, saying
     how to install it, where it is not installed (it is no Python package: ``make install`` and
     ``.ci/run`` install it as root)."""
     if registry_binary() is None:
-        pytest.skip(INSTALL_HINT)
+        pytest.fail(INSTALL_HINT)  # a skipped store test cannot fail: a missing registry fails
     with registry() as server:
         yield f"oci+http://{server.host}"
