@@ -46,11 +46,11 @@ def image(
       neuronbuild image sha256:3f2a9c1b --to oci+http://localhost:5000/app --dry-run
     """
     from neuronbuild.image.build import build_image
-    from neuronbuild.image.registry import parse_destination
     from neuronbuild.store.cas import Store
+    from neuronbuild.store.oci_registry import parse_registry_url
     from neuronbuild.ui.progress import ByteProgress
 
-    dest = parse_destination(to)
+    dest = parse_registry_url(to, "--to")
     store = Store(cache)
     found = store.resolve_target(target)
     built = build_image(

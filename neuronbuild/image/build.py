@@ -25,8 +25,8 @@ from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
 from neuronbuild.image.referrers import push_attestations
-from neuronbuild.image.registry import Destination, RegistryClient
 from neuronbuild.store.cas import Store
+from neuronbuild.store.oci_registry import Registry, RegistryURL
 from neuronbuild.store.records import FileRecord, Manifest
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -62,7 +62,7 @@ class ImageBuilt:
     (:mod:`.referrers`)."""
 
     manifest: str
-    destination: Destination
+    destination: RegistryURL
     architecture: str
     files: int
     bytes: int
@@ -145,7 +145,7 @@ def image_manifest(
 def build_image(
     store: Store,
     digest: str,
-    dest: Destination,
+    dest: RegistryURL,
     *,
     dry_run: bool = False,
     scratch: Path | None = None,
@@ -154,8 +154,8 @@ def build_image(
     """Build the node image of manifest ``digest`` from ``store`` and push it to ``dest``.
 
     The layer is written to a temporary file under ``scratch`` (default: the system's
-    temporary folder), which needs room for the manifest's bytes, then streamed to the registry in
-    chunks. ``dry_run``: check the manifest, that the store holds every blob and that the
+    temporary folder), which needs room for the manifest's bytes, then streamed to the registry.
+    ``dry_run``: check the manifest, that the store holds every blob and that the
     registry answers; build and push nothing.
 
     Raises:
@@ -173,8 +173,8 @@ def build_image(
             f"manifest {digest} is incomplete in {store.url}: {count(len(missing), 'blob')} "
             f"missing, e.g. {missing[0].path}; publish it again before building its image"
         )
-    client = RegistryClient(dest)
-    client.ping()
+    client = Registry(dest)
+    client.ping(at_once=False, ok=(200, 401))
     built = ImageBuilt(digest, dest, arch, len(files), total)
     if dry_run:
         return built
@@ -199,14 +199,15 @@ def build_image(
                 bar = None
             config = image_config(digest, layer.digest, arch)
             (folder / "config.json").write_bytes(config)
-            uploaded = int(client.push_blob(layer_path, layer.digest, layer.size))
-            uploaded += client.push_blob(folder / "config.json", sha256_digest(config), len(config))
+            uploaded = int(client.push_file(str(layer_path), layer.digest, layer.size))
+            config_path = str(folder / "config.json")
+            uploaded += client.push_file(config_path, sha256_digest(config), len(config))
     finally:
         if bar:
             bar.close()
     data = image_manifest(digest, config, layer.digest, layer.size)
     image = sha256_digest(data)
-    named, _ = client.push_manifest(data, MANIFEST_MEDIA_TYPE, dest.tag or image)
+    named, _ = client.put_manifest(dest.tag or image, data, MANIFEST_MEDIA_TYPE)
     if named and named != image:
         raise StoreError(
             f"{dest.url}: the registry names the image {named}, its bytes hash to {image}"

@@ -20,17 +20,15 @@ from pathlib import Path
 
 from neuronbuild.digest import canonical_json, hex_of, sha256_digest
 from neuronbuild.errors import StoreError
-from neuronbuild.image.registry import RegistryClient
+from neuronbuild.store.oci_registry import INDEX_TYPE, Registry
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 """The DSSE envelope's media type, as its spec and in-toto's OCI usage name it."""
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
-INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+INDEX_MEDIA_TYPE = INDEX_TYPE
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 KEYID_ANNOTATION = "dev.neuronbuild.keyid"
-MAX_INDEX_BYTES = 4 << 20
-"""Largest fallback referrers index read (bytes)."""
 
 
 def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest: str) -> bytes:
@@ -58,18 +56,18 @@ def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest:
     )
 
 
-def _indexed(client: RegistryClient, image: str, added: list[dict[str, object]]) -> None:
+def _indexed(client: Registry, image: str, added: list[dict[str, object]]) -> None:
     """Add ``added`` (descriptors) to the fallback referrers index of ``image``."""
     tag = f"sha256-{hex_of(image)}"
-    data = client.get_manifest(tag, INDEX_MEDIA_TYPE, MAX_INDEX_BYTES)
+    got = client.get_manifest(tag, INDEX_MEDIA_TYPE)
     listed: list[dict[str, object]] = []
-    if data is not None:
+    if got is not None:
         try:
-            value = json.loads(data)
+            value = json.loads(got[0])
             listed = [m for m in value.get("manifests", []) if isinstance(m, dict)]
         except (ValueError, AttributeError):
             raise StoreError(
-                f"{client.dest.url}: the referrers index {tag} is not an image index"
+                f"{client.where.url}: the referrers index {tag} is not an image index"
             ) from None
     known = {m.get("digest") for m in listed}
     merged = listed + [d for d in added if d["digest"] not in known]
@@ -80,11 +78,11 @@ def _indexed(client: RegistryClient, image: str, added: list[dict[str, object]])
         "mediaType": INDEX_MEDIA_TYPE,
         "manifests": sorted(merged, key=lambda m: str(m.get("digest"))),
     }
-    client.push_manifest(canonical_json(index), INDEX_MEDIA_TYPE, tag)
+    client.put_manifest(tag, canonical_json(index), INDEX_MEDIA_TYPE)
 
 
 def push_attestations(
-    client: RegistryClient,
+    client: Registry,
     image: str,
     image_size: int,
     manifest: str,
@@ -105,14 +103,14 @@ def push_attestations(
     with tempfile.TemporaryDirectory(prefix="neuronbuild-referrers-", dir=scratch) as work:
         empty = Path(work) / "empty.json"
         empty.write_bytes(EMPTY)
-        client.push_blob(empty, sha256_digest(EMPTY), len(EMPTY))
+        client.push_file(str(empty), sha256_digest(EMPTY), len(EMPTY))
         for keyid, envelope in sorted(attestations.items()):
             path = Path(work) / "envelope.json"
             path.write_bytes(envelope)
-            client.push_blob(path, sha256_digest(envelope), len(envelope))
+            client.push_file(str(path), sha256_digest(envelope), len(envelope))
             data = referrer(image, image_size, keyid, envelope, manifest)
             digest = sha256_digest(data)
-            _, subject = client.push_manifest(data, MANIFEST_MEDIA_TYPE, digest)
+            _, subject = client.put_manifest(digest, data, MANIFEST_MEDIA_TYPE)
             indexes_itself = indexes_itself and subject
             added.append(
                 {

@@ -41,24 +41,32 @@ REPOSITORY = re.compile(
 """A repository name, as the distribution spec's ``<name>`` rule spells it."""
 
 HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+"""A tag (OCI distribution spec, ``<reference>`` as a tag)."""
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 MAX_MANIFEST_BYTES = 4 << 20
 """Largest OCI manifest read (bytes): the distribution registry's own limit on a manifest PUT."""
 
 CONNECT_SECONDS = 5.0
 READ_SECONDS = 30.0
+"""Seconds to connect, and to wait for each read, of every request (ORAS's token exchange too)."""
 TAGS_PAGE = 1000
 """Tags asked per page of ``tags/list`` (the registry may send fewer and a ``Link`` to the next)."""
 
 
 @dataclass(frozen=True)
 class RegistryURL:
-    """A parsed store URL ``oci://HOST[:PORT]/REPOSITORY`` (or ``oci+http://``)."""
+    """A parsed store URL ``oci://HOST[:PORT]/REPOSITORY`` (or ``oci+http://``); an image's
+    ``--to`` may name a ``tag`` too. ``option``: the command-line option it came from, named
+    in the errors that are the user's to fix."""
 
     scheme: str
     host: str
     repository: str
+    tag: str | None = None
+    option: str = "--cache"
 
     @property
     def base(self) -> str:
@@ -67,7 +75,12 @@ class RegistryURL:
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://{self.host}/{self.repository}"
+        tag = f":{self.tag}" if self.tag else ""
+        return f"{self.scheme}://{self.host}/{self.repository}{tag}"
+
+    def by_digest(self, digest: str) -> str:
+        """A manifest's reference by digest: ``HOST/REPOSITORY@sha256:<hex>``."""
+        return f"{self.host}/{self.repository}@{digest}"
 
 
 def is_registry_url(url: str) -> bool:
@@ -75,22 +88,52 @@ def is_registry_url(url: str) -> bool:
     return url.partition("://")[0] in SCHEMES and "://" in url
 
 
-def parse_registry_url(url: str) -> RegistryURL:
-    """``oci://HOST[:PORT]/REPOSITORY`` -> its parts.
+TO_FORM = "oci://HOST[:PORT]/REPOSITORY[:TAG] (or oci+http:// for a plain-HTTP registry)"
+
+
+def parse_registry_url(url: str, option: str = "--cache") -> RegistryURL:
+    """``oci://HOST[:PORT]/REPOSITORY`` -> its parts. Any ``option`` but ``--cache`` (an
+    image's ``--to``) takes ``:TAG`` after the repository, and is told each fault apart.
 
     Raises:
-        UserError: no host, no repository, or a repository name the distribution spec refuses
-            (lowercase letters, digits and separators; the message shows the form).
+        UserError: naming ``option``: not an ``oci[+http]://`` URL, no host, no repository, a
+            repository name (lowercase letters, digits and separators) or a tag the distribution
+            spec's grammar refuses, or a digest (the message shows the form).
     """
-    scheme, _, rest = url.partition("://")
+    scheme, sep, rest = url.partition("://")
     host, _, repository = rest.partition("/")
-    repository = repository.rstrip("/")
-    if not HOST.match(host) or not repository or not REPOSITORY.match(repository):
+    if option == "--cache":
+        repository = repository.rstrip("/")
+        if not HOST.match(host) or not repository or not REPOSITORY.match(repository):
+            raise UserError(
+                f"--cache {url!r}: expected {scheme}://HOST[:PORT]/REPOSITORY with a lowercase "
+                "repository name, e.g. oci://ghcr.io/team/neuronbuild-cache"
+            )
+        return RegistryURL(scheme, host, repository)
+    if not sep or scheme not in SCHEMES:
+        raise UserError(f"{option} {url!a}: expected {TO_FORM}")
+    port = host.rpartition(":")[2] if ":" in host else "1"
+    if not HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"{option} {url!a}: {host!a} is not a registry host[:port]; {TO_FORM}")
+    if "@" in repository:
         raise UserError(
-            f"--cache {url!r}: expected {scheme}://HOST[:PORT]/REPOSITORY with a lowercase "
-            "repository name, e.g. oci://ghcr.io/team/neuronbuild-cache"
+            f"{option} {url!a}: a digest names an image that exists; give a repository and an "
+            "optional tag"
         )
-    return RegistryURL(scheme, host, repository)
+    if ":" in repository:
+        repository, colon, tag = repository.rpartition(":")
+    else:
+        colon = tag = ""
+    if not REPOSITORY.match(repository):
+        raise UserError(
+            f"{option} {url!a}: {repository!a} is not a repository name (lowercase letters, "
+            f"digits, separators . _ - and /); {TO_FORM}"
+        )
+    if colon and not TAG.match(tag):
+        raise UserError(
+            f"{option} {url!a}: {tag!a} is not a tag (letters, digits, . _ -, at most 128)"
+        )
+    return RegistryURL(scheme, host, repository, tag or None, option)
 
 
 def _auth_files() -> list[str]:
@@ -120,7 +163,7 @@ class Registry:
             import oras.provider
         except ImportError:
             raise UserError(
-                f"--cache {where.url}: OCI registries need the oci extra: "
+                f"{where.option} {where.url}: OCI registries need the oci extra: "
                 "pip install 'neuronbuild[oci]'"
             ) from None
         self.where = where
@@ -130,9 +173,17 @@ class Registry:
         self.session = self.client.session
         import requests.adapters
 
+        class _Bounded(requests.adapters.HTTPAdapter):
+            """Every request with a timeout: ORAS's token exchange sets none."""
+
+            def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("timeout") is None:
+                    kwargs["timeout"] = (CONNECT_SECONDS, READ_SECONDS)
+                return super().send(request, *args, **kwargs)
+
         # As many pooled connections as the store's widest fan-out (16 presence checks at once).
         for prefix in ("http://", "https://"):
-            self.session.mount(prefix, requests.adapters.HTTPAdapter(pool_maxsize=32))
+            self.session.mount(prefix, _Bounded(pool_maxsize=32))
         self.auth = self.client.auth
         container = oras.container.Container(f"{where.host}/{where.repository}")
         self.auth.load_configs(container, configs=_auth_files())
@@ -196,6 +247,11 @@ class Registry:
             fault = None
             try:
                 response = self._send(method, url, headers or {}, body, stream)
+            except requests.exceptions.SSLError as exc:
+                raise StoreError(
+                    f"{what}: TLS failed ({retry.one_line(str(exc))}); a registry without TLS "
+                    "is named oci+http://"
+                ) from None
             except (requests.ConnectionError, requests.Timeout) as exc:
                 fault = retry.one_line(str(exc) or type(exc).__name__)
             except (requests.RequestException, ValueError) as exc:  # a bad token realm, ...
@@ -220,7 +276,10 @@ class Registry:
                     raise StoreError(f"{what}: HTTP {status} {message}")
                 fault = f"HTTP {status} {_error_text(response)}".strip()
             if attempt == retry.ATTEMPTS:
-                raise StoreError(f"{what}: {fault} (tried {retry.ATTEMPTS} times)")
+                raise StoreError(
+                    f"{what}: registry {self.where.host} unreachable or failing: {fault} "
+                    f"(tried {retry.ATTEMPTS} times)"
+                )
             seconds = retry.backoff(attempt + 1)
             retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {fault}")
             time.sleep(seconds)
@@ -240,9 +299,10 @@ class Registry:
 
     # The distribution API's endpoints.
 
-    def ping(self) -> None:
-        """``GET /v2/`` once (a registry that refuses connections fails at once), then as
-        :meth:`request` retries it.
+    def ping(self, at_once: bool = True, ok: tuple[int, ...] = (200,)) -> None:
+        """``GET /v2/`` once (``at_once``: a registry that refuses connections fails at once, as
+        a store's reader wants; else it is retried, as a push wants), then as :meth:`request`
+        retries it, answered with a status in ``ok``.
 
         Raises:
             StoreError: the registry refuses connections, or does not answer as one.
@@ -251,14 +311,15 @@ class Registry:
 
         root = f"{SCHEMES[self.where.scheme]}://{self.where.host}/v2/"
         try:
-            self._send("GET", root, {}, None, False).close()
+            if at_once:
+                self._send("GET", root, {}, None, False).close()
         except requests.ConnectionError as exc:
             if "refused" in str(exc).lower():
                 raise StoreError(
                     f"{self.where.url}: cannot reach the registry: it refuses connections "
                     f"({retry.one_line(str(exc))})"
                 ) from None
-        self.must("GET", root, ok=(200,), what=f"{self.where.url}: GET /v2/").close()
+        self.must("GET", root, ok=ok, what=f"{self.where.url}: GET /v2/").close()
 
     def blob_size(self, digest: str) -> int | None:
         """The blob's size in bytes (``HEAD``), or None when the repository lacks it."""
@@ -299,15 +360,29 @@ class Registry:
                 raise BlobRefused(str(exc)) from None
             raise
 
+    def push_file(self, path: str, digest: str, size: int) -> bool:
+        """Upload the file ``path`` (``size`` bytes, ``digest``) unless the repository holds the
+        blob, streamed from disk (:meth:`upload_blob`). Returns whether it was uploaded.
+
+        Raises:
+            StoreError: the registry refused or failed (after retries).
+        """
+        if self.blob_size(digest) is not None:
+            return False
+        self.upload_blob(digest, size, lambda: CountedFile(path, None))
+        return True
+
     def delete_blob(self, digest: str) -> None:
         """``DELETE`` the blob from the repository (absent: nothing to do)."""
         response = self.request("DELETE", f"/blobs/{digest}", ok=(202, 200))
         if response is not None:
             response.close()
 
-    def get_manifest(self, reference: str) -> tuple[bytes, str] | None:
-        """The manifest a tag or digest names: its bytes (at most :data:`MAX_MANIFEST_BYTES`)
-        and its digest (the sha256 of those bytes); None when absent.
+    def get_manifest(
+        self, reference: str, media_type: str = MANIFEST_TYPE
+    ) -> tuple[bytes, str] | None:
+        """The manifest a tag or digest names, asked as ``media_type``: its bytes (at most
+        :data:`MAX_MANIFEST_BYTES`) and its digest (the sha256 of those bytes); None when absent.
 
         Raises:
             StoreDataInvalid: larger than the limit.
@@ -316,7 +391,7 @@ class Registry:
         from neuronbuild.errors import StoreDataInvalid
 
         response = self.request(
-            "GET", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPE}, stream=True
+            "GET", f"/manifests/{reference}", headers={"Accept": media_type}, stream=True
         )
         if response is None:
             return None
@@ -341,15 +416,37 @@ class Registry:
         got = self.get_manifest(reference)  # a registry that sends no digest on HEAD
         return None if got is None else got[1]
 
-    def put_manifest(self, tag: str, data: bytes) -> None:
-        """``PUT`` an OCI image manifest under ``tag``."""
-        self.must(
-            "PUT",
-            f"/manifests/{tag}",
-            headers={"Content-Type": MANIFEST_TYPE},
-            body=lambda: data,
-            ok=(201, 200),
-        ).close()
+    def put_manifest(
+        self, reference: str, data: bytes, media_type: str = MANIFEST_TYPE
+    ) -> tuple[str, bool]:
+        """``PUT`` the manifest bytes ``data`` (of ``media_type``: an image manifest, an image
+        index) under ``reference``, a tag or their digest. Returns the digest the registry names
+        it by (``Docker-Content-Digest``; "" when it does not say) and whether it answered with
+        ``OCI-Subject`` (it indexes referrers itself: distribution spec 1.1, "Pushing Manifests
+        with Subject").
+
+        Raises:
+            UserError: the registry refuses the repository's name (``NAME_INVALID``), naming
+                :attr:`RegistryURL.option`. StoreError: as :meth:`must`.
+        """
+        try:
+            response = self.must(
+                "PUT",
+                f"/manifests/{reference}",
+                headers={"Content-Type": media_type},
+                body=lambda: data,
+                ok=(201, 200),
+            )
+        except StoreError as exc:
+            if "NAME_INVALID" in str(exc):
+                raise UserError(
+                    f"{self.where.option} {self.where.url}: the registry refuses the name: "
+                    f"{str(exc).rpartition('HTTP 400 ')[2]}"
+                ) from None
+            raise
+        response.close()
+        named = str(response.headers.get("Docker-Content-Digest", ""))
+        return named, "OCI-Subject" in response.headers
 
     def delete_manifest(self, digest: str) -> None:
         """``DELETE`` a manifest by digest, and with it every tag naming it (absent: nothing)."""

@@ -22,11 +22,11 @@ import pytest
 from neuronbuild.errors import StoreDataInvalid, StoreError, message_lines
 from neuronbuild.image.build import build_image
 from neuronbuild.image.layer import tree
-from neuronbuild.image.registry import parse_destination
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import NODE_STAMP
 from neuronbuild.store.node import lay_out
+from neuronbuild.store.oci_registry import parse_registry_url
 from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
@@ -114,7 +114,7 @@ def test_one_manifest_gives_one_image_digest_whatever_the_run(
     reg: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store, digest = built(tmp_path)
-    first = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/a:x"))
+    first = build_image(store, digest, parse_registry_url(f"oci+http://{reg.host}/nb/a:x", "--to"))
     (tmp_path / "elsewhere").mkdir()
     copy = Store(str(tmp_path / "copy"), create=True)  # another store, another temporary folder
     shutil.copytree(store.root, copy.root, dirs_exist_ok=True)
@@ -122,7 +122,7 @@ def test_one_manifest_gives_one_image_digest_whatever_the_run(
     again = build_image(
         copy,
         digest,
-        parse_destination(f"oci+http://{reg.host}/nb/b"),
+        parse_registry_url(f"oci+http://{reg.host}/nb/b", "--to"),
         scratch=tmp_path / "elsewhere",
     )
     assert first.image is not None and (first.image, first.layer) == (again.image, again.layer)
@@ -166,7 +166,7 @@ def test_an_unreachable_registry_is_one_line_exit_3_after_retries(
 ) -> None:
     store, digest = built(tmp_path)
     (port,) = free_ports(1)  # nothing listens there
-    dest = parse_destination(f"oci+http://127.0.0.1:{port}/nb/x")
+    dest = parse_registry_url(f"oci+http://127.0.0.1:{port}/nb/x", "--to")
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.01)
     with pytest.raises(StoreError) as caught:
         build_image(store, digest, dest)
@@ -180,12 +180,16 @@ def test_attestations_travel_as_referrers_of_the_image_whose_digest_stays(
     reg: RegistryServer, tmp_path: Path
 ) -> None:
     store, digest = built(tmp_path)
-    plain = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    plain = build_image(
+        store, digest, parse_registry_url(f"oci+http://{reg.host}/nb/signed", "--to")
+    )
     assert plain.attestations == 0
     write_key(tmp_path / "ci.key")
     signed = neuronbuild("sign", digest, "--key", str(tmp_path / "ci.key"), "--cache", store.url)
     assert signed.returncode == 0, signed.stderr
-    again = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    again = build_image(
+        store, digest, parse_registry_url(f"oci+http://{reg.host}/nb/signed", "--to")
+    )
     assert again.image == plain.image and again.attestations == 1
     assert again.image is not None
     index = json.loads(get(reg, f"nb/signed/manifests/sha256-{again.image[7:]}", INDEX))
@@ -195,7 +199,7 @@ def test_attestations_travel_as_referrers_of_the_image_whose_digest_stays(
     assert referrer["subject"]["digest"] == again.image
     [envelope] = store.get_attestations(digest).values()
     assert get(reg, f"nb/signed/blobs/{referrer['layers'][0]['digest']}") == envelope
-    build_image(store, digest, parse_destination(f"oci+http://{reg.host}/nb/signed"))
+    build_image(store, digest, parse_registry_url(f"oci+http://{reg.host}/nb/signed", "--to"))
     index = json.loads(get(reg, f"nb/signed/manifests/sha256-{again.image[7:]}", INDEX))
     assert len(index["manifests"]) == 1  # pushed again: listed once
 

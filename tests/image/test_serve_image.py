@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.image.build import build_image
-from neuronbuild.image.registry import parse_destination
 from neuronbuild.store.cas import Store
+from neuronbuild.store.oci_registry import parse_registry_url
 from tests.image.test_image import pulled, unpack
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
@@ -30,7 +30,7 @@ MODEL_FILE = "torch_compile_cache/aot/k/rank_0_0/model"
 
 def image_of(reg: RegistryServer, store: Store, digest: str, mount: Path, repo: str) -> None:
     """Push the image of ``digest``, pull its layer back over HTTP, unpack it at ``mount``."""
-    built = build_image(store, digest, parse_destination(f"oci+http://{reg.host}/{repo}"))
+    built = build_image(store, digest, parse_registry_url(f"oci+http://{reg.host}/{repo}", "--to"))
     assert built.image is not None
     unpack(pulled(reg, repo, built.image)["layer"], mount)
 

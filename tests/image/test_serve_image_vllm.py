@@ -16,8 +16,8 @@ import pytest
 
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.image.build import build_image
-from neuronbuild.image.registry import parse_destination
 from neuronbuild.store.cas import Store
+from neuronbuild.store.oci_registry import parse_registry_url
 from tests.engines.test_cpu_engine import lay_out_demo
 from tests.image.test_image import pulled, unpack
 from tests.image.test_serve_image import files_under
@@ -36,7 +36,7 @@ def test_vllm_serves_from_the_images_read_only_mount(reg: RegistryServer, tmp_pa
     store_path = tmp_path / "store"
     digest = compile_demo(recipe, store_path, tmp_path / "logs")
     built = build_image(
-        Store(str(store_path)), digest, parse_destination(f"oci+http://{reg.host}/nb/demo")
+        Store(str(store_path)), digest, parse_registry_url(f"oci+http://{reg.host}/nb/demo", "--to")
     )
     assert built.image is not None
     mount = tmp_path / "mount"
