@@ -4,6 +4,7 @@ build), the commands run in a process of their own and the loopback S3 server li
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 READS_LOG = pytest.StashKey[Path]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the folder of this pytest process's reads log."""
+    log = config.stash.get(READS_LOG, None)
+    if log is not None:
+        shutil.rmtree(log.parent, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -81,14 +81,22 @@ def _stat_of(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
-def _read_stamp(root: Path, digest: str) -> dict[str, list[int]] | None:
+def read_stamp_value(root: Path) -> object | None:
+    """The parsed stamp (:data:`NODE_STAMP`) under ``root``: serve's own or a node image's, at
+    most :data:`MAX_RECORD_BYTES`; None when there is none, or it is too large or not canonical
+    JSON (a stamp is a cache hint: a bad one means lay out again, never an error)."""
     stamp = root / NODE_STAMP
     try:
         if not stamp.is_file() or stamp.stat().st_size > MAX_RECORD_BYTES:
             return None
-        value = parse_canonical(stamp.read_bytes(), str(stamp))
+        value: object = parse_canonical(stamp.read_bytes(), str(stamp))
     except (OSError, StoreDataInvalid):
         return None
+    return value
+
+
+def _read_stamp(root: Path, digest: str) -> dict[str, list[int]] | None:
+    value = read_stamp_value(root)
     if not isinstance(value, dict) or value.get("manifest") != digest:
         return None
     files = value.get("files")

