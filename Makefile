@@ -43,8 +43,8 @@ lint: install
 	$(VENV)/bin/mypy
 
 unit: install
-	$(VENV)/bin/pytest -q -n 2 -m "not vllm"
-	$(VENV)/bin/pytest -q -m vllm
+	$(VENV)/bin/pytest -q -n 2 -m "not vllm" --durations=15
+	$(VENV)/bin/pytest -q -m vllm --durations=0
 
 test: lint unit
 
