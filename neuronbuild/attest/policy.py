@@ -24,10 +24,11 @@ fetched: a node verifies offline, with no network to KMS or credentials for it. 
 ARN without its ``file`` is refused (a fingerprint cannot check a signature). Keyless signers
 (a certificate identity and issuer) are refused as not supported yet.
 
-A pattern's ``*`` matches any characters but ``/`` (so ``app/*`` covers every tag of ``app`` and
-``*`` alone no ref), ``?`` one character but ``/``, and ``**`` any characters, ``/`` included
+A pattern's ``*`` matches any characters but ``/`` (so ``app/*`` covers every tag of ``app``),
+``?`` one character but ``/``, and ``**`` any characters, ``/`` included
 (``**`` covers every ref); every other character matches itself (no ``[...]`` classes: a ref
-never holds ``[``, so such a pattern is refused). A manifest served by digest is matched as
+never holds ``[``, so such a pattern is refused, as is one that matches no ref, such as ``*``
+or ``app``). A manifest served by digest is matched as
 ``<recipe name>/sha256:<hex>`` (so ``app/*`` and ``**`` cover it, ``app/prod`` does not). Under
 a policy, ``serve``, ``pull`` and ``verify`` refuse a ref no rule matches (fail closed); ``tag``
 refuses an unsigned move only onto a ref a rule matches (a *protected* name).

@@ -183,14 +183,14 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
     [
         ("signers: {}\nrefs: []\n", "signers: expected a mapping"),
         (
-            "signers:\n  ci: {keys: [nope.pub]}\nrefs: [{match: '*', signers: [ci]}]\n",
+            "signers:\n  ci: {keys: [nope.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n",
             "signers.ci.keys[0] ",
         ),
         (
-            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*', signers: [dev]}]\n",
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [dev]}]\n",
             "refs[0].signers: 'dev' is not a signer",
         ),
-        ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*'}]\n", "refs[0]: expected exactly"),
+        ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*'}]\n", "refs[0]: expected exactly"),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n",
             "expected exactly the fields signers and refs",
