@@ -59,13 +59,13 @@ from typing import IO, Any, cast
 
 from fsspec import AbstractFileSystem
 
-from neuronbuild.digest import hex_of, sha256_digest
+from neuronbuild.digest import hash_file, hex_of, sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.backends import Backend, OnBytes, SwapConflict
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
 from neuronbuild.store.oci_registry import (
     BlobRefused,
-    CountedFile,
+    FileBodies,
     Registry,
     RegistryURL,
     parse_registry_url,
@@ -261,11 +261,10 @@ class RegistryBackend(Backend):
             except ValueError:
                 raise StoreDataInvalid(f"{where}: its inline data is not base64") from None
         else:
-            response = self.registry.open_blob(digest)
-            if response is None:
+            got = self.registry.read_blob(digest, limit + 1)
+            if got is None:
                 raise StoreDataInvalid(f"{where}: its config blob {digest} is missing")
-            with response:
-                data = response.raw.read(limit + 1, decode_content=True)
+            data = got
         if len(data) > limit:
             raise self._too_big(path, limit)
         if sha256_digest(data) != digest or len(data) != size:
@@ -289,11 +288,9 @@ class RegistryBackend(Backend):
     def read_versioned(self, path: str, limit: int) -> tuple[bytes | None, Any]:
         digest = self._blob_digest(path)
         if digest is not None:
-            response = self.registry.open_blob(digest)
-            if response is None:
+            data = self.registry.read_blob(digest, limit + 1)
+            if data is None:
                 return None, None
-            with response:
-                data = response.raw.read(limit + 1, decode_content=True)
             if len(data) > limit:
                 raise self._too_big(path, limit)
             return data, digest
@@ -438,7 +435,9 @@ class RegistryBackend(Backend):
             return
         try:
             self.registry.upload_blob(digest, len(data), lambda: data)
-        except BlobRefused:
+        except BlobRefused as exc:
+            if sha256_digest(data) == digest:  # the bytes sent were right: the registry is not
+                raise StoreError(f"{self.url_of(path)}: {exc}; the bytes sent hash to it") from None
             raise StoreDataInvalid(
                 f"{self.url_of(path)}: the registry refused bytes that do not hash to {digest}"
             ) from None
@@ -462,24 +461,13 @@ class RegistryBackend(Backend):
             self.put(path, Path(local).read_bytes())
             return
         size = Path(local).stat().st_size
-        opened: list[CountedFile] = []
-
-        def body() -> CountedFile:
-            for old in opened:
-                old.close()
-            opened.append(CountedFile(str(local), on_bytes))
-            return opened[-1]
-
         try:
-            self.registry.upload_blob(digest, size, body)
-        except BlobRefused:
-            raise StoreError(
-                f"{self.url_of(path)}: the registry refused the upload: {local} "
-                "changed while it was sent"
-            ) from None
-        finally:
-            for old in opened:
-                old.close()
+            with FileBodies(str(local), on_bytes) as bodies:
+                self.registry.upload_blob(digest, size, bodies.open)
+        except BlobRefused as exc:
+            sent_right = hash_file(local)[0] == digest
+            why = "yet the file hashes to it" if sent_right else f"{local} changed as it was sent"
+            raise StoreError(f"{self.url_of(path)}: {exc}: {why}") from None
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         tag = self.tag_of(path)
@@ -532,6 +520,10 @@ class BlobReader:
 
         while True:
             try:
+                if self.response is None:  # reopened where the last body broke
+                    self.response = self.registry.open_blob(self.digest, self.at)
+                    if self.response is None:
+                        raise StoreError(f"{self.registry.where.url}: blob {self.digest}: gone")
                 chunk: bytes = self.response.raw.read(n if n >= 0 else None, decode_content=True)
                 self.at += len(chunk)
                 return chunk
@@ -545,13 +537,13 @@ class BlobReader:
                 seconds = retry.backoff(self.breaks + 1)
                 retrying(self.breaks + 1, retry.ATTEMPTS, seconds, reason)
                 time.sleep(seconds)
-                self.response.close()
-                self.response = self.registry.open_blob(self.digest, self.at)
-                if self.response is None:
-                    raise StoreError(f"{reason}: gone while read") from None
+                if self.response is not None:
+                    self.response.close()
+                self.response = None
 
     def close(self) -> None:
-        self.response.close()
+        if self.response is not None:
+            self.response.close()
 
     def __enter__(self) -> BlobReader:
         return self

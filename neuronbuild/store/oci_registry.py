@@ -26,6 +26,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from neuronbuild.errors import StoreError, UserError
@@ -112,7 +113,8 @@ def parse_registry_url(url: str, option: str = "--cache") -> RegistryURL:
         return RegistryURL(scheme, host, repository)
     if not sep or scheme not in SCHEMES:
         raise UserError(f"{option} {url!a}: expected {TO_FORM}")
-    port = host.rpartition(":")[2] if ":" in host else "1"
+    after = host.partition("]")[2] if host.startswith("[") else host  # an IPv6 [address]
+    port = after.rpartition(":")[2] if ":" in after else "1"
     if not HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(f"{option} {url!a}: {host!a} is not a registry host[:port]; {TO_FORM}")
     if "@" in repository:
@@ -136,13 +138,68 @@ def parse_registry_url(url: str, option: str = "--cache") -> RegistryURL:
     return RegistryURL(scheme, host, repository, tag or None, option)
 
 
-def _auth_files() -> list[str]:
-    """The credential files beside ORAS's default ``~/.docker/config.json`` that exist."""
+MAX_CREDENTIALS_BYTES = 1 << 20
+"""Largest credentials file read (bytes)."""
+
+
+def credential_files() -> list[Path]:
+    """The credential files read, in this order, a later one's entry for a registry winning:
+    ``~/.docker/config.json``, ``$DOCKER_CONFIG/config.json``, ``$REGISTRY_AUTH_FILE``."""
     from neuronbuild import envs
 
     docker = envs.DOCKER_CONFIG_DIR.get()
-    files = [docker / "config.json" if docker else None, envs.AUTH_FILE.get()]
-    return [str(f) for f in files if f is not None and f.is_file()]
+    files = [Path("~/.docker/config.json").expanduser()]
+    files += [docker / "config.json"] if docker else []
+    files += [f for f in (envs.AUTH_FILE.get(),) if f is not None]
+    return list(dict.fromkeys(files))
+
+
+def read_credentials() -> dict[str, Any]:
+    """The credential files (:func:`credential_files`) that exist, merged in their order, in
+    the shape ORAS keeps them (``auths``, ``credsStore``, ``credHelpers``, as
+    ``oras.auth.utils.load_configs`` returns; that function reads its files in a set's
+    order, so which entry wins varied from run to run).
+
+    Raises:
+        UserError: a file that cannot be read, over :data:`MAX_CREDENTIALS_BYTES`, not JSON,
+            or not of the Docker config's shape, naming it.
+    """
+    merged: dict[str, Any] = {"auths": {}, "credsStore": None, "credHelpers": {}}
+    for path in credential_files():
+        if not path.is_file():
+            continue
+        fix = "fix it (docker login rewrites it) or remove it"
+        try:
+            with open(path, "rb") as f:
+                text = f.read(MAX_CREDENTIALS_BYTES + 1)
+            if len(text) > MAX_CREDENTIALS_BYTES:
+                raise ValueError(f"larger than {MAX_CREDENTIALS_BYTES} bytes")
+            config = json.loads(text)
+        except (OSError, ValueError, RecursionError) as exc:
+            why = retry.one_line(str(exc))[:120]
+            raise UserError(
+                f"registry credentials {path}: not readable JSON ({why}); {fix}"
+            ) from None
+        auths = config.get("auths", {}) if isinstance(config, dict) else None
+        helpers = config.get("credHelpers", {}) if isinstance(config, dict) else None
+        store = config.get("credsStore") if isinstance(config, dict) else None
+        if (
+            not isinstance(auths, dict)
+            or not all(
+                isinstance(v, dict) and isinstance(v.get("auth", ""), str) for v in auths.values()
+            )
+            or not isinstance(helpers, dict)
+            or not all(isinstance(v, str) for v in helpers.values())
+            or not isinstance(store, (str, type(None)))
+        ):
+            raise UserError(
+                f"registry credentials {path}: not a Docker config (auths: {{HOST: {{auth: "
+                f"...}}}}, credsStore: NAME, credHelpers: {{HOST: NAME}}); {fix}"
+            )
+        merged["auths"].update(auths)
+        merged["credHelpers"].update(helpers)
+        merged["credsStore"] = store or merged["credsStore"]
+    return merged
 
 
 class Unauthorized(StoreError):
@@ -186,7 +243,16 @@ class Registry:
             self.session.mount(prefix, _Bounded(pool_maxsize=32))
         self.auth = self.client.auth
         container = oras.container.Container(f"{where.host}/{where.repository}")
-        self.auth.load_configs(container, configs=_auth_files())
+        # ORAS's own record of the loaded files, filled here so that it never reads them itself.
+        self.auth._auth_config = read_credentials()
+        try:
+            self.auth.load_configs(container)  # a credential helper runs here
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(
+                f"{where.option} {where.url}: the credential helper for {where.host} answered "
+                f"malformed ({type(exc).__name__}: {retry.one_line(str(exc))[:80]}); check "
+                "credsStore and credHelpers in the credential files"
+            ) from None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"where": self.where}
@@ -230,29 +296,45 @@ class Registry:
         ok: tuple[int, ...] = (200,),
         stream: bool = False,
         what: str = "",
+        read: int | None = None,
+        attempts: int = retry.ATTEMPTS,
     ) -> Any | None:
         """``method`` on ``path`` (under :attr:`RegistryURL.base`, or a full URL): the response
         when its status is in ``ok``, None on 404; ``body`` makes each attempt's body afresh (a
-        file reopened at its start). Retries as the module says.
+        file reopened at its start). Retries as the module says, up to ``attempts`` times.
+        ``read``: the body is read (at most ``read`` bytes, as ``response.content``) within the
+        attempt, so a body cut short or reset mid-way is retried like a failed request.
 
         Raises:
-            Unauthorized: 401/403 after authenticating. StoreError: any other status, or a
-                transient fault that outlasted the attempts (one line, ``what`` named).
+            Unauthorized: 401/403 after authenticating. Transient: a refused or broken
+                connection, a timeout, 429 or 5xx that outlasted the attempts. StoreError: any
+                other status (one line, ``what`` named).
         """
         import requests
+        import urllib3.exceptions
 
         url = path if path.startswith(("http://", "https://")) else self.where.base + path
         what = what or f"{self.where.url}: {method} {path.split('?')[0]}"
-        for attempt in range(1, retry.ATTEMPTS + 1):
+        broken = (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            urllib3.exceptions.HTTPError,  # a body cut short, reset or timed out while read
+            OSError,
+        )
+        for attempt in range(1, attempts + 1):
             fault = None
             try:
-                response = self._send(method, url, headers or {}, body, stream)
+                response = self._send(method, url, headers or {}, body, stream or bool(read))
+                if read is not None and response.status_code in ok:
+                    with response:
+                        response._content = _read_at_most(response.raw, read)
             except requests.exceptions.SSLError as exc:
                 raise StoreError(
                     f"{what}: TLS failed ({retry.one_line(str(exc))}); a registry without TLS "
                     "is named oci+http://"
                 ) from None
-            except (requests.ConnectionError, requests.Timeout) as exc:
+            except broken as exc:
                 fault = retry.one_line(str(exc) or type(exc).__name__)
             except (requests.RequestException, ValueError) as exc:  # a bad token realm, ...
                 raise StoreError(
@@ -275,13 +357,13 @@ class Registry:
                         )
                     raise StoreError(f"{what}: HTTP {status} {message}")
                 fault = f"HTTP {status} {_error_text(response)}".strip()
-            if attempt == retry.ATTEMPTS:
-                raise StoreError(
-                    f"{what}: registry {self.where.host} unreachable or failing: {fault} "
-                    f"(tried {retry.ATTEMPTS} times)"
+            if attempt == attempts:
+                tried = f" (tried {attempts} times)" if attempts > 1 else ""
+                raise Transient(
+                    f"{what}: registry {self.where.host} unreachable or failing: {fault}{tried}"
                 )
             seconds = retry.backoff(attempt + 1)
-            retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {fault}")
+            retrying(attempt + 1, attempts, seconds, f"{what}: {fault}")
             time.sleep(seconds)
         raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -313,8 +395,8 @@ class Registry:
         try:
             if at_once:
                 self._send("GET", root, {}, None, False).close()
-        except requests.ConnectionError as exc:
-            if "refused" in str(exc).lower():
+        except requests.RequestException as exc:  # a timeout, a reset: retried below
+            if isinstance(exc, requests.ConnectionError) and "refused" in str(exc).lower():
                 raise StoreError(
                     f"{self.where.url}: cannot reach the registry: it refuses connections "
                     f"({retry.one_line(str(exc))})"
@@ -329,16 +411,69 @@ class Registry:
         return int(response.headers.get("Content-Length") or 0)
 
     def open_blob(self, digest: str, start: int = 0) -> Any | None:
-        """A streaming ``GET`` of the blob from byte ``start`` (``Range``), or None if absent."""
-        headers = {"Range": f"bytes={start}-"} if start else {}
-        return self.request("GET", f"/blobs/{digest}", headers=headers, ok=(200, 206), stream=True)
-
-    def upload_blob(self, digest: str, size: int, body: Callable[[], Any]) -> None:
-        """Upload a blob in one streamed ``PUT`` after the ``POST`` that opens the session (the
-        registry checks the bytes hash to ``digest``; a session is per attempt).
+        """A streaming ``GET`` of the blob from byte ``start`` (``Range``), or None if absent.
+        A registry that ignores the range (200, the whole blob: RFC 9110 allows it) is read
+        past the first ``start`` bytes here, so the body always begins at ``start``.
 
         Raises:
-            BlobRefused: the registry found other bytes than ``digest`` names.
+            StoreError: a partial answer (206) that starts elsewhere than ``start``.
+        """
+        headers = {"Range": f"bytes={start}-"} if start else {}
+        response = self.request(
+            "GET", f"/blobs/{digest}", headers=headers, ok=(200, 206), stream=True
+        )
+        if response is None or not start:
+            return response
+        if response.status_code == 206:
+            got = str(response.headers.get("Content-Range", ""))
+            if not got.startswith(f"bytes {start}-"):
+                response.close()
+                raise StoreError(
+                    f"{self.where.url}: blob {digest}: asked bytes {start}- and got "
+                    f"{ascii(got)[:60]}"
+                )
+            return response
+        skip = start
+        while skip:
+            chunk = response.raw.read(min(skip, 1 << 20), decode_content=True)
+            if not chunk:
+                response.close()
+                raise StoreError(f"{self.where.url}: blob {digest}: shorter than {start} bytes")
+            skip -= len(chunk)
+        return response
+
+    def read_blob(self, digest: str, limit: int) -> bytes | None:
+        """The first ``limit`` bytes of a small blob (a record's config), read within the
+        request's retries; None when the repository lacks it."""
+        response = self.request("GET", f"/blobs/{digest}", read=limit)
+        return None if response is None else bytes(response.content)
+
+    def upload_blob(self, digest: str, size: int, body: Callable[[], Any]) -> None:
+        """Upload a blob in one streamed ``PUT`` after the ``POST`` that opens its upload
+        session (the registry checks the bytes hash to ``digest``). A failed ``PUT`` is retried
+        with a new session: the registry may have dropped the old one with the connection.
+
+        Raises:
+            BlobRefused: the registry found other bytes than ``digest`` names. Transient: the
+                upload kept failing (:data:`.retry.ATTEMPTS` sessions).
+        """
+        what = f"{self.where.url}: upload of {digest}"
+        for attempt in range(1, retry.ATTEMPTS + 1):
+            try:
+                self._upload_once(digest, size, body)
+                return
+            except Transient as exc:
+                if attempt == retry.ATTEMPTS:
+                    raise Transient(f"{exc} (tried {retry.ATTEMPTS} upload sessions)") from None
+                seconds = retry.backoff(attempt + 1)
+                retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {exc}")
+                time.sleep(seconds)
+
+    def _upload_once(self, digest: str, size: int, body: Callable[[], Any]) -> None:
+        """One upload session: ``POST`` (retried as :meth:`request` does), then one ``PUT``.
+
+        Raises:
+            Transient: the ``PUT`` failed transiently, or its session was gone (404).
         """
         start = self.request("POST", "/blobs/uploads/", ok=(202,), headers={"Content-Length": "0"})
         if start is None:
@@ -354,11 +489,14 @@ class Registry:
         url = urllib.parse.urlunsplit(parts._replace(query=query))
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         try:
-            self.must("PUT", url, headers=headers, body=body, ok=(201,)).close()
+            put = self.request("PUT", url, headers=headers, body=body, ok=(201,), attempts=1)
         except StoreError as exc:
             if "DIGEST_INVALID" in str(exc):
                 raise BlobRefused(str(exc)) from None
             raise
+        if put is None:
+            raise Transient(f"{self.where.url}: upload of {digest}: the upload session is gone")
+        put.close()
 
     def push_file(self, path: str, digest: str, size: int) -> bool:
         """Upload the file ``path`` (``size`` bytes, ``digest``) unless the repository holds the
@@ -369,7 +507,8 @@ class Registry:
         """
         if self.blob_size(digest) is not None:
             return False
-        self.upload_blob(digest, size, lambda: CountedFile(path, None))
+        with FileBodies(path, None) as bodies:
+            self.upload_blob(digest, size, bodies.open)
         return True
 
     def delete_blob(self, digest: str) -> None:
@@ -391,12 +530,12 @@ class Registry:
         from neuronbuild.errors import StoreDataInvalid
 
         response = self.request(
-            "GET", f"/manifests/{reference}", headers={"Accept": media_type}, stream=True
-        )
+            "GET", f"/manifests/{reference}", headers={"Accept": media_type},
+            read=MAX_MANIFEST_BYTES + 1,
+        )  # fmt: skip
         if response is None:
             return None
-        with response:
-            data = _read_at_most(response.raw, MAX_MANIFEST_BYTES + 1)
+        data = bytes(response.content)
         if len(data) > MAX_MANIFEST_BYTES:
             raise StoreDataInvalid(
                 f"{self.where.url}: manifest {reference}: larger than {MAX_MANIFEST_BYTES} bytes"
@@ -457,24 +596,31 @@ class Registry:
     def tags(self) -> list[str]:
         """Every tag of the repository, page by page (``n`` and the ``Link`` header); [] for a
         repository nothing was pushed to yet."""
-        found: list[str] = []
-        path: str | None = f"/tags/list?n={TAGS_PAGE}"
-        while path is not None:
-            response = self.request("GET", path)
+        found: dict[str, None] = {}  # in the registry's order, each tag once
+        path = f"/tags/list?n={TAGS_PAGE}"
+        asked = {path}
+        while True:
+            response = self.request("GET", path, read=MAX_MANIFEST_BYTES)
             if response is None:
-                return found
-            with response:
-                page = _tags_page(response.content, self.where.url)
-                link = response.links.get("next", {}).get("url")
-            found.extend(page)
-            if not link or not page:
                 break
-            path = (
-                link
-                if link.startswith("http")
-                else (f"{SCHEMES[self.where.scheme]}://{self.where.host}{link}")
-            )
-        return found
+            page = _tags_page(response.content, self.where.url)
+            link = response.links.get("next", {}).get("url")
+            new = [t for t in page if t not in found]
+            found.update(dict.fromkeys(new))
+            if not link or not new:
+                break  # the last page, or one that repeats what was listed: the listing ends
+            if not link.startswith(("http://", "https://")):
+                link = f"{SCHEMES[self.where.scheme]}://{self.where.host}{link}"
+            if link in asked:
+                break
+            asked.add(link)
+            path = link
+        return list(found)
+
+
+class Transient(StoreError):
+    """A fault that may pass (a refused or broken connection, a timeout, 429, 5xx) outlasted
+    the attempts (exit code 3, as every StoreError)."""
 
 
 class BlobRefused(StoreError):
@@ -525,6 +671,32 @@ def _read_at_most(raw: IO[bytes], limit: int) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+class FileBodies:
+    """Each upload attempt's body, the file ``path`` opened afresh (:class:`CountedFile`):
+    :meth:`open` closes the previous attempt's; leaving the ``with`` block closes the last,
+    whatever the upload raised."""
+
+    def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
+        self.path, self.on_bytes = path, on_bytes
+        self.current: CountedFile | None = None
+
+    def open(self) -> CountedFile:
+        self.close()
+        self.current = CountedFile(self.path, self.on_bytes)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+
+    def __enter__(self) -> FileBodies:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class CountedFile:

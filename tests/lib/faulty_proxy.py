@@ -40,7 +40,14 @@ class FaultyProxy:
     their connection is reset before the answer (the write landed, its acknowledgement never
     arrives); ``acks_lost`` lists their paths. ``then_fail``: ``(methods, path part)``, e.g.
     ``("PUT", "/refs/")``: once an acknowledgement was lost, every request of one of those
-    methods whose path contains that part is answered 500."""
+    methods whose path contains that part is answered 500.
+
+    For registries: ``max_cuts`` ends the cutting after that many bodies (0: never ends);
+    ``ignore_range`` forwards GETs without their ``Range`` (the whole body, 200, as a server
+    that ignores ranges answers); ``repeat_link``: GETs whose path contains it are answered
+    with a ``Link`` header naming that same path as the next page; ``corrupt_uploads``: the last
+    byte of every PUT body whose path contains it is flipped on the way; ``listen``: the
+    address to listen on (``::1`` for IPv6)."""
 
     def __init__(
         self,
@@ -54,7 +61,14 @@ class FaultyProxy:
         lose_acks: int = 1,
         body_path: str = "",
         then_fail: tuple[str, str] | None = None,
+        max_cuts: int = 0,
+        ignore_range: bool = False,
+        repeat_link: str | None = None,
+        corrupt_uploads: str | None = None,
+        listen: str = "127.0.0.1",
     ) -> None:
+        self.max_cuts, self.ignore_range, self.repeat_link = max_cuts, ignore_range, repeat_link
+        self.corrupt_uploads = corrupt_uploads
         self.target_port, self.fail_every = target_port, fail_every
         self.stall_every, self.stall_seconds = stall_every, stall_seconds
         self.cut_every, self.corrupt_every = cut_every, corrupt_every
@@ -104,7 +118,11 @@ class FaultyProxy:
                         self.wfile.write(payload)
                     return
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.target_port, timeout=30)
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                dropped = ("host", "range") if proxy.ignore_range else ("host",)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
+                uploads = proxy.corrupt_uploads
+                if self.command == "PUT" and body and uploads and uploads in self.path:
+                    body = body[:-1] + bytes([body[-1] ^ 0xFF])
                 headers["Host"] = f"127.0.0.1:{proxy.target_port}"
                 conn.request(self.command, self.path, body=body, headers=headers)
                 response = conn.getresponse()
@@ -119,6 +137,7 @@ class FaultyProxy:
                     with proxy._lock:
                         proxy.gets += 1
                         cut = bool(proxy.cut_every and proxy.gets % proxy.cut_every == 0)
+                        cut = cut and not (proxy.max_cuts and proxy.cut >= proxy.max_cuts)
                         proxy.cut += cut
                         corrupt = bool(
                             proxy.corrupt_every and proxy.gets % proxy.corrupt_every == 0
@@ -137,6 +156,13 @@ class FaultyProxy:
                     self.wfile.flush()
                     self.close_connection = True
                     return
+                location = response.headers.get("Location", "")
+                upstream = f"127.0.0.1:{proxy.target_port}"
+                if upstream in location:  # a registry's upload session: through us too
+                    mine = self.headers.get("Host") or f"127.0.0.1:{proxy.port}"
+                    response.headers.replace_header("Location", location.replace(upstream, mine))
+                if proxy.repeat_link and proxy.repeat_link in self.path:
+                    response.headers.add_header("Link", f'<{self.path}>; rel="next"')
                 relay(self, response, data)
 
             def _loses_ack(self) -> bool:
@@ -156,7 +182,14 @@ class FaultyProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server_class = ThreadingHTTPServer
+        if ":" in listen:
+
+            class Server6(ThreadingHTTPServer):
+                address_family = socket.AF_INET6
+
+            server_class = Server6
+        self.server = server_class((listen, 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
