@@ -199,13 +199,19 @@ def test_a_stop_signal_the_process_ignores_stays_ignored() -> None:
     scheduler's handlers are installed only for stop signals not ignored (review finding)."""
     from neuronbuild.errors import catch_stop_signals
 
-    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SIGINT and SIGTERM at their defaults: a shell's background job (`cmd &`) starts with
+    # SIGINT ignored, which the CLI rightly keeps ignored too.
+    wanted = {
+        signal.SIGHUP: signal.SIG_IGN,
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGTERM: signal.SIG_DFL,
+    }
+    before = {s: signal.signal(s, handler) for s, handler in wanted.items()}
     try:
         previous = catch_stop_signals(lambda *_: None)
         assert signal.SIGHUP not in previous
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
         assert set(previous) == {signal.SIGINT, signal.SIGTERM}
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     finally:
-        signal.signal(signal.SIGHUP, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
