@@ -261,6 +261,7 @@ def serve(
         dry_run=dry_run,
         allow_mismatch=allow_mismatch,
         check_address=not layout_only,
+        layout_only=layout_only,
         policy=trusted,
     )
     echo_notes(prepared.notes)

@@ -29,9 +29,10 @@ from neuronbuild.model_files import check_model_present
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST, parse_ref
+from neuronbuild.store.image_mirror import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.node import check_apart, laid_out, lay_out, register
-from neuronbuild.store.node_image import check_image, image_shadow_root, link_shadow
+from neuronbuild.store.node_image import check_image
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
@@ -62,7 +63,9 @@ class Prepared:
     can show what differs from it; ``allowed``: node mismatches the operator allowed;
     ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each;
     ``laid_out``: ``cache_root`` holds the manifest's files, so :meth:`command` runs as it is
-    (a dry run on a fresh node lays out nothing: the command then needs a lay-out first)."""
+    (a dry run on a fresh node lays out nothing: the command then needs a lay-out first);
+    ``mirror``: the writable mirror vLLM is given over a node image (:mod:`.image_mirror`), held
+    by this process until it execs vLLM, which then holds it."""
 
     manifest: str
     cache_root: Path
@@ -76,6 +79,7 @@ class Prepared:
     allowed: tuple[Mismatch, ...] = ()
     env_warnings: tuple[str, ...] = ()
     laid_out: bool = True
+    mirror: Mirror | None = None
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -308,6 +312,7 @@ def prepare(
     allow_mismatch: tuple[str, ...] = (),
     environ: Mapping[str, str] | None = None,
     check_address: bool = True,
+    layout_only: bool = False,
     policy: Policy | None = None,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
@@ -322,6 +327,8 @@ def prepare(
     the operator accepts (:mod:`.node_checks`); ``environ``: the environment the user started
     the command with (default :func:`neuronbuild.start_env.environ`); ``check_address``:
     check that vLLM can bind the address its options give (off when nothing starts now);
+    ``layout_only``: vLLM is started later, by the printed command, so a node image's mirror is
+    the one kept for such commands, not one held by this process (:mod:`.image_mirror`);
     ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`).
 
     Every check of the node's own configuration comes before the first blob is fetched
@@ -387,14 +394,15 @@ def prepare(
     if not isinstance(keyed, dict):
         raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
     env = engine.engine_env(environ, keyed)
-    vllm_root = root
-    if image:  # vLLM writes beside its artifacts as it loads them: a mirror of links
-        vllm_root = image_shadow_root(digest)
-        if not dry_run:
-            fix = "set XDG_CACHE_HOME to a folder this node may write"
-            check_node_folder(vllm_root.parent, "image link folder", fix)
-            link_shadow(root, manifest, vllm_root)
-    env.update(engine.serve_env(str(vllm_root)))
+    mirror = None
+    if image and not dry_run:  # vLLM writes beside its artifacts as it loads them: a mirror
+        folder = mirrors_folder(digest)
+        fix = "set XDG_CACHE_HOME to a folder this node may write"
+        check_node_folder(folder, "image mirror folder", fix)
+        mirror = (kept_mirror if layout_only else run_mirror)(root, manifest, folder)
+    elif image:
+        mirror = Mirror(mirrors_folder(digest) / KEPT)  # what a later command would be given
+    env.update(engine.serve_env(str(mirror.path if mirror else root)))
     unique = tuple(dict.fromkeys(allowed))
     warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
     return Prepared(
@@ -410,12 +418,16 @@ def prepare(
         allowed=unique,
         env_warnings=warnings,
         laid_out=ready,
+        mirror=mirror,
     )
 
 
 def exec_vllm(prepared: Prepared) -> None:
-    """Replace this process with vLLM's server (signals then reach vLLM directly)."""
+    """Replace this process with vLLM's server (signals then reach vLLM directly); the hold on
+    a node image's mirror passes to it."""
     os.chdir(prepared.cwd)
+    if prepared.mirror is not None:
+        prepared.mirror.keep_through_exec()
     try:
         os.execve(prepared.argv[0], prepared.argv, prepared.env)
     except OSError as exc:

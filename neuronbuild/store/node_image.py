@@ -9,19 +9,17 @@ runtimes keep), beside the manifest digest. The stamp is the same file (:data:`N
 ``"image": true`` and ``[size, mtime ns]`` per path. A folder holding such a stamp is served as it
 is and never written: it is either the manifest's bytes (sizes and mtimes hold; ``deep``
 re-hashes them) or refused in one line. vLLM itself writes beside its artifacts while loading
-them, so ``serve`` hands it a writable mirror of symlinks into the image (:func:`link_shadow`).
+them, so ``serve`` hands it a writable mirror of symlinks into the image (:mod:`.image_mirror`).
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from neuronbuild import envs
-from neuronbuild.digest import canonical_json, hash_file, hex_of
+from neuronbuild.digest import canonical_json, hash_file
 from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.store.node import inside, read_stamp_value
+from neuronbuild.store.node import read_stamp_value
 from neuronbuild.store.records import Manifest
 
 IMAGE_MTIME = 0
@@ -97,43 +95,3 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
                 f"{where} does not hash to {file.digest}; the image is damaged, pull it again"
             )
     return True
-
-
-INDUCTOR_CACHE = "inductor_cache"
-"""The folder of an AOT entry that torch's Inductor writes into as it loads it (vLLM 0.32)."""
-
-
-def image_shadow_root(digest: str) -> Path:
-    """Where ``serve`` links a node image's files for vLLM: ``<user cache>/layouts/<manifest
-    hex, 16 digits>.image`` (node-local, writable, never a store)."""
-    return envs.user_cache() / "layouts" / f"{hex_of(digest)[:16]}.image"
-
-
-def link_shadow(root: Path, manifest: Manifest, shadow: Path) -> None:
-    """Lay ``shadow`` out as a writable mirror of the node image at ``root``: its folders made
-    anew, each file of ``manifest`` a symlink to the image's, except those under an
-    :data:`INDUCTOR_CACHE` folder, which are copied.
-
-    vLLM 0.32 writes under the AOT entry's ``inductor_cache/`` while it loads the artifact
-    (``vllm/compilation/decorators.py``: ``TORCHINDUCTOR_CACHE_DIR`` is set under
-    ``VLLM_CACHE_ROOT`` "unconditionally", as "post-load execution ... need to write" there), so
-    ``VLLM_CACHE_ROOT`` cannot be the read-only mount itself; measured: vLLM stops with "Failed to
-    reload cache entry from disk". Symlinks into the mount inside ``inductor_cache/`` fail the
-    same way (measured, torch 2.13: "Failed to load artifact"), so those files are copied; the
-    image stays as it is.
-
-    Raises:
-        StoreDataInvalid: a manifest path escapes ``root`` or ``shadow``.
-        OSError: ``shadow`` cannot be written (the caller names the folder).
-    """
-    shutil.rmtree(shadow, ignore_errors=True)
-    shadow.mkdir(parents=True)
-    for file in manifest.files():
-        source, dest = inside(root, file.path), inside(shadow, file.path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if INDUCTOR_CACHE in PurePosixPath(file.path).parts:
-            shutil.copyfile(source, dest)
-            if file.executable:
-                dest.chmod(0o755)
-        else:
-            dest.symlink_to(source)

@@ -2,7 +2,7 @@
 loopback registry, the layer pulled back and unpacked, bound read-only (as an image volume is),
 and ``serve --vllm-cache-root`` on it starts vLLM, which loads the prebuilt artifact ("Directly
 load AOT compilation") and answers, with nothing written into the mount (vLLM writes into its
-mirror of links and copies, :func:`~neuronbuild.store.node_image.link_shadow`). Starts from the
+mirror of links and copies, :mod:`neuronbuild.store.image_mirror`). Starts from the
 demo the vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``."""
 
 from __future__ import annotations

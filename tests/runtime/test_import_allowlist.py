@@ -63,6 +63,7 @@ OURS = {
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.store.node",
     "neuronbuild.store.node_image",  # a node image's stamp, checked on its read-only mount
+    "neuronbuild.store.image_mirror",  # the mirrors vLLM is given over a node image
     "neuronbuild.store.oci",  # oci:// stores (imported when the URL is one)
     "neuronbuild.store.oci_registry",  # oci:// URLs told apart; the registry's requests
     "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
