@@ -9,7 +9,9 @@ Credentials come from the Docker and container-tools config files ORAS reads
 (``~/.docker/config.json``, its ``credsStore`` and ``credHelpers``), plus
 ``$DOCKER_CONFIG/config.json`` and ``$REGISTRY_AUTH_FILE`` (podman, skopeo) where set. A registry
 that asks for a token (``WWW-Authenticate: Bearer realm=...``, as Docker Hub, GHCR, ECR and Harbor
-do) gets one from its realm, with those credentials or anonymously.
+do) gets one from its realm, with those credentials or anonymously, and a fresh one when it
+refuses the held token (expired, or scoped for pulls only); a registry that asks for ``Basic``
+(the distribution registry's ``htpasswd`` auth, Artifactory, Nexus) gets the credentials.
 
 Errors: a refused connection, a timeout, HTTP 429 and 5xx are retried (:data:`.retry.ATTEMPTS`
 attempts, :func:`.retry.backoff` apart, each said by :func:`~neuronbuild.notices.retrying`), then
@@ -20,6 +22,7 @@ any other unexpected status. 404 is reported as absent (None) to the caller.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -202,6 +205,19 @@ def read_credentials() -> dict[str, Any]:
     return merged
 
 
+def _drop_errors(record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
+
+
+def _quiet_oras_errors() -> None:
+    """ORAS logs an error line of its own when no token is granted ("This endpoint requires a
+    token..."), before :meth:`Registry.request` reports the 401 in one line naming the fix; its
+    warnings (a credential helper missing or failing) still reach stderr."""
+    oras_log = logging.getLogger("oras.logger")
+    if _drop_errors not in oras_log.filters:
+        oras_log.addFilter(_drop_errors)
+
+
 class Unauthorized(StoreError):
     """The registry refused the request after authenticating (401/403)."""
 
@@ -224,6 +240,7 @@ class Registry:
                 "pip install 'neuronbuild[oci]'"
             ) from None
         self.where = where
+        _quiet_oras_errors()
         self.client = oras.provider.Registry(
             hostname=where.host, insecure=where.scheme == "oci+http", auth_backend="token"
         )
@@ -242,6 +259,7 @@ class Registry:
         for prefix in ("http://", "https://"):
             self.session.mount(prefix, _Bounded(pool_maxsize=32))
         self.auth = self.client.auth
+        self.basic = False  # the registry asked for Basic credentials, not a token
         container = oras.container.Container(f"{where.host}/{where.repository}")
         # ORAS's own record of the loaded files, filled here so that it never reads them itself.
         self.auth._auth_config = read_credentials()
@@ -270,21 +288,48 @@ class Registry:
         body: Callable[[], Any] | None,
         stream: bool,
     ) -> Any:
-        """One attempt, authenticating once on 401/403 (ORAS's token exchange)."""
-        sent = {**headers, **self.auth.get_auth_header()}
+        """One attempt, authenticating once on 401/403 as the registry's challenge asks: a
+        ``Basic`` challenge gets the credentials themselves (sent on every later request; ORAS
+        would ask a token of the realm instead), a ``Bearer`` one a fresh token from its realm
+        (ORAS's exchange; fresh because the held one may have expired or lack this request's
+        scope, as a pull token lacks ``push``). Without credentials for a Basic challenge, or
+        with no token granted, the 401/403 is returned for :meth:`request` to report."""
         timeout = (CONNECT_SECONDS, READ_SECONDS)
-        response = self.session.request(
-            method, url, headers=sent, data=body() if body else None, stream=stream, timeout=timeout
-        )
+
+        def attempt() -> Any:
+            sent = {**headers, **self._authorization()}
+            data = body() if body else None
+            return self.session.request(
+                method, url, headers=sent, data=data, stream=stream, timeout=timeout
+            )
+
+        response = attempt()
         if response.status_code not in (401, 403):
             return response
         response.close()
-        sent, changed = self.auth.authenticate_request(response, dict(headers))
-        if not changed:
-            return response
-        return self.session.request(
-            method, url, headers=sent, data=body() if body else None, stream=stream, timeout=timeout
-        )
+        challenge = response.headers.get("WWW-Authenticate", "")
+        if challenge.split(" ", 1)[0].lower() == "basic":
+            if self.basic or not getattr(self.auth, "_basic_auth", None):
+                return response
+            self.basic = True
+        else:
+            try:
+                granted = self.auth.authenticate_request(response, {}, refresh=True)[1]
+            except (AttributeError, TypeError, KeyError) as exc:  # no realm; a token not JSON
+                raise StoreError(
+                    f"{self.where.url}: the registry's token service answered malformed "
+                    f"({type(exc).__name__}) to a challenge {retry.one_line(challenge)[:120]!r}"
+                ) from None
+            if not granted:
+                return response
+        return attempt()
+
+    def _authorization(self) -> dict[str, str]:
+        """The ``Authorization`` header to send: the credentials once a registry asked for
+        Basic, else the held bearer token, else none."""
+        if self.basic:
+            return {"Authorization": f"Basic {self.auth._basic_auth}"}
+        return dict(self.auth.get_auth_header())
 
     def request(
         self,

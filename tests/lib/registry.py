@@ -32,7 +32,8 @@ class RegistryServer(LoopbackService):
     """A running registry at :attr:`host` (``127.0.0.1:PORT``, plain HTTP); :meth:`stop` ends it
     and removes its data."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, auth: str = "") -> None:
+        """``auth``: the config's ``auth:`` section, as YAML indented under it (none: open)."""
         super().__init__("neuronbuild-registry-", "registry.log")
         (port,) = free_ports(1)
         self.host = f"127.0.0.1:{port}"
@@ -43,7 +44,7 @@ class RegistryServer(LoopbackService):
             "log:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.dir / 'data'}\n"
             "  delete:\n    enabled: true\n"
-            f"http:\n  addr: {self.host}\n"
+            f"http:\n  addr: {self.host}\n" + (f"auth:\n{auth}" if auth else "")
         )
         self.spawn([binary, "serve", str(config)])
 
@@ -58,6 +59,9 @@ class RegistryServer(LoopbackService):
                 with urllib.request.urlopen(f"{self.url}/v2/", timeout=2) as answer:
                     if answer.status == 200:
                         return
+            except urllib.error.HTTPError as refused:
+                if refused.code == 401:  # it answers, asking for credentials
+                    return
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
@@ -65,13 +69,14 @@ class RegistryServer(LoopbackService):
             time.sleep(0.1)
 
 
-def start_registry() -> RegistryServer:
-    """A ready registry on loopback; the caller stops it. Raises :class:`FileNotFoundError` with
-    the install hint when the registry is not installed."""
+def start_registry(auth: str = "") -> RegistryServer:
+    """A ready registry on loopback (``auth`` as :class:`RegistryServer` takes it); the caller
+    stops it. Raises :class:`FileNotFoundError` with the install hint when the registry is not
+    installed."""
     binary = registry_binary()
     if binary is None:
         raise FileNotFoundError(INSTALL_HINT)
-    server = RegistryServer(binary)
+    server = RegistryServer(binary, auth)
     try:
         server.wait_ready()
     except BaseException:
@@ -81,9 +86,9 @@ def start_registry() -> RegistryServer:
 
 
 @contextlib.contextmanager
-def registry() -> Iterator[RegistryServer]:
-    """A registry on loopback for the block's length."""
-    server = start_registry()
+def registry(auth: str = "") -> Iterator[RegistryServer]:
+    """A registry on loopback for the block's length (``auth`` as :class:`RegistryServer`)."""
+    server = start_registry(auth)
     try:
         yield server
     finally:

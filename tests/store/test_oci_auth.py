@@ -1,0 +1,198 @@
+"""Registries that ask for credentials, against the real registry with its own auth: a token
+realm (as Docker Hub, GHCR, ECR and Harbor ask; the test's token service signs what the registry
+verifies) and ``htpasswd`` Basic auth (as Artifactory and Nexus ask). Credentials come from a
+``$DOCKER_CONFIG/config.json``, as ``docker login`` writes it."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+
+from neuronbuild.store.cas import Store
+from tests.lib.builders import publish_build
+from tests.lib.commands import neuronbuild
+from tests.lib.registry import INSTALL_HINT, RegistryServer, registry, registry_binary
+from tests.lib.token_service import TokenService
+from tests.store.test_oci import demo_recipe
+
+USER, PASSWORD = "ci", "s3cret-pass"
+
+
+@pytest.fixture(autouse=True)
+def _registry_installed() -> None:
+    if registry_binary() is None:
+        pytest.fail(INSTALL_HINT)
+
+
+def logged_in(tmp_path: Path, host: str, password: str = PASSWORD) -> dict[str, str]:
+    """The environment of a user who ran ``docker login host`` (and of no other user)."""
+    docker = tmp_path / "docker"
+    docker.mkdir(exist_ok=True)
+    auth = base64.b64encode(f"{USER}:{password}".encode()).decode()
+    (docker / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
+    return {"DOCKER_CONFIG": str(docker), "HOME": str(tmp_path)}
+
+
+def anonymous(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "anonymous-home"
+    home.mkdir(exist_ok=True)
+    return {"DOCKER_CONFIG": str(home), "HOME": str(home)}
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> Iterator[TokenService]:
+    service = TokenService(tmp_path, {USER: PASSWORD})
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def token_registry(tokens: TokenService) -> Iterator[RegistryServer]:
+    with registry(tokens.registry_auth()) as server:
+        yield server
+
+
+@pytest.fixture
+def basic_registry(tmp_path: Path) -> Iterator[RegistryServer]:
+    users = tmp_path / "htpasswd"
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+    users.write_text(f"{USER}:{hashed}\n")
+    with registry(f"  htpasswd:\n    realm: neuronbuild-test\n    path: {users}\n") as server:
+        yield server
+
+
+def ci_flow(url: str, tmp_path: Path, env: dict[str, str]) -> str:
+    """Push a published build, tag it, list, deep-verify and pull it, as the README's CI and
+    node do; returns the manifest digest."""
+    stage = Store(str(tmp_path / "ci-store"), create=True)
+    digest = publish_build(stage, demo_recipe(tmp_path), tmp_path, "a")
+    steps = [
+        ("push", "remote-demo/latest", "--from", stage.url, "--cache", url),
+        ("tag", "remote-demo/latest", "remote-demo/prod", "--cache", url),
+        ("verify", "remote-demo/prod", "--cache", url, "--deep"),
+        ("pull", "remote-demo/prod", "--cache", url, "--local-cache", str(tmp_path / "node")),
+    ]
+    for step in steps:
+        done = neuronbuild(*step, env=env)
+        assert done.returncode == 0, (step, done.stderr)
+    listed = neuronbuild("ls", "--cache", url, "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["refs"]["remote-demo/prod"] == digest
+    return digest
+
+
+def refused_in_one_line(result: object, host: str) -> None:
+    assert result.returncode == 3, result.stderr  # type: ignore[attr-defined]
+    line = result.stderr.strip()  # type: ignore[attr-defined]
+    assert "\n" not in line and "Traceback" not in line, line
+    assert "HTTP 401" in line and f"docker login {host}" in line, line
+
+
+def test_a_token_registry_takes_the_ci_flow_with_the_login_s_credentials(
+    tokens: TokenService, token_registry: RegistryServer, tmp_path: Path
+) -> None:
+    """The push asks for a token scoped ``pull,push`` once the registry refuses the one held
+    for the pull that came first (ORAS alone would resend the held token, and fail)."""
+    url = f"oci+http://{token_registry.host}/team/cache"
+    ci_flow(url, tmp_path, logged_in(tmp_path, token_registry.host))
+    asked = {scope for user, scope in tokens.asked if user == USER}
+    assert "repository:team/cache:pull,push" in asked, tokens.asked
+    assert "repository:team/cache:pull" in asked, tokens.asked
+
+
+def test_a_token_registry_refuses_a_user_with_no_login_in_one_line(
+    token_registry: RegistryServer, tmp_path: Path
+) -> None:
+    url = f"oci+http://{token_registry.host}/team/cache"
+    refused_in_one_line(
+        neuronbuild("ls", "--cache", url, env=anonymous(tmp_path)), token_registry.host
+    )
+    wrong = logged_in(tmp_path, token_registry.host, password="wrong")
+    refused_in_one_line(neuronbuild("ls", "--cache", url, env=wrong), token_registry.host)
+
+
+def test_an_anonymous_pull_token_reads_and_a_push_is_refused(tmp_path: Path) -> None:
+    """A public repository: anyone pulls, only a login pushes."""
+    service = TokenService(tmp_path, {USER: PASSWORD}, anonymous_pull=True)
+    try:
+        with registry(service.registry_auth()) as server:
+            url = f"oci+http://{server.host}/public/cache"
+            ci_flow(url, tmp_path, logged_in(tmp_path, server.host))
+            nobody = anonymous(tmp_path)
+            listed = neuronbuild("ls", "--cache", url, "--json", env=nobody)
+            assert listed.returncode == 0, listed.stderr
+            assert "remote-demo/prod" in json.loads(listed.stdout)["refs"]
+            moved = neuronbuild(
+                "tag", "remote-demo/latest", "remote-demo/taken", "--cache", url, env=nobody
+            )
+            refused_in_one_line(moved, server.host)
+    finally:
+        service.stop()
+
+
+def test_a_basic_auth_registry_takes_the_ci_flow_with_the_login_s_credentials(
+    basic_registry: RegistryServer, tmp_path: Path
+) -> None:
+    url = f"oci+http://{basic_registry.host}/team/cache"
+    ci_flow(url, tmp_path, logged_in(tmp_path, basic_registry.host))
+
+
+def test_a_basic_auth_registry_refuses_a_user_with_no_login_in_one_line(
+    basic_registry: RegistryServer, tmp_path: Path
+) -> None:
+    url = f"oci+http://{basic_registry.host}/team/cache"
+    refused_in_one_line(
+        neuronbuild("ls", "--cache", url, env=anonymous(tmp_path)), basic_registry.host
+    )
+    wrong = logged_in(tmp_path, basic_registry.host, password="wrong")
+    refused_in_one_line(neuronbuild("ls", "--cache", url, env=wrong), basic_registry.host)
+
+
+@pytest.mark.parametrize(
+    "challenge, token_body",
+    [
+        ('Bearer service="reg"', b""),  # no realm to ask
+        ('Bearer realm="{realm}",service="reg"', b'["not", "an", "object"]'),
+    ],
+)
+def test_a_malformed_token_challenge_or_answer_is_one_store_error(
+    challenge: str, token_body: bytes, tmp_path: Path
+) -> None:
+    """A registry whose challenge names no realm, or whose realm answers JSON that is no
+    object: one line, exit 3, no traceback."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/token"):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(token_body)))
+                self.end_headers()
+                self.wfile.write(token_body)
+                return
+            self.send_response(401)
+            realm = f"http://127.0.0.1:{server.server_address[1]}/token"
+            self.send_header("WWW-Authenticate", challenge.replace("{realm}", realm))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"oci+http://127.0.0.1:{server.server_address[1]}/team/cache"
+        result = neuronbuild("ls", "--cache", url, env=logged_in(tmp_path, "127.0.0.1"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "token service answered malformed" in line, line
