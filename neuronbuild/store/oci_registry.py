@@ -56,6 +56,8 @@ MAX_MANIFEST_BYTES = 4 << 20
 CONNECT_SECONDS = 5.0
 READ_SECONDS = 30.0
 """Seconds to connect, and to wait for each read, of every request (ORAS's token exchange too)."""
+HELPER_SECONDS = 30.0
+"""Seconds a credential helper (``docker-credential-NAME get``) has to answer (ORAS: no limit)."""
 TAGS_PAGE = 1000
 """Tags asked per page of ``tags/list`` (the registry may send fewer and a ``Link`` to the next)."""
 
@@ -205,6 +207,40 @@ def read_credentials() -> dict[str, Any]:
     return merged
 
 
+def _credential_helper(name: str, host: str) -> str | None:
+    """The Basic credentials (base64 of ``user:secret``) that ``docker-credential-NAME get``
+    answers for ``host``, as ORAS's own lookup does (a helper missing or failing is a warning on
+    stderr and None), but within :data:`HELPER_SECONDS`.
+
+    Raises:
+        StoreError: the helper did not answer in time (exit code 3).
+        ValueError, KeyError, TypeError: its answer is not ``{"Username", "Secret"}`` JSON.
+    """
+    import base64
+    import subprocess
+
+    binary = f"docker-credential-{name}"
+    log = logging.getLogger("oras.logger")
+    try:
+        done = subprocess.run(
+            [binary, "get"], input=host.encode(), capture_output=True, timeout=HELPER_SECONDS
+        )
+    except FileNotFoundError:
+        log.warning(f"Credential helper '{binary}' not found in PATH")
+        return None
+    except subprocess.TimeoutExpired:
+        raise StoreError(
+            f"the credential helper {binary} did not answer for {host} within "
+            f"{HELPER_SECONDS:.0f} s; run `echo {host} | {binary} get` to see why, or check "
+            "credsStore and credHelpers in the credential files"
+        ) from None
+    if done.returncode != 0:
+        log.warning(f"Credential helper '{binary}' failed: {done.stderr.decode().strip()}")
+        return None
+    answer = json.loads(done.stdout)
+    return base64.b64encode(f"{answer['Username']}:{answer['Secret']}".encode()).decode()
+
+
 def _drop_errors(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
 
@@ -263,6 +299,7 @@ class Registry:
         container = oras.container.Container(f"{where.host}/{where.repository}")
         # ORAS's own record of the loaded files, filled here so that it never reads them itself.
         self.auth._auth_config = read_credentials()
+        self.auth._get_auth_from_creds_store = _credential_helper  # ORAS's, with a timeout
         try:
             self.auth.load_configs(container)  # a credential helper runs here
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
 
+from neuronbuild.errors import StoreError
+from neuronbuild.store import oci_registry
 from neuronbuild.store.cas import Store
+from neuronbuild.store.oci_registry import Registry, parse_registry_url
 from tests.lib.builders import publish_build
 from tests.lib.commands import neuronbuild
 from tests.lib.registry import INSTALL_HINT, RegistryServer, registry, registry_binary
@@ -196,3 +201,50 @@ def test_a_malformed_token_challenge_or_answer_is_one_store_error(
     assert result.returncode == 3, result.stderr
     line = result.stderr.strip()
     assert "\n" not in line and "token service answered malformed" in line, line
+
+
+def helper_login(tmp_path: Path, host: str, script: str) -> dict[str, str]:
+    """The environment of a user whose config names a credential helper for ``host``
+    (``credHelpers``), the helper being ``script`` (a shell body) on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    helper = bin_dir / "docker-credential-testhelper"
+    helper.write_text(f"#!/bin/sh\n{script}\n")
+    helper.chmod(0o755)
+    docker = tmp_path / "helper-docker"
+    docker.mkdir(exist_ok=True)
+    (docker / "config.json").write_text(json.dumps({"credHelpers": {host: "testhelper"}}))
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    return {"DOCKER_CONFIG": str(docker), "HOME": str(tmp_path), "PATH": path}
+
+
+def test_a_credential_helper_s_answer_logs_in(
+    basic_registry: RegistryServer, tmp_path: Path
+) -> None:
+    answer = json.dumps({"ServerURL": basic_registry.host, "Username": USER, "Secret": PASSWORD})
+    env = helper_login(tmp_path, basic_registry.host, f"cat >/dev/null; echo '{answer}'")
+    url = f"oci+http://{basic_registry.host}/team/cache"
+    ci_flow(url, tmp_path, env)
+
+
+def test_a_credential_helper_that_never_answers_is_one_store_error_in_bounded_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORAS runs the helper with no timeout: a helper waiting on a keychain prompt or a network
+    that is down hung every command."""
+    env = helper_login(tmp_path, "reg.example", "exec sleep 600")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(oci_registry, "HELPER_SECONDS", 0.5)
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="docker-credential-testhelper did not answer"):
+        Registry(parse_registry_url("oci://reg.example/team/cache"))
+    assert time.monotonic() - started < 10
+
+
+def test_a_credential_helper_s_malformed_answer_is_one_line(tmp_path: Path) -> None:
+    env = helper_login(tmp_path, "reg.example", "cat >/dev/null; echo '{\"Username\": 1}'")
+    result = neuronbuild("ls", "--cache", "oci://reg.example/team/cache", env=env)
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "credential helper for reg.example answered malformed" in line
