@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -259,8 +260,8 @@ class Unauthorized(StoreError):
 
 
 class Registry:
-    """Requests to one repository of one registry (thread-safe as a ``requests.Session`` is for
-    these calls: one token, refreshed on 401).
+    """Requests to one repository of one registry, from any number of threads (a
+    ``requests.Session``'s pool; one bearer token per challenged scope, shared).
 
     Raises:
         UserError: the ``oci`` extra is not installed (the message says how to install it).
@@ -296,6 +297,9 @@ class Registry:
             self.session.mount(prefix, _Bounded(pool_maxsize=32))
         self.auth = self.client.auth
         self.basic = False  # the registry asked for Basic credentials, not a token
+        self._token_lock = threading.Lock()
+        self._tokens: dict[str, str] = {}  # bearer token per scope the registry challenged
+        self._held: str | None = None  # the token a request sends first: the latest granted
         container = oras.container.Container(f"{where.host}/{where.repository}")
         # ORAS's own record of the loaded files, filled here so that it never reads them itself.
         self.auth._auth_config = read_credentials()
@@ -327,20 +331,25 @@ class Registry:
     ) -> Any:
         """One attempt, authenticating once on 401/403 as the registry's challenge asks: a
         ``Basic`` challenge gets the credentials themselves (sent on every later request; ORAS
-        would ask a token of the realm instead), a ``Bearer`` one a fresh token from its realm
-        (ORAS's exchange; fresh because the held one may have expired or lack this request's
-        scope, as a pull token lacks ``push``). Without credentials for a Basic challenge, or
-        with no token granted, the 401/403 is returned for :meth:`request` to report."""
+        would ask a token of the realm instead), a ``Bearer`` one a token of the challenge's
+        scope (:meth:`_token`), sent on the retry whatever another thread holds by then.
+        Without credentials for a Basic challenge, or with no token granted, the 401/403 is
+        returned for :meth:`request` to report."""
         timeout = (CONNECT_SECONDS, READ_SECONDS)
 
-        def attempt() -> Any:
-            sent = {**headers, **self._authorization()}
+        def attempt(authorization: dict[str, str]) -> Any:
             data = body() if body else None
             return self.session.request(
-                method, url, headers=sent, data=data, stream=stream, timeout=timeout
+                method,
+                url,
+                headers={**headers, **authorization},
+                data=data,
+                stream=stream,
+                timeout=timeout,
             )
 
-        response = attempt()
+        held = self._held
+        response = attempt(self._authorization(held))
         if response.status_code not in (401, 403):
             return response
         response.close()
@@ -349,24 +358,51 @@ class Registry:
             if self.basic or not getattr(self.auth, "_basic_auth", None):
                 return response
             self.basic = True
-        else:
-            try:
-                granted = self.auth.authenticate_request(response, {}, refresh=True)[1]
-            except (AttributeError, TypeError, KeyError) as exc:  # no realm; a token not JSON
-                raise StoreError(
-                    f"{self.where.url}: the registry's token service answered malformed "
-                    f"({type(exc).__name__}) to a challenge {retry.one_line(challenge)[:120]!r}"
-                ) from None
-            if not granted:
-                return response
-        return attempt()
+            return attempt(self._authorization(None))
+        token = self._token(challenge, held)
+        if token is None:
+            return response
+        return attempt({"Authorization": f"Bearer {token}"})
 
-    def _authorization(self) -> dict[str, str]:
+    def _token(self, challenge: str, refused: str | None) -> str | None:
+        """A bearer token for the scope a ``Bearer`` challenge names, or None when the realm
+        grants none: the one held for that scope unless it is the token just ``refused``
+        (expired, or asked before another thread's exchange), else a fresh one from the realm
+        (ORAS's exchange: the login's credentials, anonymous without). One exchange at a time,
+        so that threads refused together share one token per scope (a push's 16 threads check
+        presence with ``pull`` while they upload with ``pull,push``).
+
+        Raises:
+            StoreError: a challenge with no realm, or a realm answering no JSON object.
+        """
+        import oras.auth.utils
+
+        asked = oras.auth.utils.parse_auth_header(challenge)
+        scope = _scope_key(asked.scope or "")
+        with self._token_lock:
+            token = self._tokens.get(scope)
+            if token is None or token == refused:
+                try:
+                    if not asked.realm:
+                        raise KeyError("realm")
+                    token = self.auth.request_token(asked)
+                except (AttributeError, TypeError, KeyError) as exc:  # a token not JSON
+                    raise StoreError(
+                        f"{self.where.url}: the registry's token service answered malformed "
+                        f"({type(exc).__name__}) to a challenge {retry.one_line(challenge)[:120]!r}"
+                    ) from None
+                if not token:
+                    return None
+                self._tokens[scope] = token
+            self._held = token
+            return token
+
+    def _authorization(self, token: str | None) -> dict[str, str]:
         """The ``Authorization`` header to send: the credentials once a registry asked for
-        Basic, else the held bearer token, else none."""
+        Basic, else bearer ``token``, else none."""
         if self.basic:
             return {"Authorization": f"Basic {self.auth._basic_auth}"}
-        return dict(self.auth.get_auth_header())
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def request(
         self,
@@ -707,6 +743,16 @@ class Transient(StoreError):
 
 class BlobRefused(StoreError):
     """The registry refused a blob whose bytes do not hash to the digest it was sent under."""
+
+
+def _scope_key(scope: str) -> str:
+    """A challenge's scope with each resource's actions sorted: distribution names one scope
+    ``pull,push`` or ``push,pull`` from one request to the next (Go's map order)."""
+    resources = []
+    for resource in scope.split():
+        name, _, actions = resource.rpartition(":")
+        resources.append(f"{name}:{','.join(sorted(actions.split(',')))}")
+    return " ".join(sorted(resources))
 
 
 def _tags_page(content: bytes, url: str) -> list[str]:

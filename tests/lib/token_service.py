@@ -12,6 +12,7 @@ import base64
 import datetime
 import http.server
 import json
+import random
 import threading
 import time
 import urllib.parse
@@ -39,6 +40,10 @@ class TokenService:
         self.users = users
         self.anonymous_pull = anonymous_pull
         self.asked: list[tuple[str | None, str]] = []  # (user or None, scope) per request
+        self.delay = 0.0  # each answer waits up to this many seconds (a slow, uneven service)
+        # Seconds a token is valid for. The registry allows 60 s past expiry (distribution's
+        # token.go ``Leeway``), so -59 makes a token that works for about a second.
+        self.lifetime = 300
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ISSUER)])
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -94,6 +99,7 @@ class TokenService:
         return user
 
     def _answer(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        time.sleep(random.uniform(0, self.delay))
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query)
         user = self._user(handler.headers.get("Authorization"))
         scopes = query.get("scope", [])
@@ -111,7 +117,9 @@ class TokenService:
             granted = actions.split(",") if user else [a for a in actions.split(",") if a == "pull"]
             access.append({"type": kind, "name": repository, "actions": granted})
         token = self._token(str(user or ""), query.get("service", [""])[0], access)
-        body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
+        body = json.dumps(
+            {"token": token, "access_token": token, "expires_in": self.lifetime}
+        ).encode()
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(body)))
@@ -126,7 +134,7 @@ class TokenService:
             "iss": ISSUER,
             "sub": subject,
             "aud": audience,
-            "exp": now + 300,
+            "exp": now + self.lifetime,
             "nbf": now - 10,
             "iat": now,
             "jti": uuid.uuid4().hex,

@@ -6,8 +6,11 @@ verifies) and ``htpasswd`` Basic auth (as Artifactory and Nexus ask). Credential
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import hashlib
 import json
 import os
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +122,63 @@ def test_a_token_registry_refuses_a_user_with_no_login_in_one_line(
     )
     wrong = logged_in(tmp_path, token_registry.host, password="wrong")
     refused_in_one_line(neuronbuild("ls", "--cache", url, env=wrong), token_registry.host)
+
+
+def test_pulls_and_pushes_at_once_on_one_session_each_use_a_token_of_their_scope(
+    tokens: TokenService,
+    token_registry: RegistryServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A push checks presence (``HEAD``, a ``pull`` token) while it uploads (``pull,push``) on
+    16 threads sharing one session: a thread's fresh token must be the one its retry sends,
+    whatever another thread was granted meanwhile (a slow token service widens the window)."""
+    for name, value in logged_in(tmp_path, token_registry.host).items():
+        monkeypatch.setenv(name, value)
+    client = Registry(parse_registry_url(f"oci+http://{token_registry.host}/team/cache"))
+    tokens.delay = 0.1
+    exchange = client.auth.request_token
+
+    def descheduled(*args: object) -> object:  # a thread paused once its token came back
+        granted = exchange(*args)
+        time.sleep(random.uniform(0, 0.1))
+        return granted
+
+    monkeypatch.setattr(client.auth, "request_token", descheduled)
+
+    def work(thread: int) -> None:
+        for round_ in range(6):
+            data = f"blob {thread} {round_}".encode()
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            assert client.blob_size(digest) is None
+            client.upload_blob(digest, len(data), lambda data=data: data)
+            assert client.blob_size(digest) == len(data)
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        list(pool.map(work, range(16)))
+    # One exchange per scope, shared by the threads (was one per refused request: 159).
+    actions = [",".join(sorted(scope.rpartition(":")[2].split(","))) for _, scope in tokens.asked]
+    assert sorted(actions) == ["pull", "pull,push"], tokens.asked
+
+
+def test_a_held_token_that_expired_is_exchanged_for_a_fresh_one(
+    tokens: TokenService,
+    token_registry: RegistryServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hours of pushing outlast a token: the one held for a scope, once refused, is not
+    offered again."""
+    for name, value in logged_in(tmp_path, token_registry.host).items():
+        monkeypatch.setenv(name, value)
+    client = Registry(parse_registry_url(f"oci+http://{token_registry.host}/team/cache"))
+    absent = "sha256:" + "0" * 64
+    tokens.lifetime = -59  # valid for about a second
+    assert client.blob_size(absent) is None
+    time.sleep(2)
+    tokens.lifetime = 300
+    assert client.blob_size(absent) is None
+    assert [scope for _, scope in tokens.asked] == ["repository:team/cache:pull"] * 2
 
 
 def test_an_anonymous_pull_token_reads_and_a_push_is_refused(tmp_path: Path) -> None:
