@@ -68,6 +68,7 @@ from neuronbuild.store.oci_registry import (
     FileBodies,
     Registry,
     RegistryURL,
+    bytes_body,
     parse_registry_url,
 )
 from neuronbuild.store.records import Manifest, UnitRecord
@@ -418,7 +419,7 @@ class RegistryBackend(Backend):
     def _upload(self, digest: str, data: bytes) -> None:
         if self.registry.blob_size(digest) == len(data):
             return
-        self.registry.upload_blob(digest, len(data), lambda: data)
+        self.registry.upload_blob(digest, len(data), bytes_body(data))
 
     def _put_object(self, path: str, data: bytes) -> str:
         """Write the object; returns its OCI manifest's digest."""
@@ -434,7 +435,7 @@ class RegistryBackend(Backend):
             self._put_object(path, data)
             return
         try:
-            self.registry.upload_blob(digest, len(data), lambda: data)
+            self.registry.upload_blob(digest, len(data), bytes_body(data))
         except BlobRefused as exc:
             if sha256_digest(data) == digest:  # the bytes sent were right: the registry is not
                 raise StoreError(f"{self.url_of(path)}: {exc}; the bytes sent hash to it") from None

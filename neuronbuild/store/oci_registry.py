@@ -21,9 +21,9 @@ any other unexpected status. 404 is reported as absent (None) to the caller.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -60,6 +60,11 @@ READ_SECONDS = 30.0
 HELPER_SECONDS = 30.0
 """Seconds a credential helper (``docker-credential-NAME get``) has to answer (ORAS: no limit)."""
 TAGS_PAGE = 1000
+CHUNK_BYTES = 64 << 20
+MIN_CHUNK_BYTES = 256 << 10
+"""Chunked uploads (bytes): once a registry refuses a whole blob in one request (HTTP 413, a
+proxy's body limit such as nginx's ``client_max_body_size``), blobs go in ``PATCH`` chunks of
+at most :data:`CHUNK_BYTES`, halved on each 413 down to :data:`MIN_CHUNK_BYTES`."""
 """Tags asked per page of ``tags/list`` (the registry may send fewer and a ``Link`` to the next)."""
 
 
@@ -300,6 +305,7 @@ class Registry:
         self._token_lock = threading.Lock()
         self._tokens: dict[str, str] = {}  # bearer token per scope the registry challenged
         self._held: str | None = None  # the token a request sends first: the latest granted
+        self._chunk: int | None = None  # the chunk size once a whole blob was refused (413)
         container = oras.container.Container(f"{where.host}/{where.repository}")
         # ORAS's own record of the loaded files, filled here so that it never reads them itself.
         self.auth._auth_config = read_credentials()
@@ -467,6 +473,8 @@ class Registry:
                     return None
                 if status not in retry.TRANSIENT_STATUS:
                     message = _error_text(response)
+                    if status == 413:
+                        raise BodyTooLarge(f"{what}: HTTP 413 {message}".strip())
                     if status in (401, 403):
                         raise Unauthorized(
                             f"{what}: HTTP {status} {message}; log in (docker login "
@@ -566,14 +574,18 @@ class Registry:
         response = self.request("GET", f"/blobs/{digest}", read=limit)
         return None if response is None else bytes(response.content)
 
-    def upload_blob(self, digest: str, size: int, body: Callable[[], Any]) -> None:
-        """Upload a blob in one streamed ``PUT`` after the ``POST`` that opens its upload
-        session (the registry checks the bytes hash to ``digest``). A failed ``PUT`` is retried
-        with a new session: the registry may have dropped the old one with the connection.
+    def upload_blob(self, digest: str, size: int, body: Callable[[int, int], Any]) -> None:
+        """Upload a blob of ``size`` bytes; ``body(start, length)`` gives its bytes
+        ``[start, start + length)`` as a request body, afresh on each call. One streamed ``PUT``
+        after the ``POST`` that opens the upload session (the registry checks the bytes hash to
+        ``digest``); a registry that refuses that request's size (413) gets this blob and every
+        later one in ``PATCH`` chunks (:data:`CHUNK_BYTES`). A failed upload is retried with a
+        new session: the registry may have dropped the old one with the connection.
 
         Raises:
-            BlobRefused: the registry found other bytes than ``digest`` names. Transient: the
-                upload kept failing (:data:`.retry.ATTEMPTS` sessions).
+            BlobRefused: the registry found other bytes than ``digest`` names. StoreError: it
+                refuses even :data:`MIN_CHUNK_BYTES` in one request. Transient: the upload
+                kept failing (:data:`.retry.ATTEMPTS` sessions).
         """
         what = f"{self.where.url}: upload of {digest}"
         for attempt in range(1, retry.ATTEMPTS + 1):
@@ -587,25 +599,104 @@ class Registry:
                 retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {exc}")
                 time.sleep(seconds)
 
-    def _upload_once(self, digest: str, size: int, body: Callable[[], Any]) -> None:
-        """One upload session: ``POST`` (retried as :meth:`request` does), then one ``PUT``.
+    def _upload_once(self, digest: str, size: int, body: Callable[[int, int], Any]) -> None:
+        """One upload session: ``POST`` (retried as :meth:`request` does), then the bytes in
+        one ``PUT``, or in chunks (:meth:`_upload_chunks`) once the registry refused that.
 
         Raises:
-            Transient: the ``PUT`` failed transiently, or its session was gone (404).
+            Transient: a request of the session failed transiently, or the session was gone.
+        """
+        location = self._open_upload()
+        if self._chunk is None or size <= self._chunk:
+            try:
+                self._close_upload(location, digest, size, lambda: body(0, size))
+                return
+            except BodyTooLarge:
+                self._chunk = min(self._chunk or CHUNK_BYTES, max(size // 2, MIN_CHUNK_BYTES))
+                location = self._open_upload()  # the refused PUT may have ended its session
+        self._upload_chunks(location, digest, size, body)
+
+    def _upload_chunks(
+        self, location: str, digest: str, size: int, body: Callable[[int, int], Any]
+    ) -> None:
+        """The blob in ``PATCH`` chunks of the session at ``location``, each sent to the
+        location the last one's answer named (distribution spec, "Pushing a blob in chunks"),
+        then the closing ``PUT``; a chunk refused as too large (413) is sent again halved.
+
+        Raises:
+            StoreError: the registry refuses a chunk of :data:`MIN_CHUNK_BYTES`. Transient: a
+                chunk failed, or the session was gone.
+        """
+        start = 0
+        while start < size:
+            chunk = self._chunk or CHUNK_BYTES
+            length = min(chunk, size - start)
+            end = start + length - 1
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"{start}-{end}",
+                "Content-Length": str(length),
+            }
+            try:
+                answer = self.request(
+                    "PATCH", location, headers=headers, ok=(202,), attempts=1,
+                    body=functools.partial(body, start, length),
+                )  # fmt: skip
+            except BodyTooLarge as exc:
+                if chunk // 2 < MIN_CHUNK_BYTES:
+                    raise StoreError(
+                        f"{exc}: the registry (or a proxy before it) refuses even a chunk of "
+                        f"{length} bytes; raise its request body limit (nginx: "
+                        "client_max_body_size 0)"
+                    ) from None
+                self._chunk = chunk // 2
+                continue
+            if answer is None:
+                raise Transient(f"{self.where.url}: upload of {digest}: the session is gone")
+            answer.close()
+            location = self._location(answer)
+            start += length
+        self._close_upload(location, digest, 0, lambda: b"")
+
+    def _open_upload(self) -> str:
+        """``POST`` an upload session; returns its location.
+
+        Raises:
+            StoreError: the registry has no upload endpoint, or named no location.
         """
         start = self.request("POST", "/blobs/uploads/", ok=(202,), headers={"Content-Length": "0"})
         if start is None:
             raise StoreError(f"{self.where.url}: the registry has no upload endpoint (404)")
         start.close()
-        location = start.headers.get("Location") or ""
+        return self._location(start)
+
+    def _location(self, answer: Any) -> str:
+        """The upload session's URL an answer names (``Location``, made absolute).
+
+        Raises:
+            StoreError: it names none.
+        """
+        location = str(answer.headers.get("Location") or "")
         if not location:
             raise StoreError(f"{self.where.url}: the registry sent no upload location")
         if location.startswith("/"):
             location = f"{SCHEMES[self.where.scheme]}://{self.where.host}{location}"
+        return location
+
+    def _close_upload(
+        self, location: str, digest: str, length: int, body: Callable[[], Any]
+    ) -> None:
+        """The ``PUT`` that ends the session at ``location`` as blob ``digest``, its body
+        ``length`` bytes (the whole blob, or none after chunks).
+
+        Raises:
+            BodyTooLarge: the registry refused the body's size (413). BlobRefused: the bytes
+                do not hash to ``digest``. Transient: it failed, or the session was gone.
+        """
         parts = urllib.parse.urlsplit(location)
         query = urllib.parse.urlencode([*urllib.parse.parse_qsl(parts.query), ("digest", digest)])
         url = urllib.parse.urlunsplit(parts._replace(query=query))
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(length)}
         try:
             put = self.request("PUT", url, headers=headers, body=body, ok=(201,), attempts=1)
         except StoreError as exc:
@@ -741,6 +832,10 @@ class Transient(StoreError):
     the attempts (exit code 3, as every StoreError)."""
 
 
+class BodyTooLarge(StoreError):
+    """The registry, or a proxy before it, refused a request body's size (HTTP 413)."""
+
+
 class BlobRefused(StoreError):
     """The registry refused a blob whose bytes do not hash to the digest it was sent under."""
 
@@ -801,18 +896,25 @@ def _read_at_most(raw: IO[bytes], limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def bytes_body(data: bytes) -> Callable[[int, int], bytes]:
+    """:meth:`Registry.upload_blob`'s body for bytes in memory: ``data[start:start + length]``
+    (the whole, uncopied, when it is all of them)."""
+    return lambda start, length: data[start : start + length]
+
+
 class FileBodies:
-    """Each upload attempt's body, the file ``path`` opened afresh (:class:`CountedFile`):
-    :meth:`open` closes the previous attempt's; leaving the ``with`` block closes the last,
-    whatever the upload raised."""
+    """Each upload request's body, a range of the file ``path`` opened afresh
+    (:class:`CountedFile`): :meth:`open` closes the previous request's; leaving the ``with``
+    block closes the last, whatever the upload raised."""
 
     def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
         self.path, self.on_bytes = path, on_bytes
         self.current: CountedFile | None = None
 
-    def open(self) -> CountedFile:
+    def open(self, start: int, length: int) -> CountedFile:
+        """The file's bytes ``[start, start + length)`` as a body (:meth:`Registry.upload_blob`)."""
         self.close()
-        self.current = CountedFile(self.path, self.on_bytes)
+        self.current = CountedFile(self.path, self.on_bytes, start, length)
         return self.current
 
     def close(self) -> None:
@@ -828,20 +930,25 @@ class FileBodies:
 
 
 class CountedFile:
-    """A local file as a streamed request body of known length (requests sends it in blocks
-    and sets ``Content-Length`` from :meth:`__len__`), each block's length told to
-    ``on_bytes``."""
+    """``length`` bytes of a local file from ``start``, as a streamed request body of known
+    length (requests sends it in blocks and sets ``Content-Length`` from :meth:`__len__`), each
+    block's length told to ``on_bytes``."""
 
-    def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, path: str, on_bytes: Callable[[int], None] | None, start: int, length: int
+    ) -> None:
         self.file = open(path, "rb")  # noqa: SIM115  # closed by the request's end (close())
-        self.size = os.fstat(self.file.fileno()).st_size
+        self.file.seek(start)
+        self.left = length
+        self.size = length
         self.on_bytes = on_bytes
 
     def __len__(self) -> int:
         return self.size
 
     def read(self, n: int = -1) -> bytes:
-        chunk = self.file.read(n)
+        chunk = self.file.read(self.left if n < 0 else min(n, self.left))
+        self.left -= len(chunk)
         if chunk and self.on_bytes is not None:
             self.on_bytes(len(chunk))
         return chunk

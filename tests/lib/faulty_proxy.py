@@ -47,7 +47,10 @@ class FaultyProxy:
     that ignores ranges answers); ``repeat_link``: GETs whose path contains it are answered
     with a ``Link`` header naming that same path as the next page; ``corrupt_uploads``: the last
     byte of every PUT body whose path contains it is flipped on the way; ``listen``: the
-    address to listen on (``::1`` for IPv6)."""
+    address to listen on (``::1`` for IPv6); ``max_body``: a PUT or PATCH whose body is larger
+    (bytes) is answered 413, as nginx answers past its ``client_max_body_size``, unforwarded;
+    ``bodies`` lists each forwarded PUT's and PATCH's method and body length, ``too_large``
+    counts those refused."""
 
     def __init__(
         self,
@@ -66,7 +69,10 @@ class FaultyProxy:
         repeat_link: str | None = None,
         corrupt_uploads: str | None = None,
         listen: str = "127.0.0.1",
+        max_body: int = 0,
     ) -> None:
+        self.max_body = max_body
+        self.bodies: list[tuple[str, int]] = []
         self.max_cuts, self.ignore_range, self.repeat_link = max_cuts, ignore_range, repeat_link
         self.corrupt_uploads = corrupt_uploads
         self.target_port, self.fail_every = target_port, fail_every
@@ -78,6 +84,7 @@ class FaultyProxy:
         self.agents: list[tuple[str, str, str]] = []
         """Every request's method, path (with its query) and User-Agent, in arrival order."""
         self.down = False
+        self.too_large = 0
         self.requests = self.failed = self.stalled = self.cut = self.gets = self.corrupted = 0
         self._lock = threading.Lock()
         proxy = self
@@ -107,6 +114,19 @@ class FaultyProxy:
                 if stall:
                     time.sleep(proxy.stall_seconds)
                     return  # the client has given up on this request
+                if self.command in ("PUT", "PATCH"):
+                    if proxy.max_body and length > proxy.max_body:
+                        payload = b"<html><center><h1>413 Request Entity Too Large</h1></center>"
+                        self.send_response(413)
+                        self.send_header("Content-Type", "text/html")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        with proxy._lock:
+                            proxy.too_large += 1
+                        return
+                    with proxy._lock:
+                        proxy.bodies.append((self.command, length))
                 if fail:
                     payload = (
                         b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
@@ -180,7 +200,7 @@ class FaultyProxy:
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
                 self.close_connection = True
 
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
 
         server_class = ThreadingHTTPServer
         if ":" in listen:

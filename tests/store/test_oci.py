@@ -17,7 +17,7 @@ from neuronbuild.notices import set_retry_listener
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci import RegistryBackend, artifact_type
-from neuronbuild.store.oci_registry import parse_registry_url
+from neuronbuild.store.oci_registry import bytes_body, parse_registry_url
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.faulty_proxy import FaultyProxy
@@ -170,7 +170,7 @@ def push_foreign(store: Store, tag: str, manifest: dict[str, object], config: by
     """Push an OCI manifest that is not ours under ``tag`` (its config blob first)."""
     backend = store.backend
     assert isinstance(backend, RegistryBackend)
-    backend.registry.upload_blob(sha256_digest(config), len(config), lambda: config)
+    backend.registry.upload_blob(sha256_digest(config), len(config), bytes_body(config))
     backend.registry.put_manifest(tag, json.dumps(manifest).encode())
 
 

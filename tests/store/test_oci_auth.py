@@ -151,7 +151,7 @@ def test_pulls_and_pushes_at_once_on_one_session_each_use_a_token_of_their_scope
             data = f"blob {thread} {round_}".encode()
             digest = "sha256:" + hashlib.sha256(data).hexdigest()
             assert client.blob_size(digest) is None
-            client.upload_blob(digest, len(data), lambda data=data: data)
+            client.upload_blob(digest, len(data), oci_registry.bytes_body(data))
             assert client.blob_size(digest) == len(data)
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:

@@ -70,7 +70,9 @@ def test_a_resumed_read_from_a_registry_that_ignores_range_is_the_blob(
 ) -> None:
     data = os.urandom(3 << 20)
     digest = sha256_digest(data)
-    Registry(parse_registry_url(oci_url)).upload_blob(digest, len(data), lambda: data)
+    Registry(parse_registry_url(oci_url)).upload_blob(
+        digest, len(data), oci_registry.bytes_body(data)
+    )
     with FaultyProxy(
         registry_port(oci_url), cut_every=1, max_cuts=1, body_path="/blobs/", ignore_range=True
     ) as proxy:
@@ -138,6 +140,43 @@ def test_an_upload_refused_for_bytes_sent_right_is_a_store_error_not_bad_data(
     direct = Store(oci_url)
     with pytest.raises(StoreDataInvalid, match="do not hash"):
         direct.backend.put(direct.layout.blob(digest), wrong)
+
+
+def test_a_registry_that_refuses_large_bodies_gets_blobs_in_chunks(
+    oci_url: str, tmp_path: Path
+) -> None:
+    """Behind nginx's default ``client_max_body_size 1m``, a 3 MiB blob's whole PUT is
+    refused (413) and so is its first chunk of half that; chunks of 768 KiB go through, and
+    the next blob goes in chunks at once."""
+    limit = 1 << 20
+    first, second = os.urandom(3 << 20), os.urandom(2 << 20)
+    local = tmp_path / "blob"
+    local.write_bytes(first)
+    with FaultyProxy(registry_port(oci_url), max_body=limit) as proxy:
+        store = Store(proxied(oci_url, proxy))
+        store.backend.put_file(local, store.layout.blob(sha256_digest(first)))
+        store.backend.put(store.layout.blob(sha256_digest(second)), second)
+    assert proxy.too_large == 2
+    chunks = [n for method, n in proxy.bodies if method == "PATCH"]
+    assert chunks == [768 << 10] * 4 + [768 << 10] * 2 + [512 << 10], chunks
+    assert [n for method, n in proxy.bodies if method == "PUT"] == [0, 0]
+    registry = Registry(parse_registry_url(oci_url))
+    for data in (first, second):
+        assert registry.read_blob(sha256_digest(data), len(data) + 1) == data
+
+
+def test_a_registry_that_refuses_even_small_chunks_is_one_store_error(
+    oci_url: str, tmp_path: Path
+) -> None:
+    data = os.urandom(1 << 20)
+    with FaultyProxy(registry_port(oci_url), max_body=100 << 10) as proxy:
+        store = Store(proxied(oci_url, proxy))
+        with pytest.raises(StoreError) as raised:
+            store.backend.put(store.layout.blob(sha256_digest(data)), data)
+    message = str(raised.value)
+    assert "\n" not in message and "HTTP 413" in message, message
+    assert "refuses even a chunk of 262144 bytes" in message and "client_max_body_size" in message
+    assert Registry(parse_registry_url(oci_url)).blob_size(sha256_digest(data)) is None
 
 
 @pytest.mark.parametrize(
