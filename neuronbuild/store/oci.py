@@ -60,10 +60,11 @@ from typing import IO, Any, cast
 from fsspec import AbstractFileSystem
 
 from neuronbuild.digest import hash_file, hex_of, sha256_digest
-from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.backends import Backend, OnBytes, SwapConflict
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
 from neuronbuild.store.oci_registry import (
+    MAX_MANIFEST_BYTES,
     BlobRefused,
     FileBodies,
     Registry,
@@ -422,10 +423,23 @@ class RegistryBackend(Backend):
         self.registry.upload_blob(digest, len(data), bytes_body(data))
 
     def _put_object(self, path: str, data: bytes) -> str:
-        """Write the object; returns its OCI manifest's digest."""
+        """Write the object; returns its OCI manifest's digest.
+
+        Raises:
+            UserError: its OCI manifest (a layer per blob it names) is over the registry's
+                :data:`.MAX_MANIFEST_BYTES` (about 30,000 blobs); nothing is written.
+        """
         config = sha256_digest(data)
-        self._upload(config, data)
         manifest = self._encode(path, data, config)
+        if len(manifest) > MAX_MANIFEST_BYTES:
+            layers = len(json.loads(manifest)["layers"])
+            raise UserError(
+                f"{self.url_of(path)}: its OCI manifest would be {len(manifest)} bytes "
+                f"({layers} blobs as layers), over the {MAX_MANIFEST_BYTES} a registry takes; "
+                "nothing was written: cut the build (fewer buckets), split the recipe, or keep "
+                "it in a folder or s3:// store"
+            )
+        self._upload(config, data)
         self.registry.put_manifest(self.tag_of(path), manifest)
         return sha256_digest(manifest)
 

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.digest import sha256_digest
+from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.notices import set_retry_listener
 from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci import RegistryBackend, artifact_type
-from neuronbuild.store.oci_registry import bytes_body, parse_registry_url
+from neuronbuild.store.oci_registry import Registry, bytes_body, parse_registry_url
+from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.faulty_proxy import FaultyProxy
@@ -289,3 +290,31 @@ def test_credentials_come_from_the_docker_config_files(
     assert first.auth._basic_auth == secret
     second = Registry(parse_registry_url("oci://other.example/team/cache"))
     assert second.auth._basic_auth == "eDp5"
+
+
+def many_blobs(count: int) -> Manifest:
+    """A manifest of one unit naming ``count`` distinct blobs (their bytes are not stored)."""
+    files = tuple(
+        FileRecord(f"torch_compile_cache/f{i:06d}", sha256_digest(str(i).encode()), 1000 + i)
+        for i in range(count)
+    )
+    key = sha256_digest(canonical_json({}))
+    return Manifest("big", {}, (UnitRecord(key, {}, (), files, {}),))
+
+
+def test_a_manifest_whose_layers_a_registry_would_refuse_is_one_line_and_writes_nothing(
+    oci_url: str,
+) -> None:
+    """A layer per blob: 40,000 blobs make an OCI manifest over the registry's 4 MiB, refused
+    before a byte is sent (the registry would answer a bare HTTP 400 after the uploads)."""
+    store = Store(oci_url)
+    over = many_blobs(40_000)
+    path = store.layout.manifest(over.digest)
+    with pytest.raises(UserError) as raised:
+        store.backend.create(path, over.to_bytes())
+    message = str(raised.value)
+    assert "\n" not in message and "40000 blobs as layers" in message, message
+    assert "over the 4194304 a registry takes" in message and "nothing was written" in message
+    assert not store.backend.exists(path)
+    registry = Registry(parse_registry_url(oci_url))
+    assert registry.blob_size(sha256_digest(over.to_bytes())) is None  # not even its config
