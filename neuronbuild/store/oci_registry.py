@@ -872,15 +872,19 @@ def _tags_page(content: bytes, url: str) -> list[str]:
 
 def _error_text(response: Any) -> str:
     """The first OCI error of a failed response, on one line (``CODE: message``); its body is
-    read up to 64 KiB."""
+    read up to 64 KiB (an error per unknown blob of a manifest can be longer: the first is
+    found in what was read)."""
     try:
-        body = next(response.iter_content(64 << 10), b"")
-        first = json.loads(body)["errors"][0]
-        return retry.one_line(f"{first.get('code', '')}: {first.get('message', '')}")
+        body = next(response.iter_content(64 << 10), b"").decode(errors="replace")
     except Exception:
         return ""
     finally:
         response.close()
+    code = re.search(r'"code"\s*:\s*"([^"]{1,80})"', body)
+    message = re.search(r'"message"\s*:\s*"([^"]{0,200})"', body)
+    if code is None:
+        return ""
+    return retry.one_line(f"{code[1]}: {message[1] if message else ''}")
 
 
 def _read_at_most(raw: IO[bytes], limit: int) -> bytes:

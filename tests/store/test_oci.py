@@ -318,3 +318,12 @@ def test_a_manifest_whose_layers_a_registry_would_refuse_is_one_line_and_writes_
     assert not store.backend.exists(path)
     registry = Registry(parse_registry_url(oci_url))
     assert registry.blob_size(sha256_digest(over.to_bytes())) is None  # not even its config
+
+
+def test_a_refusal_listing_an_error_per_blob_names_the_first(oci_url: str) -> None:
+    """The registry answers a manifest whose 20,000 blobs it lacks with an error per blob (over
+    the 64 KiB of an answer read): the line still says which error it was."""
+    store = Store(oci_url)
+    lacking = many_blobs(20_000)
+    with pytest.raises(StoreError, match="HTTP 400 MANIFEST_BLOB_UNKNOWN: blob unknown"):
+        store.backend.create(store.layout.manifest(lacking.digest), lacking.to_bytes())
