@@ -7,15 +7,20 @@ config (image-spec ``manifest.md``, "Guidance for an Empty Descriptor") and one 
 envelope's bytes as the store holds them (untrusted: a reader verifies them, as ``verify`` does).
 A registry that indexes referrers itself says so with ``OCI-Subject``; on one that does not
 (distribution 2.8, Debian's docker-registry) the spec's fallback is kept: an image index tagged
-``sha256-<image hex>`` listing them, read, extended and written back. That tag has no
-compare-and-swap: two pushes of attestations of one image at once may drop one of them from
-the index (the referrer manifests themselves stay; pushing again restores it).
+``sha256-<image hex>`` listing them, read, extended, written back and read again, as refs are
+moved on a registry (:mod:`neuronbuild.store.oci`): a push whose entries another writer's
+index dropped writes them again. That tag has no compare-and-swap, so the one case left is a
+racer that read the index before a push and writes it more than 0.25 s after that push's
+check: it drops the entries (the referrer manifests themselves stay; pushing again restores
+them).
 """
 
 from __future__ import annotations
 
 import json
+import random
 import tempfile
+import time
 from pathlib import Path
 
 from neuronbuild.digest import canonical_json, hex_of, sha256_digest
@@ -29,6 +34,10 @@ EMPTY = b"{}"
 INDEX_MEDIA_TYPE = INDEX_TYPE
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 KEYID_ANNOTATION = "dev.neuronbuild.keyid"
+SETTLE_SECONDS = 0.25
+INDEX_ROUNDS = 8
+"""The fallback referrers index is written back at most :data:`INDEX_ROUNDS` times per push,
+each write checked after :data:`SETTLE_SECONDS` (to twice that: jittered)."""
 
 
 def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest: str) -> bytes:
@@ -56,29 +65,52 @@ def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest:
     )
 
 
-def _indexed(client: Registry, image: str, added: list[dict[str, object]]) -> None:
-    """Add ``added`` (descriptors) to the fallback referrers index of ``image``."""
-    tag = f"sha256-{hex_of(image)}"
+def _listed(client: Registry, tag: str) -> list[dict[str, object]]:
+    """The descriptors the fallback referrers index ``tag`` lists ([] when absent).
+
+    Raises:
+        StoreError: ``tag`` holds no image index.
+    """
     got = client.get_manifest(tag, INDEX_MEDIA_TYPE)
-    listed: list[dict[str, object]] = []
-    if got is not None:
-        try:
-            value = json.loads(got[0])
-            listed = [m for m in value.get("manifests", []) if isinstance(m, dict)]
-        except (ValueError, AttributeError):
-            raise StoreError(
-                f"{client.where.url}: the referrers index {tag} is not an image index"
-            ) from None
-    known = {m.get("digest") for m in listed}
-    merged = listed + [d for d in added if d["digest"] not in known]
-    if len(merged) == len(listed):
-        return
-    index = {
-        "schemaVersion": 2,
-        "mediaType": INDEX_MEDIA_TYPE,
-        "manifests": sorted(merged, key=lambda m: str(m.get("digest"))),
-    }
-    client.put_manifest(tag, canonical_json(index), INDEX_MEDIA_TYPE)
+    if got is None:
+        return []
+    try:
+        value = json.loads(got[0])
+        return [m for m in value.get("manifests", []) if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        raise StoreError(
+            f"{client.where.url}: the referrers index {tag} is not an image index"
+        ) from None
+
+
+def _indexed(client: Registry, image: str, added: list[dict[str, object]]) -> None:
+    """Add ``added`` (descriptors) to the fallback referrers index of ``image``: read it, write
+    it back with those it lacks, and read it again after 0.25-0.5 s (:data:`SETTLE_SECONDS`,
+    jittered so that racers part), writing again while another writer's index dropped ours.
+
+    Raises:
+        StoreError: other writers dropped ours :data:`INDEX_ROUNDS` times running.
+    """
+    tag = f"sha256-{hex_of(image)}"
+    for turn in range(INDEX_ROUNDS + 1):
+        listed = _listed(client, tag)
+        known = {m.get("digest") for m in listed}
+        missing = [d for d in added if d["digest"] not in known]
+        if not missing:
+            return
+        if turn == INDEX_ROUNDS:
+            break
+        index = {
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": sorted(listed + missing, key=lambda m: str(m.get("digest"))),
+        }
+        client.put_manifest(tag, canonical_json(index), INDEX_MEDIA_TYPE)
+        time.sleep(SETTLE_SECONDS * (1 + random.random()))
+    raise StoreError(
+        f"{client.where.url}: other writers rewrote the referrers index {tag} "
+        f"{INDEX_ROUNDS} times while attestations were added to it; push them again"
+    )
 
 
 def push_attestations(

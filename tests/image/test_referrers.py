@@ -1,0 +1,55 @@
+"""Attestations as OCI referrers on a registry that does not index them itself (distribution
+2.8, on loopback): pushes racing on the fallback referrers index each end listed in it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from neuronbuild.digest import hex_of, sha256_digest
+from neuronbuild.image import referrers
+from neuronbuild.store.oci_registry import Registry, parse_registry_url
+from tests.store.test_oci import oci_url, registry_root
+
+__all__ = ["oci_url", "registry_root"]  # the fixtures this module uses
+
+
+def test_attestations_pushed_at_once_each_end_in_the_referrers_index(
+    oci_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four pushes read the index together and each writes it back 0.3 s later (a slow
+    registry): each one's first write drops the others', and its check writes it again."""
+    client = Registry(parse_registry_url(oci_url))
+    image = sha256_digest(b"an image manifest")
+    envelopes = {f"key{i}": json.dumps({"attestation": i}).encode() for i in range(4)}
+    read = client.get_manifest
+    index_reads = 0
+
+    def slow_read(reference: str, media_type: str = referrers.MANIFEST_MEDIA_TYPE) -> Any:
+        nonlocal index_reads
+        got = read(reference, media_type)
+        if reference.startswith("sha256-"):
+            index_reads += 1
+            time.sleep(0.3)
+        return got
+
+    monkeypatch.setattr(client, "get_manifest", slow_read)
+    together = threading.Barrier(len(envelopes))
+
+    def push(keyid: str) -> int:
+        together.wait()
+        return referrers.push_attestations(
+            client, image, 100, sha256_digest(b"neuronbuild manifest"), {keyid: envelopes[keyid]}
+        )
+
+    with ThreadPoolExecutor(len(envelopes)) as pool:
+        assert list(pool.map(push, envelopes)) == [1, 1, 1, 1]
+    listed: list[Any] = referrers._listed(client, f"sha256-{hex_of(image)}")
+    keyids = sorted(m["annotations"][referrers.KEYID_ANNOTATION] for m in listed)
+    assert keyids == sorted(envelopes), keyids
+    assert index_reads > 2 * len(envelopes)  # each push read it again after writing
