@@ -26,12 +26,12 @@ import os
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.lib
+from s3_pull import random_file, timed
+
 from neuronbuild.build.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
@@ -41,20 +41,7 @@ from neuronbuild.store.transfer import copy_manifest
 from tests.lib.registry import start_registry
 
 REPO = Path(__file__).resolve().parent.parent
-JOBS, CHUNK = 8, 16 << 20
-
-
-def timed(work: Callable[[], object]) -> float:
-    start = time.monotonic()
-    work()
-    return time.monotonic() - start
-
-
-def random_file(path: Path, size: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        for start in range(0, size, CHUNK):
-            f.write(os.urandom(min(CHUNK, size - start)))
+JOBS = 8
 
 
 def oras_client(host: str) -> object:
