@@ -61,6 +61,7 @@ from fsspec import AbstractFileSystem
 
 from neuronbuild.digest import hash_file, hex_of, sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.human import count
 from neuronbuild.store.backends import Backend, OnBytes, SwapConflict
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
 from neuronbuild.store.oci_registry import (
@@ -435,7 +436,8 @@ class RegistryBackend(Backend):
             layers = len(json.loads(manifest)["layers"])
             raise UserError(
                 f"{self.url_of(path)}: its OCI manifest would be {len(manifest)} bytes "
-                f"({layers} blobs as layers), over the {MAX_MANIFEST_BYTES} a registry takes; "
+                f"({count(layers, 'blob')} as layers), over the {MAX_MANIFEST_BYTES} a "
+                "registry takes; "
                 "nothing was written: cut the build (fewer buckets), split the recipe, or keep "
                 "it in a folder or s3:// store"
             )
