@@ -1,12 +1,12 @@
 """Figures for the main job on this machine (run with .venv/bin/python bench/startup.py).
 
 Prints: seconds from server start to the first answered request for plain vLLM on an empty cache,
-``neuronbuild serve`` from prebuilt artifacts, and plain vLLM on a copy of the folder serve laid
-out, started with serve's own argv and environment (the compile-free floor): the median of N
-each, plain / serve and serve / floor (goal: at most 1.02x); serve's own work before it execs
-vLLM (``serve --layout-only``), which attributes serve - floor; seconds
-for a fully cached ``neuronbuild compile``; seconds for ``neuronbuild plan`` of a recipe with more
-than 10,000 graphs.
+``neuronbuild serve`` from prebuilt artifacts, and plain vLLM on a copy of the folder serve lays
+out, started with serve's own argv and environment (the compile-free floor), the two taking turns
+going first, each after a pause: the median of N each, plain / serve and serve / floor (goal: at
+most 1.02x); serve's own work before it execs vLLM (``serve --layout-only``), which attributes
+serve - floor; seconds for a fully cached ``neuronbuild compile``; seconds for ``neuronbuild
+plan`` of a recipe with more than 10,000 graphs.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from neuronbuild.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Hello, my name is"
+SETTLE_SECONDS = 10.0
+"""Pause before each timed start, so that the last server's leftovers have ended."""
 
 
 def first_answer_seconds(argv: list[str], log: Path, cwd: Path, env: dict[str, str]) -> float:
@@ -55,10 +57,11 @@ def timed(argv: list[str]) -> float:
 
 
 def warm_copy_seconds(work: Path, recipe: Path, store: Path, i: int) -> float:
-    """Plain vLLM on a copy of run ``i``'s lay-out, with the argv and environment ``serve
-    --dry-run --json`` gives for that copy: serve's start less neuronbuild's own work."""
+    """Plain vLLM on a copy of run ``i``'s lay-out (:func:`pre_exec_seconds` made it), with the
+    argv and environment ``serve --dry-run --json`` gives for that copy: serve's start less
+    neuronbuild's own work."""
     warm = work / f"warm-{i}"
-    shutil.copytree(work / f"prebuilt-{i}", warm, symlinks=True)
+    shutil.copytree(work / f"pre-{i}", warm, symlinks=True)
     dry = ("serve", str(recipe), "--cache", str(store), "--vllm-cache-root", str(warm))
     out = subprocess.run(
         neuronbuild(*dry, "--dry-run", "--json"),
@@ -117,11 +120,18 @@ def main() -> None:
             plain.append(
                 first_answer_seconds(vllm_args, work / f"plain-{i}.log", recipe.parent, env)
             )
+            own.append(pre_exec_seconds(work, recipe, store, i))
             env = {**os.environ, "VLLM_CACHE_ROOT": str(work / f"prebuilt-{i}")}
             serve = neuronbuild("serve", str(recipe), "--cache", str(store))
-            prebuilt.append(first_answer_seconds(serve, work / f"nb-{i}.log", work, env))
-            floor.append(warm_copy_seconds(work, recipe, store, i))
-            own.append(pre_exec_seconds(work, recipe, store, i))
+            # serve and the floor take turns going first, each after a pause: what a server
+            # left running when stopped (a plain start's compile workers) slows the next start.
+            for turn in (0, 1) if i % 2 == 0 else (1, 0):
+                time.sleep(SETTLE_SECONDS)
+                if turn == 0:
+                    log = work / f"nb-{i}.log"
+                    prebuilt.append(first_answer_seconds(serve, log, work, env))
+                else:
+                    floor.append(warm_copy_seconds(work, recipe, store, i))
             print(
                 f"run {i + 1}: plain vLLM {plain[-1]:.1f} s, neuronbuild serve {prebuilt[-1]:.1f} "
                 f"s, plain vLLM on a warm copy {floor[-1]:.1f} s; serve's own work before the "
