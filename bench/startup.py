@@ -147,6 +147,11 @@ def main() -> None:
         print(f"start to first answer, plain vLLM, warm copy (floor): median {w:.1f} s of {floor}")
         print(f"ratio plain / neuronbuild: {p / n:.2f}x")
         print(f"ratio neuronbuild / floor: {n / w:.3f}x (goal <= 1.02x)")
+        paired = [round(a / b, 3) for a, b in zip(prebuilt, floor, strict=True)]
+        print(
+            f"  run by run (each pair started back to back): median "
+            f"{statistics.median(paired)}x of {paired}"
+        )
         print(
             f"serve's own work before the exec (serve --layout-only, empty root): median {o:.2f} "
             f"s of {[round(x, 2) for x in own]} = {(w + o) / w:.3f}x the floor; the rest of "
