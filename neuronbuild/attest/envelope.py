@@ -10,6 +10,7 @@ is handed, so hostile bytes are one line, exit 2 (:class:`~neuronbuild.errors.St
 
 from __future__ import annotations
 
+import base64
 import binascii
 import re
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import FormatError, VerificationError
 from securesystemslib.signer import Key, Signer
 
+from neuronbuild.attest.keyless import is_bundle, read_bundle
 from neuronbuild.attest.statement import PREDICATE_TYPE, statement_subject
 from neuronbuild.digest import canonical_json, parse_strict
 from neuronbuild.errors import StoreDataInvalid
@@ -77,15 +79,21 @@ class Attestation:
     signatures claim (``keyids``), the manifest its Statement names (``subject``) and the
     ``predicate``. Only :meth:`verified_by` says whether a key really signed it."""
 
-    envelope: Envelope
+    envelope: Envelope | None
     keyids: tuple[str, ...]
     subject: str
     predicate: dict[str, Any]
     predicate_type: str = PREDICATE_TYPE
+    bundle: Any = None
+    """A keyless attestation's Sigstore bundle (:mod:`neuronbuild.attest.keyless`; its
+    ``envelope`` is None): only a :class:`~neuronbuild.attest.keyless.KeylessIdentity`
+    verifies it."""
 
     def verified_by(self, keys: list[Key]) -> str | None:
         """The keyid of the first of ``keys`` whose signature over this envelope verifies
-        (securesystemslib's :meth:`Envelope.verify`), else None."""
+        (securesystemslib's :meth:`Envelope.verify`), else None (always for a bundle)."""
+        if self.envelope is None:
+            return None
         for key in keys:
             try:
                 self.envelope.verify([key], 1)
@@ -102,7 +110,8 @@ print it."""
 
 
 def read_attestation(data: bytes, what: str) -> Attestation:
-    """Parse a stored DSSE envelope of an in-toto Statement (unverified).
+    """Parse a stored DSSE envelope of an in-toto Statement, or a Sigstore bundle of one
+    (keyless, told apart by its ``mediaType``), unverified.
 
     Raises:
         StoreDataInvalid: malformed, huge-nested or duplicate-keyed JSON, other fields than
@@ -110,6 +119,8 @@ def read_attestation(data: bytes, what: str) -> Attestation:
             over :data:`MAX_SIGNATURES`, or a payload that is no Statement v1 of one manifest.
     """
     raw = parse_json(data, what)
+    if is_bundle(raw):
+        return _read_bundle(raw, data, what)
     if not isinstance(raw, dict) or set(raw) != {"payload", "payloadType", "signatures"}:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope (payload, payloadType, signatures)")
     if raw["payloadType"] != PAYLOAD_TYPE:
@@ -136,3 +147,25 @@ def read_attestation(data: bytes, what: str) -> Attestation:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope ({ascii(str(exc))[:80]})") from None
     subject, predicate = statement_subject(parse_json(envelope.payload, f"{what}: payload"), what)
     return Attestation(envelope, keyids, subject, predicate)
+
+
+def _read_bundle(raw: dict[str, Any], data: bytes, what: str) -> Attestation:
+    """A keyless attestation: the Sigstore bundle ``data`` (``raw`` parsed) and the Statement
+    of its DSSE envelope (unverified).
+
+    Raises:
+        StoreDataInvalid: see :func:`~neuronbuild.attest.keyless.read_bundle`; a payload type
+            other than :data:`PAYLOAD_TYPE`, or a payload that is no Statement of one manifest.
+    """
+    bundle = read_bundle(data, what)
+    dsse = raw.get("dsseEnvelope")
+    payload_type = dsse.get("payloadType") if isinstance(dsse, dict) else None
+    if payload_type != PAYLOAD_TYPE:
+        found = ascii(payload_type)[:80]
+        raise StoreDataInvalid(f"{what}: payload type {found}, expected {PAYLOAD_TYPE}")
+    try:
+        payload = base64.b64decode(str(dsse.get("payload", "")), validate=True)  # type: ignore[union-attr]
+    except binascii.Error:
+        raise StoreDataInvalid(f"{what}: its payload is not base64") from None
+    subject, predicate = statement_subject(parse_json(payload, f"{what}: payload"), what)
+    return Attestation(None, (), subject, predicate, bundle=bundle)

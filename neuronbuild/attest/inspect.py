@@ -6,9 +6,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from neuronbuild.attest.envelope import read_attestation
+from neuronbuild.attest.envelope import Attestation, read_attestation
+from neuronbuild.attest.keyless import certificate_identity
 from neuronbuild.attest.policy import Policy
-from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.errors import StoreDataInvalid, UserError
+
+
+def _keyless_signer(attestation: Attestation, policy: Policy) -> str | None:
+    """The name of the policy signer one of whose keyless identities verifies
+    ``attestation``'s bundle, else None."""
+    for signer in policy.signers.values():
+        for identity in signer.identities:
+            if not identity.claimed_by(attestation.bundle):
+                continue
+            try:
+                identity.verify(attestation.bundle)
+            except UserError:
+                continue
+            return signer.name
+    return None
 
 
 def describe_attestations(
@@ -16,7 +32,9 @@ def describe_attestations(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """``(entries, problems)`` for the attestations of manifest ``digest``.
 
-    Each entry: ``keyid`` (the one its name claims), ``signer`` (the policy's name of the key
+    Each entry: ``keyid`` (the one its name claims), ``identity`` (a keyless attestation's
+    certificate identity and issuer, as ``ID (issuer URL)``, unverified; None for a key's),
+    ``signer`` (the policy's name of the key
     that verified it, None without one), ``verified`` (whether a key of ``policy`` verified its
     signature; None without a policy: no key to check it with), ``subject``,
     ``predicate_type`` and ``predicate`` (None when unreadable) and ``problem`` (None when
@@ -28,6 +46,7 @@ def describe_attestations(
     for keyid, data in attestations:
         entry: dict[str, Any] = {
             "keyid": keyid,
+            "identity": None,
             "signer": None,
             "verified": None,
             "subject": None,
@@ -47,7 +66,12 @@ def describe_attestations(
             predicate_type=attestation.predicate_type,
             predicate=attestation.predicate,
         )
-        if policy is not None:
+        if attestation.bundle is not None:
+            entry["identity"] = "{} (issuer {})".format(*certificate_identity(attestation.bundle))
+            if policy is not None:
+                entry["signer"] = _keyless_signer(attestation, policy)
+                entry["verified"] = entry["signer"] is not None
+        elif policy is not None:
             by = attestation.verified_by([k for _, k in keys])
             entry["verified"] = by is not None
             entry["signer"] = next((n for n, k in keys if k.keyid == by), None)

@@ -18,14 +18,15 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, l
 from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
 from neuronbuild.attest.files import read_small_file
+from neuronbuild.attest.keyless import KeylessSigner
 from neuronbuild.errors import UserError
 
 MAX_KEY_BYTES = 64 << 10
 """Largest key file read (bytes); a PEM key is well under 1 KiB."""
 
 KEY_REF_HELP = (
-    "file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256), or awskms:ARN of an AWS "
-    "KMS key (ECC_NIST_P256)"
+    "file:PATH or PATH of a PEM private key (Ed25519 or ECDSA P-256), awskms:ARN of an AWS "
+    "KMS key (ECC_NIST_P256), or sigstore: (keyless, as the CI job's OIDC identity)"
 )
 
 
@@ -55,35 +56,36 @@ def key_path(key_ref: str, option: str = "--sign") -> Path:
     """The file a ``--sign``/``--key`` KEY_REF names: ``file:PATH`` or a bare ``PATH``.
 
     Raises:
-        UserError: another scheme (``sigstore:``/``keyless:``: keyless signing is not supported
-            yet; ``awskms:`` is :func:`load_signer`'s).
+        UserError: another scheme (``awskms:`` and ``sigstore:`` are :func:`load_signer`'s).
     """
     scheme, sep, rest = key_ref.partition(":")
     if sep and scheme == "file":
         return Path(rest)
-    if sep and scheme in ("sigstore", "keyless"):
-        raise UserError(
-            f"{option} {key_ref!r}: keyless (Sigstore) signing is not supported yet; give "
-            f"{KEY_REF_HELP}"
-        )
     if sep and len(scheme) > 1 and "/" not in scheme:
         raise UserError(f"{option} {key_ref!r}: unknown key scheme {scheme!r}; give {KEY_REF_HELP}")
     return Path(key_ref)
 
 
-def load_signer(key_ref: str, option: str = "--sign") -> Signer:
+def load_signer(key_ref: str, option: str = "--sign") -> Signer | KeylessSigner:
     """The signer KEY_REF names: ``awskms:ARN`` (:func:`neuronbuild.attest.kms.kms_signer`,
-    which asks KMS for the public key now), else the private key file of :func:`key_path`.
+    which asks KMS for the public key now), ``sigstore:[staging|PATH]`` (keyless:
+    :func:`neuronbuild.attest.keyless.keyless_signer`, which finds the OIDC token now), else
+    the private key file of :func:`key_path`.
 
     Raises:
         UserError: the file cannot be read, is not an unencrypted PEM private key, or holds
             another kind of key than Ed25519 or ECDSA P-256 (``option`` names the option); for
-            KMS, see :func:`~neuronbuild.attest.kms.kms_signer` (StoreError: KMS unreachable).
+            KMS, see :func:`~neuronbuild.attest.kms.kms_signer` (StoreError: KMS unreachable);
+            for keyless, :func:`~neuronbuild.attest.keyless.keyless_signer`.
     """
     if key_ref.startswith("awskms:"):
         from neuronbuild.attest.kms import kms_signer
 
         return kms_signer(key_ref, option)
+    if key_ref.startswith("sigstore:"):
+        from neuronbuild.attest.keyless import keyless_signer
+
+        return keyless_signer(key_ref, option)
     path = key_path(key_ref, option)
     data = _read(path, option)
     try:

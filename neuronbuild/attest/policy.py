@@ -17,12 +17,19 @@ The file (YAML), paths relative to its own folder::
       - match: "*/*"
         signers: [ci]
 
+      builds:
+        keys:                   # Sigstore keyless: the CI job's OIDC identity, no key to keep
+          - identity: https://github.com/org/repo/.github/workflows/build.yml@refs/heads/main
+            issuer: https://token.actions.githubusercontent.com
+            trusted_root: sigstore/trusted_root.json   # optional: Sigstore's public-good root
+
 A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
 securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private
 half (``kms: awskms:ARN``). Either way the public key itself is in the policy's folder, never
 fetched: a node verifies offline, with no network to KMS or credentials for it. A keyid or an
-ARN without its ``file`` is refused (a fingerprint cannot check a signature). Keyless signers
-(a certificate identity and issuer) are refused as not supported yet.
+ARN without its ``file`` is refused (a fingerprint cannot check a signature). A keyless entry
+names a certificate identity and OIDC issuer (:mod:`neuronbuild.attest.keyless`), checked
+offline against a pinned Sigstore trusted root.
 
 A pattern's ``*`` matches any characters but ``/`` (so ``app/*`` covers every tag of ``app``),
 ``?`` one character but ``/``, and ``**`` any characters, ``/`` included
@@ -49,10 +56,11 @@ from typing import Any
 import yaml
 from securesystemslib.signer import Key
 
-from neuronbuild.attest.envelope import read_attestation
+from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
+from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity
 from neuronbuild.attest.ref_patterns import compile_pattern
-from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, keyless_refusal, trusted_key
+from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
 
@@ -71,10 +79,12 @@ class PolicyRefused(UserError):
 
 @dataclass(frozen=True)
 class Signer:
-    """One named signer of a policy and the keys that sign as it."""
+    """One named signer of a policy: the keys that sign as it (``trusted``) and the keyless
+    identities that do (``identities``)."""
 
     name: str
     trusted: tuple[TrustedKey, ...]
+    identities: tuple[KeylessIdentity, ...] = ()
 
     @property
     def keys(self) -> tuple[Key, ...]:
@@ -87,8 +97,10 @@ class Signer:
         return named.name() if named is not None else f"key {keyid[:16]}"
 
     def describe(self) -> str:
-        """``<name> (key <keyid, 16 hex>[ at <ARN>], ...)``: how refusals name this signer."""
-        return f"{self.name} ({', '.join(t.name() for t in self.trusted)})"
+        """``<name> (key <keyid, 16 hex>[ at <ARN>], identity <ID> (issuer <URL>), ...)``: how
+        refusals name this signer."""
+        named = [t.name() for t in self.trusted] + [i.name() for i in self.identities]
+        return f"{self.name} ({', '.join(named)})"
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,25 @@ class Policy:
     def rule_for(self, ref: str) -> Rule | None:
         """The first rule whose pattern matches ``ref`` (``<name>/<tag>``), or None."""
         return next((r for r in self.rules if r.covers(ref)), None)
+
+    def _keyless_finding(self, attestation: Attestation, ref: str, rule: Rule) -> str | None:
+        """None when a keyless identity of ``rule`` verifies ``attestation``'s bundle, else what
+        was found, for the refusal."""
+        identities = [i for s in rule.signers for i in s.identities]
+        claimed = [i for i in identities if i.claimed_by(attestation.bundle)]
+        for identity in claimed:
+            try:
+                identity.verify(attestation.bundle)
+            except UserError as exc:
+                return f"a Sigstore signature by {identity.name()} that does not verify ({exc})"
+            return None
+        who = "identity {} (issuer {})".format(*certificate_identity(attestation.bundle))
+        signer = next(
+            (s.name for s in self.signers.values() if any(i.name() == who for i in s.identities)),
+            None,
+        )
+        named = f"signer {signer} ({who})" if signer else who
+        return f"a Sigstore signature by {named}, not a signer of {ref}"
 
     def _signer_of(self, keyid: str) -> str:
         for signer in self.signers.values():
@@ -153,6 +184,18 @@ class Policy:
                 attestation = read_attestation(data, f"attestation {keyid[:16]}")
             except StoreDataInvalid as exc:
                 found.append(f"an unreadable attestation ({exc})")
+                continue
+            if attestation.bundle is not None:
+                finding = self._keyless_finding(attestation, ref, rule)
+                if finding is not None:
+                    found.append(finding)
+                elif attestation.subject != digest:
+                    found.append(
+                        f"a Sigstore attestation by {certificate_identity(attestation.bundle)[0]}"
+                        f" over another manifest, {short(attestation.subject)}"
+                    )
+                else:
+                    return None
                 continue
             by = attestation.verified_by(keys)
             if by is None:
@@ -201,16 +244,24 @@ def _list(value: Any, where: str, what: str) -> list[Any]:
 
 def _signer(name: str, entry: Any, folder: Path, field: str) -> Signer:
     if isinstance(entry, dict) and KEYLESS_FIELDS & set(entry):
-        raise PolicyInvalid(keyless_refusal(field))
+        raise PolicyInvalid(
+            f"{field}: a keyless signer is an entry of keys: "
+            "{keys: [{identity: ID, issuer: URL}]}"
+        )
     if not isinstance(entry, dict) or set(entry) != {"keys"}:
         raise PolicyInvalid(f"{field}: expected exactly {{keys: [KEY, ...]}}")
-    trusted = []
+    trusted: list[TrustedKey] = []
+    identities: list[KeylessIdentity] = []
     for i, key in enumerate(_list(entry["keys"], f"{field}.keys", "keys")):
         try:
-            trusted.append(trusted_key(key, folder, f"{field}.keys[{i}]"))
+            found = trusted_key(key, folder, f"{field}.keys[{i}]")
         except UserError as exc:
             raise PolicyInvalid(str(exc)) from None
-    return Signer(name, tuple(trusted))
+        if isinstance(found, KeylessIdentity):
+            identities.append(found)
+        else:
+            trusted.append(found)
+    return Signer(name, tuple(trusted), tuple(identities))
 
 
 def parse_policy(data: Any, source: str, folder: Path) -> Policy:

@@ -10,46 +10,59 @@ from securesystemslib.signer import Signer
 
 from neuronbuild.attest.builder import builder_from_env
 from neuronbuild.attest.envelope import sign_statement
+from neuronbuild.attest.keyless import KeylessSigner
 from neuronbuild.attest.statement import statement
 from neuronbuild.store.cas import Store
 
 
 @dataclass(frozen=True)
 class Signed:
-    """One attestation written: the ``manifest`` it is over, the ``keyid`` that signed it, the
-    ``builder`` id it names and the ``url`` it was stored at."""
+    """One attestation written: the ``manifest`` it is over, the ``keyid`` that signed it (for
+    a keyless one, the name it is stored under), the ``builder`` id it names, the ``url`` it was
+    stored at, and ``who`` signed (``key <16 hex>``, ``identity ID (issuer URL)``)."""
 
     manifest: str
     keyid: str
     builder: str
     url: str
+    who: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """``sign --json`` less its ``store`` (``neuronbuild/schemas/sign.json``)."""
         return {
             "manifest": self.manifest,
             "keyid": self.keyid,
+            "signer": self.who or f"key {self.keyid[:16]}",
             "builder": self.builder,
             "url": self.url,
         }
 
     def line(self) -> str:
         """The human result line."""
-        return f"signed {self.manifest} with key {self.keyid[:16]} (builder {self.builder})"
+        who = self.who or f"key {self.keyid[:16]}"
+        return f"signed {self.manifest} with {who} (builder {self.builder})"
 
 
-def sign_manifest(store: Store, digest: str, signer: Signer, environ: Mapping[str, str]) -> Signed:
+def sign_manifest(
+    store: Store, digest: str, signer: Signer | KeylessSigner, environ: Mapping[str, str]
+) -> Signed:
     """Attest manifest ``digest`` of ``store``: its Statement (builder read from ``environ``,
     the environment the command started with) in a DSSE envelope signed by ``signer``, stored as
-    ``attestations/<manifest>/<keyid>.json``.
+    ``attestations/<manifest>/<keyid>.json``; a keyless signer's in a Sigstore bundle, stored
+    under :func:`~neuronbuild.attest.keyless.keyless_name`.
 
     Raises:
         UserError: no such manifest; StoreDataInvalid: it is malformed or hostile;
-        StoreError: the store failed.
+        StoreError: the store failed, or (keyless) Sigstore did not sign.
     """
     manifest = store.get_manifest(digest)
     builder = builder_from_env(environ)
-    data = sign_statement(statement(manifest, digest, builder), signer)
-    keyid = str(signer.public_key.keyid)
+    told = statement(manifest, digest, builder)
+    if isinstance(signer, KeylessSigner):
+        keyid, data, who = signer.sign(told)
+    else:
+        keyid = str(signer.public_key.keyid)
+        data, who = sign_statement(told, signer), f"key {keyid[:16]}"
     store.put_attestation(digest, keyid, data)
-    return Signed(digest, keyid, builder.id, store.url_of(store.layout.attestation(digest, keyid)))
+    url = store.url_of(store.layout.attestation(digest, keyid))
+    return Signed(digest, keyid, builder.id, url, who)

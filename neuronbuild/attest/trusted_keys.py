@@ -12,9 +12,15 @@ Each entry is one of:
   pinned in the file. Nodes verify offline: they never call KMS, so need neither network to it
   nor credentials. The ARN names the signer in refusals.
 
+- ``{identity: ID, issuer: URL}`` (``trusted_root: PATH`` optional): a Sigstore keyless
+  signer (:mod:`neuronbuild.attest.keyless`), the certificate identity (email or URI SAN, e.g.
+  ``https://github.com/ORG/REPO/.github/workflows/build.yml@refs/heads/main``) and OIDC issuer
+  (``https://token.actions.githubusercontent.com``) Fulcio certified, checked offline against
+  the trusted root in that file, else Sigstore's public-good root as the installed sigstore
+  release ships it.
+
 A keyid or an ARN alone is refused: a fingerprint cannot check a signature, and fetching the
-key at verification time would make every node depend on KMS. A keyless entry (a certificate
-``identity`` and ``issuer``, Sigstore's) is refused as not supported yet.
+key at verification time would make every node depend on KMS.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from securesystemslib.signer import Key
 
+from neuronbuild.attest.keyless import KeylessIdentity
 from neuronbuild.attest.keys import load_public_key
 from neuronbuild.errors import UserError
 
@@ -33,19 +40,15 @@ KEYID = re.compile(r"[0-9a-f]{64}")
 """A pinned keyid: securesystemslib's default, sha256 hex of the public key's canonical form."""
 
 KEY_FIELDS = {"file", "keyid", "kms"}
-KEYLESS_FIELDS = {"identity", "issuer"}
-"""The fields of a keyless (Sigstore) signer: the certificate's identity and OIDC issuer."""
+KEYLESS_FIELDS = {"identity", "issuer", "trusted_root"}
+"""The fields of a keyless (Sigstore) signer: the certificate's identity and OIDC issuer, and
+the trusted root they are checked against (optional)."""
 
-FORMS = "PATH, {file: PATH, keyid: HEX} or {kms: awskms:ARN, file: PATH}"
+FORMS = (
+    "PATH, {file: PATH, keyid: HEX}, {kms: awskms:ARN, file: PATH} or "
+    "{identity: ID, issuer: URL[, trusted_root: PATH]}"
+)
 """The key entries a policy accepts, for messages."""
-
-
-def keyless_refusal(field: str) -> str:
-    """The one line refusing a keyless signer at ``field``."""
-    return (
-        f"{field}: keyless signers (certificate identity + issuer) are not supported yet; "
-        f"name the signer's keys: {FORMS}"
-    )
 
 
 @dataclass(frozen=True)
@@ -62,19 +65,49 @@ class TrustedKey:
         return f"{head} at {self.kms}" if self.kms else head
 
 
-def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey:
-    """The key policy entry ``entry`` (at ``field``, files relative to ``folder``) names.
+def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> KeylessIdentity:
+    """The keyless signer ``entry`` names (``identity``, ``issuer``, ``trusted_root``).
+
+    Raises:
+        UserError: other fields, an identity or issuer that is not a non-empty string, an issuer
+            that is not an https URL, or a trusted root that is unreadable or not one.
+    """
+    from neuronbuild.attest.keyless import trusted_root
+
+    if not set(entry) <= KEYLESS_FIELDS or not {"identity", "issuer"} <= set(entry):
+        raise UserError(
+            f"{field}: a keyless signer is exactly {{identity: ID, issuer: URL}}, "
+            "and trusted_root: PATH if not Sigstore's public-good instance"
+        )
+    identity, issuer, root = entry["identity"], entry["issuer"], entry.get("trusted_root")
+    if not isinstance(identity, str) or not identity.strip():
+        raise UserError(f"{field}.identity: expected the certificate's email or URI")
+    if not isinstance(issuer, str) or not issuer.startswith("https://"):
+        raise UserError(f"{field}.issuer: expected the OIDC issuer's https:// URL")
+    if root is not None and not isinstance(root, str):
+        raise UserError(f"{field}.trusted_root: expected the PATH of a trusted_root.json")
+    path = None if root is None else folder / root
+    try:
+        trusted_root(path)  # read now: a bad root is the policy's error, not each serve's
+    except UserError as exc:
+        raise UserError(f"{field}.{exc}") from None
+    return KeylessIdentity(identity, issuer, path)
+
+
+def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey | KeylessIdentity:
+    """The key, or keyless identity, policy entry ``entry`` (at ``field``, files relative to
+    ``folder``) names.
 
     Raises:
         UserError: one line naming ``field``: an entry of another shape, a file that cannot be
             read or holds no Ed25519 / ECDSA P-256 public key, a keyid that is not 64 hex or not
             the file's, an ARN that is no KMS key ARN, a KMS key that is not ECDSA P-256, a
-            keyid or ARN without its file, or a keyless entry.
+            keyid or ARN without its file; for a keyless entry, see :func:`keyless_identity`.
     """
     if isinstance(entry, str):
         return TrustedKey(load_public_key(folder / entry, field))
     if isinstance(entry, dict) and KEYLESS_FIELDS & set(entry):
-        raise UserError(keyless_refusal(field))
+        return keyless_identity(entry, folder, field)
     if not isinstance(entry, dict) or not entry or not set(entry) <= KEY_FIELDS:
         raise UserError(f"{field}: expected one of {FORMS}")
     path, keyid, kms = entry.get("file"), entry.get("keyid"), entry.get("kms")

@@ -92,10 +92,8 @@ def attestation_line(entry: dict[str, Any]) -> str:
     builder = builder if isinstance(builder, str) else ABSENT
     if not (builder.isascii() and builder.isprintable()):  # unverified text: one safe line
         builder = ascii(builder)
-    return (
-        f"attestation by key {entry['keyid'][:16]}{signer} "
-        f"({state[entry['verified']]}): built by {builder}"
-    )
+    by = f"identity {entry['identity']}" if entry["identity"] else f"key {entry['keyid'][:16]}"
+    return f"attestation by {by}{signer} ({state[entry['verified']]}): built by {builder}"
 
 
 @click.command()

@@ -1,0 +1,272 @@
+"""Sigstore keyless attestations: the same DSSE envelope of the same Statement, inside a Sigstore
+bundle (v0.3) whose signature is by a short-lived Fulcio certificate for the CI job's OIDC
+identity, logged in Rekor.
+
+Everything Sigstore is sigstore-python's (4.x, the ``sigstore`` extra): signing with
+:class:`sigstore.sign.SigningContext` and an ambient OIDC token (:func:`sigstore.oidc.
+detect_credential`: GitHub Actions, GitLab, Buildkite, CircleCI, Google Cloud), and verifying
+with :class:`sigstore.verify.Verifier` under a :class:`sigstore.verify.policy.Identity` (the
+certificate's SAN and its OIDC issuer extension). Nodes verify offline: the trusted root (Fulcio
+CAs, Rekor and CT log keys) is a file the policy pins, or Sigstore's public-good root as the
+installed sigstore release ships it; Sigstore's services are never called to verify.
+
+A keyless attestation is stored as ``attestations/<manifest>/<name>.json`` where ``name`` is
+:func:`keyless_name` of the identity and issuer the certificate names, so signing again as the
+same CI identity replaces the attestation, as signing again with the same key does.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuronbuild.attest.files import read_small_file
+from neuronbuild.digest import canonical_json
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+
+if TYPE_CHECKING:
+    from sigstore.models import Bundle, TrustedRoot
+
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+"""The media type of the bundles written (protobuf-specs ``Bundle`` v0.3)."""
+BUNDLE_PREFIX = "application/vnd.dev.sigstore.bundle"
+"""Every Sigstore bundle's media type starts so (0.1, 0.2, 0.3); an envelope has no
+``mediaType`` at all."""
+
+OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
+"""Fulcio's OIDC issuer extensions: v2 (a DER UTF8String) and the deprecated v1 (raw bytes)."""
+
+MAX_TRUSTED_ROOT_BYTES = 1 << 20
+"""Largest trusted root file read (bytes); Sigstore's public-good root is about 8 KiB."""
+
+INSTANCES = {"": "production", "staging": "staging"}
+"""``sigstore:`` names Sigstore's public-good instance, ``sigstore:staging`` its staging one;
+any other ``sigstore:PATH`` is a client trust config file (a private Sigstore instance)."""
+
+TOKEN_ENV = "SIGSTORE_ID_TOKEN"
+"""An OIDC identity token given outright, as sigstore-python's own CLI reads it."""
+
+
+def _first_line(exc: BaseException, limit: int = 120) -> str:
+    """The first line of ``exc``'s message (its type's name when empty), printable, at most
+    ``limit`` characters: sigstore's and pydantic's errors run to many lines."""
+    lines = str(exc).strip().splitlines()
+    return ascii(lines[0] if lines else type(exc).__name__)[1:-1][:limit]
+
+
+def keyless_name(identity: str, issuer: str) -> str:
+    """The 64 hex name a keyless attestation is stored under: sha256 of ``issuer``, a newline
+    and ``identity`` (one attestation per CI identity and manifest)."""
+    return hashlib.sha256(f"{issuer}\n{identity}".encode()).hexdigest()
+
+
+def is_bundle(raw: Any) -> bool:
+    """Whether parsed JSON ``raw`` claims to be a Sigstore bundle (its ``mediaType``)."""
+    return isinstance(raw, dict) and str(raw.get("mediaType", "")).startswith(BUNDLE_PREFIX)
+
+
+def certificate_identity(bundle: Bundle) -> tuple[str, str]:
+    """``(identity, issuer)`` the bundle's signing certificate claims (unverified): its first
+    email or URI SAN, and its OIDC issuer extension (``?`` where absent)."""
+    from cryptography import x509
+
+    cert = bundle.signing_certificate
+    identity = "?"
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        found = sans.get_values_for_type(x509.RFC822Name) + sans.get_values_for_type(
+            x509.UniformResourceIdentifier
+        )
+        identity = found[0] if found else "?"
+    except x509.ExtensionNotFound:
+        pass
+    issuer = "?"
+    for oid in OIDC_ISSUER_OIDS:
+        try:
+            value = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value
+        except x509.ExtensionNotFound:
+            continue
+        raw = getattr(value, "value", b"")
+        if oid == OIDC_ISSUER_OIDS[0] and raw[:1] == b"\x0c":  # DER UTF8String, short length
+            raw = raw[2:]
+        issuer = raw.decode(errors="replace")
+        break
+    return ascii(identity)[1:-1][:200], ascii(issuer)[1:-1][:200]
+
+
+def read_bundle(data: bytes, what: str) -> Bundle:
+    """The Sigstore bundle in ``data`` (sigstore-python's parser: its structure, one tlog entry
+    with an inclusion proof and checkpoint), not yet verified.
+
+    Raises:
+        StoreDataInvalid: not a bundle sigstore-python reads, or one holding no DSSE envelope.
+        UserError: sigstore-python is not installed (``neuronbuild[sigstore]``).
+    """
+    _require_sigstore(what)
+    from sigstore.models import Bundle
+
+    try:
+        bundle = Bundle.from_json(data)
+    except Exception as exc:  # InvalidBundle, pydantic's ValidationError, ValueError
+        raise StoreDataInvalid(f"{what}: not a Sigstore bundle ({_first_line(exc, 80)})") from None
+    if bundle._inner.dsse_envelope is None:  # a message signature bundle signs no Statement
+        raise StoreDataInvalid(f"{what}: a Sigstore bundle without a DSSE envelope")
+    return bundle
+
+
+def _require_sigstore(what: str) -> None:
+    try:
+        import sigstore  # noqa: F401
+    except ImportError:
+        raise UserError(
+            f"{what}: Sigstore keyless signatures need sigstore-python; "
+            "pip install 'neuronbuild[sigstore]'"
+        ) from None
+
+
+@functools.lru_cache(maxsize=8)
+def trusted_root(path: Path | None) -> TrustedRoot:
+    """The Sigstore trusted root in file ``path``, or (None) the public-good root the installed
+    sigstore release ships, read offline (no TUF refresh: nodes never call Sigstore).
+
+    Raises:
+        UserError: sigstore-python missing, or ``path`` unreadable or not a trusted root.
+    """
+    _require_sigstore(f"trusted_root {path}" if path else "keyless signer")
+    from sigstore.models import ClientTrustConfig, TrustedRoot
+
+    if path is None:
+        logging.getLogger("sigstore").setLevel(logging.ERROR)  # its offline-mode warning
+        return ClientTrustConfig.production(offline=True).trusted_root
+    data = read_small_file(path, MAX_TRUSTED_ROOT_BYTES, "trusted_root", "a Sigstore trusted root")
+    from sigstore_models.trustroot.v1 import TrustedRoot as Inner
+
+    try:
+        return TrustedRoot(Inner.from_json(data))
+    except Exception as exc:  # pydantic's ValidationError, sigstore's Error
+        raise UserError(
+            f"trusted_root {path}: not a Sigstore trusted root ({_first_line(exc, 80)}); give the "
+            "trusted_root.json of the Sigstore instance that signs"
+        ) from None
+
+
+@dataclass(frozen=True)
+class KeylessIdentity:
+    """A keyless signer a policy names: the certificate ``identity`` (its email or URI SAN,
+    e.g. a GitHub Actions workflow ref) and OIDC ``issuer``, checked against the Sigstore
+    trusted root in file ``root`` (None: Sigstore's public-good root)."""
+
+    identity: str
+    issuer: str
+    root: Path | None = None
+
+    def name(self) -> str:
+        """``identity <identity> (issuer <issuer>)``: how refusals name it."""
+        return f"identity {self.identity} (issuer {self.issuer})"
+
+    def claimed_by(self, bundle: Bundle) -> bool:
+        """Whether ``bundle``'s certificate claims this identity and issuer (unverified)."""
+        return certificate_identity(bundle) == (self.identity, self.issuer)
+
+    def verify(self, bundle: Bundle) -> tuple[str, bytes]:
+        """``(payload type, payload)`` of ``bundle``'s DSSE envelope once sigstore-python's
+        :meth:`~sigstore.verify.Verifier.verify_dsse` holds: the certificate chains to a Fulcio
+        CA of the trusted root at the logged time, its SCT verifies, it names this identity and
+        issuer, the Rekor entry's inclusion proof, checkpoint and promise verify, and the
+        envelope's signature is the certificate's key's.
+
+        Raises:
+            UserError: the first check that fails, in one line (sigstore's reason).
+        """
+        from sigstore.errors import Error
+        from sigstore.verify import Verifier
+        from sigstore.verify.policy import Identity
+
+        verifier = Verifier(trusted_root=trusted_root(self.root))
+        policy = Identity(identity=self.identity, issuer=self.issuer)
+        try:
+            return verifier.verify_dsse(bundle, policy)
+        except (Error, ValueError) as exc:
+            raise UserError(_first_line(exc)) from None
+
+
+class KeylessSigner:
+    """Signs Statements as the OIDC identity of ``token`` through the Sigstore instance
+    ``config`` (a :class:`sigstore.models.ClientTrustConfig`): a Fulcio certificate for a fresh
+    key, the signature logged in Rekor, a bundle back (sigstore-python's ``sign_dsse``)."""
+
+    def __init__(self, config: Any, token: Any, instance: str) -> None:
+        self.config, self.token, self.instance = config, token, instance
+
+    def sign(self, statement: dict[str, Any]) -> tuple[str, bytes, str]:
+        """``(name, bundle bytes, who)`` for ``statement``: the :func:`keyless_name` it is
+        stored under, the bundle's JSON, and ``identity X (issuer Y)``.
+
+        Raises:
+            StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
+        """
+        from sigstore.dsse import Statement
+        from sigstore.errors import Error
+        from sigstore.sign import SigningContext
+
+        try:
+            context = SigningContext.from_trust_config(self.config)
+            with context.signer(self.token, cache=False) as signer:
+                bundle = signer.sign_dsse(Statement(canonical_json(statement)))
+        except (Error, OSError, ValueError) as exc:
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: {_first_line(exc, 160)}"
+            ) from None
+        identity, issuer = certificate_identity(bundle)
+        who = KeylessIdentity(identity, issuer).name()
+        return keyless_name(identity, issuer), bundle.to_json().encode(), who
+
+
+def keyless_signer(key_ref: str, option: str, environ: Any = None) -> KeylessSigner:
+    """The signer of KEY_REF ``sigstore:[staging|PATH]`` (see :data:`INSTANCES`), with the OIDC
+    token of ``$SIGSTORE_ID_TOKEN``, else the CI job's ambient one (``detect_credential``).
+
+    Raises:
+        UserError: sigstore-python missing, no OIDC identity found, a token that is no
+            Sigstore identity token, or an unreadable trust config (one line naming ``option``).
+        StoreError: the public-good or staging trust root could not be refreshed (TUF).
+    """
+    _require_sigstore(f"{option} {key_ref}")
+    from sigstore.errors import Error
+    from sigstore.models import ClientTrustConfig
+    from sigstore.oidc import IdentityToken, detect_credential
+
+    environ = os.environ if environ is None else environ
+    where = key_ref.partition(":")[2]
+    token = environ.get(TOKEN_ENV) or None
+    try:
+        token = token or detect_credential()
+    except Error as exc:
+        raise UserError(f"{option} {key_ref}: no OIDC identity ({_first_line(exc)})") from None
+    if not token:
+        raise UserError(
+            f"{option} {key_ref}: no OIDC identity to sign as; run in CI with an OIDC token "
+            f"(GitHub Actions: permissions: id-token: write), or set {TOKEN_ENV}"
+        )
+    try:
+        identity = IdentityToken(token)
+    except Error as exc:
+        raise UserError(f"{option} {key_ref}: {_first_line(exc)}") from None
+    try:
+        if where in INSTANCES:
+            config = getattr(ClientTrustConfig, INSTANCES[where])()
+        else:
+            text = read_small_file(Path(where), MAX_TRUSTED_ROOT_BYTES, option, "a trust config")
+            config = ClientTrustConfig.from_json(text.decode(errors="replace"))
+    except UserError:
+        raise
+    except Exception as exc:  # TUFError, pydantic's ValidationError
+        raise (StoreError if where in INSTANCES else UserError)(
+            f"{option} {key_ref}: no Sigstore trust config ({_first_line(exc)})"
+        ) from None
+    return KeylessSigner(config, identity, key_ref)
