@@ -168,7 +168,7 @@ def test_verify_prints_an_unverified_builder_id_as_one_safe_line() -> None:
     from neuronbuild.cli.store import attestation_line
 
     evil = "evil\n\x1b[32mOK\ud800"
-    entry = {"keyid": "a" * 64, "signer": None, "verified": None}
+    entry = {"keyid": "a" * 64, "identity": None, "signer": None, "verified": None}
     line = attestation_line({**entry, "predicate": {"runDetails": {"builder": {"id": evil}}}})
     assert line.isprintable() and line.isascii(), line
     assert line.endswith(ascii(evil))

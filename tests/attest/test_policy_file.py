@@ -1,6 +1,6 @@
 """A trust policy file is read strictly: a key given twice, a FIFO for the policy or a key, a ref
 pattern that would match across ``/``, a pinned keyid the file does not hold, a KMS key or keyid
-without its public key, and a keyless signer are each one line (exit 2), never a hang or a
+without its public key, and a keyless signer of the wrong shape are each one line (exit 2), never a hang or a
 traceback; and the keys a policy names by fingerprint or KMS ARN name their signer in refusals."""
 
 from __future__ import annotations
@@ -204,9 +204,26 @@ def test_a_pinned_keyid_admits_its_file_and_refuses_another(tmp_path: Path) -> N
             f"{{file: ci.pub, kms: 'awskms:{ARN}'}}",
             "holds a key of type ed25519, but a KMS signer's key is ECC_NIST_P256",
         ),
+        ("{identity: ci@example.com}", "keys[0]: a keyless signer is exactly {identity: ID, "),
         (
-            "{identity: ci@example.com, issuer: 'https://token.actions.githubusercontent.com'}",
-            "keys[0]: keyless signers (certificate identity + issuer) are not supported yet",
+            "{identity: ci@example.com, issuer: 'http://issuer.example'}",
+            "keys[0].issuer: expected the OIDC issuer's https:// URL",
+        ),
+        (
+            "{identity: '', issuer: 'https://issuer.example'}",
+            "keys[0].identity: expected the certificate's email or URI",
+        ),
+        (
+            "{identity: a@b.c, issuer: 'https://issuer.example', trusted_root: nope.json}",
+            "keys[0].trusted_root ",
+        ),
+        (
+            "{identity: a@b.c, issuer: 'https://issuer.example', trusted_root: ci.pub}",
+            "keys[0].trusted_root ",
+        ),
+        (
+            "{identity: a@b.c, issuer: 'https://issuer.example', file: ci.pub}",
+            "keys[0]: a keyless signer is exactly {identity: ID, issuer: URL}",
         ),
     ],
 )
@@ -218,7 +235,7 @@ def test_a_key_entry_that_cannot_verify_offline_is_one_line(
     assert words in refused(policy_at(tmp_path, text))
 
 
-def test_a_keyless_signer_is_not_supported_yet_in_one_line(tmp_path: Path) -> None:
+def test_a_keyless_signer_outside_keys_is_one_line_naming_where_it_goes(tmp_path: Path) -> None:
     text = (
         "signers:\n"
         "  release:\n"
@@ -227,10 +244,7 @@ def test_a_keyless_signer_is_not_supported_yet_in_one_line(tmp_path: Path) -> No
         "refs: [{match: '**', signers: [release]}]\n"
     )
     message = refused(policy_at(tmp_path, text))
-    assert (
-        "signers.release: keyless signers (certificate identity + issuer) are not supported yet"
-        in message
-    )
+    assert "signers.release: a keyless signer is an entry of keys: {keys: [{identity: " in message
 
 
 def test_a_kms_key_names_its_arn_in_the_refusal(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
         ("gcpkms:projects/p/keys/k", "unknown key scheme 'gcpkms'"),
         ("awskms:arn:aws:kms:us-east-1:1:key/x", "expected awskms:arn:aws:kms:REGION"),
         ("awskms:arn:aws:kms:us-east-1:111122223333:alias/ci", "not an alias"),
-        ("sigstore:", "keyless (Sigstore) signing is not supported yet"),
+        ("sigstore:", "no OIDC identity to sign as"),
     ]:
         with pytest.raises(UserError, match=re.escape(words)) as raised:
             load_signer(ref)

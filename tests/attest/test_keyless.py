@@ -1,0 +1,192 @@
+"""Issue 22, keyless: a policy names a CI job's OIDC identity and issuer instead of a key, and a
+node checks the Sigstore bundle offline (sigstore-python's Verifier, against the trusted root the
+policy pins) before a blob is fetched. The bundles are made by a test Sigstore instance written
+from the specs (:mod:`tests.lib.sigstore_instance`), since nothing here reaches Sigstore."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.attest.builder import builder_from_env
+from neuronbuild.attest.keyless import keyless_name
+from neuronbuild.attest.statement import statement
+from neuronbuild.digest import canonical_json
+from neuronbuild.store.cas import Store
+from tests.attest.test_claims_policy import blobs_in, node, serve_node
+from tests.lib.commands import neuronbuild_in_process
+from tests.lib.sigstore_instance import GITHUB, WORKFLOW, SigstoreInstance
+
+__all__ = ["node"]  # the fixture, shared with the key-signed claims
+
+FORK = "https://github.com/fork/repo/.github/workflows/build.yml@refs/heads/main"
+
+
+@pytest.fixture(scope="module")
+def sigstore() -> SigstoreInstance:
+    return SigstoreInstance.make()
+
+
+@pytest.fixture
+def keyless(node: dict[str, Path], sigstore: SigstoreInstance) -> dict[str, Path]:
+    """``node`` with a policy naming CI's workflow identity (GitHub's issuer) for tiny/*,
+    checked against the test instance's trusted root pinned beside it."""
+    sigstore.write_root(node["root"] / "trusted_root.json")
+    node["policy"].write_text(
+        "signers:\n"
+        "  ci:\n"
+        "    keys:\n"
+        f"      - identity: {WORKFLOW}\n"
+        f"        issuer: {GITHUB}\n"
+        "        trusted_root: trusted_root.json\n"
+        "refs: [{match: 'tiny/*', signers: [ci]}]\n"
+    )
+    return node
+
+
+def payload(store: Store, digest: str | None = None) -> bytes:
+    """The Statement CI signs for tiny/latest (or over ``digest``, claiming that manifest)."""
+    latest = store.get_ref("tiny", "latest")
+    assert latest is not None
+    told = statement(store.get_manifest(latest), digest or latest, builder_from_env({}))
+    return canonical_json(told)
+
+
+def attest(node: dict[str, Path], bundle: bytes, identity: str = WORKFLOW) -> str:
+    """Store ``bundle`` as tiny/latest's keyless attestation; returns the manifest digest."""
+    store = Store(str(node["store"]))
+    digest = store.get_ref("tiny", "latest")
+    assert digest is not None
+    store.put_attestation(digest, keyless_name(identity, GITHUB), bundle)
+    return digest
+
+
+def test_a_node_serves_what_its_ci_identity_signed_keyless_and_verify_prints_it(
+    keyless: dict[str, Path], sigstore: SigstoreInstance
+) -> None:
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 2 and "found no attestation" in err, err  # the policy is in force
+    attest(keyless, sigstore.bundle(payload(Store(str(keyless["store"])))))
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 0, err
+    assert len(blobs_in(local)) == 2
+    code, out, err = neuronbuild_in_process(
+        "verify", "tiny/latest", "--cache", str(keyless["store"]),
+        "--policy", str(keyless["policy"]), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (entry,) = json.loads(out)["attestations"]
+    assert entry["identity"] == f"{WORKFLOW} (issuer {GITHUB})"
+    assert (entry["signer"], entry["verified"], entry["problem"]) == ("ci", True, None)
+    assert entry["predicate"]["runDetails"]["builder"]["id"] == builder_from_env({}).id
+    code, out, _ = neuronbuild_in_process(
+        "verify", "tiny/latest", "--cache", str(keyless["store"]), "--policy",
+        str(keyless["policy"]),
+    )  # fmt: skip
+    assert f"attestation by identity {WORKFLOW} (issuer {GITHUB}), ci (verified)" in out
+
+
+def other_instance(payload: bytes) -> bytes:
+    return SigstoreInstance.make().bundle(payload)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (
+            lambda s, p, o: s.bundle(p, FORK),
+            f"a Sigstore signature by identity {FORK} (issuer {GITHUB}), not a signer of "
+            "tiny/latest",
+        ),
+        (
+            lambda s, p, o: s.bundle(p, WORKFLOW, "https://gitlab.example"),
+            f"a Sigstore signature by identity {WORKFLOW} (issuer https://gitlab.example), not",
+        ),
+        (
+            lambda s, p, o: other_instance(p),
+            "that does not verify (failed to build timestamp certificate chain",
+        ),
+        (
+            lambda s, p, o: s.bundle(
+                p,
+                logged_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30),
+                signed_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=20),
+            ),
+            "that does not verify (failed to build timestamp certificate chain",
+        ),
+        (
+            lambda s, p, o: s.bundle(p, tamper=p.replace(b"tiny", b"evil")),
+            "that does not verify (",
+        ),
+        (lambda s, p, o: s.bundle(o), "over another manifest"),
+        (
+            lambda s, p, o: s.bundle(p, payload_type="text/plain"),
+            "payload type 'text/plain', expected application/vnd.in-toto+json",
+        ),
+        (
+            lambda s, p, o: b'{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}',
+            "an unreadable attestation (attestation ",
+        ),
+        (
+            lambda s, p, o: s.bundle(p).replace(b'"treeSize": "1"', b'"treeSize": "2"'),
+            "that does not verify (",
+        ),
+    ],
+    ids=[
+        "another-identity",
+        "another-issuer",
+        "another-instance",
+        "certificate-expired-when-logged",
+        "tampered-payload",
+        "over-another-manifest",
+        "wrong-payload-type",
+        "malformed",
+        "bad-inclusion-proof",
+    ],
+)
+def test_a_node_refuses_a_keyless_attestation_that_does_not_hold_in_one_line(
+    keyless: dict[str, Path], sigstore: SigstoreInstance, make: object, words: str
+) -> None:
+    store = Store(str(keyless["store"]))
+    other = "sha256:" + "e" * 64
+    attest(keyless, make(sigstore, payload(store), payload(store, other)))  # type: ignore[operator]
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert words in err, err
+    assert f"expected a signature by ci (identity {WORKFLOW} (issuer {GITHUB}))" in err
+    assert blobs_in(local) == []
+
+
+def test_the_public_good_root_is_read_offline_and_refuses_a_bundle_it_did_not_certify(
+    keyless: dict[str, Path], sigstore: SigstoreInstance
+) -> None:
+    """Without trusted_root, the root is Sigstore's public-good one as the installed sigstore
+    ships it: read with no network, it refuses a certificate from any other CA."""
+    text = keyless["policy"].read_text().replace("        trusted_root: trusted_root.json\n", "")
+    keyless["policy"].write_text(text)
+    attest(keyless, sigstore.bundle(payload(Store(str(keyless["store"])))))
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "that does not verify (failed to build timestamp certificate chain" in err
+    assert blobs_in(local) == []
+
+
+def test_signing_keyless_with_no_oidc_identity_is_one_line_and_writes_nothing(
+    keyless: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SIGSTORE_ID_TOKEN", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "CIRCLECI"):
+        monkeypatch.delenv(name, raising=False)
+    code, out, err = neuronbuild_in_process(
+        "sign", "tiny/latest", "--key", "sigstore:", "--cache", str(keyless["store"])
+    )
+    assert code == 2 and out == "", err
+    assert err.strip() == (
+        "error: --key sigstore:: no OIDC identity to sign as; run in CI with an OIDC token "
+        "(GitHub Actions: permissions: id-token: write), or set SIGSTORE_ID_TOKEN"
+    )
+    store = Store(str(keyless["store"]))
+    digest = store.get_ref("tiny", "latest")
+    assert digest is not None and store.get_attestations(digest) == {}
