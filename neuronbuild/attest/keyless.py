@@ -17,6 +17,7 @@ same CI identity replaces the attestation, as signing again with the same key do
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -54,8 +55,17 @@ TOKEN_ENV = "SIGSTORE_ID_TOKEN"
 
 def _first_line(exc: BaseException, limit: int = 120) -> str:
     """The first line of ``exc``'s message (its type's name when empty), printable, at most
-    ``limit`` characters: sigstore's and pydantic's errors run to many lines."""
+    ``limit`` characters: sigstore's and pydantic's errors run to many lines. For a pydantic
+    ``ValidationError``, its first error: the field's path and what is wrong with it."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            first = errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            return ascii(f"{where}: {first['msg']}")[1:-1][:limit]
     lines = str(exc).strip().splitlines()
+    if not lines and exc.__cause__ is not None:  # e.g. FulcioClientError from an HTTPError
+        return _first_line(exc.__cause__, limit)
     return ascii(lines[0] if lines else type(exc).__name__)[1:-1][:limit]
 
 
@@ -210,15 +220,29 @@ class KeylessSigner:
         Raises:
             StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
         """
+        from requests import RequestException
+        from sigstore._internal.fulcio.client import FulcioClientError
+        from sigstore._internal.rekor import RekorClientError
         from sigstore.dsse import Statement
         from sigstore.errors import Error
         from sigstore.sign import SigningContext
 
         try:
             context = SigningContext.from_trust_config(self.config)
-            with context.signer(self.token, cache=False) as signer:
+            # cache=True (the default) is needed: with cache=False, sigstore-python 4.5
+            # certifies one fresh key and signs with another (its _private_key property makes
+            # a new key on each use), so the bundle never verifies. The context ends here.
+            with context.signer(self.token) as signer:
                 bundle = signer.sign_dsse(Statement(canonical_json(statement)))
-        except (Error, OSError, ValueError) as exc:
+        except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: Fulcio: {_first_line(exc, 160)}"
+            ) from None
+        except RekorClientError as exc:
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: Rekor: {_first_line(exc, 160)}"
+            ) from None
+        except (Error, RequestException, OSError, ValueError) as exc:
             raise StoreError(
                 f"Sigstore ({self.instance}) did not sign: {_first_line(exc, 160)}"
             ) from None

@@ -1,12 +1,15 @@
 """Issue 22, keyless: a policy names a CI job's OIDC identity and issuer instead of a key, and a
 node checks the Sigstore bundle offline (sigstore-python's Verifier, against the trusted root the
 policy pins) before a blob is fetched. The bundles are made by a test Sigstore instance written
-from the specs (:mod:`tests.lib.sigstore_instance`), since nothing here reaches Sigstore."""
+from the specs (:mod:`tests.lib.sigstore_instance`), and CI's signing runs through
+sigstore-python's own clients against that instance's Fulcio and Rekor served on loopback
+(:mod:`tests.lib.sigstore_services`), since nothing here reaches Sigstore."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from neuronbuild.store.cas import Store
 from tests.attest.test_claims_policy import blobs_in, node, serve_node
 from tests.lib.commands import neuronbuild_in_process
 from tests.lib.sigstore_instance import GITHUB, WORKFLOW, SigstoreInstance
+from tests.lib.sigstore_services import Services, running, token
 
 __all__ = ["node"]  # the fixture, shared with the key-signed claims
 
@@ -187,6 +191,78 @@ def test_signing_keyless_with_no_oidc_identity_is_one_line_and_writes_nothing(
         "error: --key sigstore:: no OIDC identity to sign as; run in CI with an OIDC token "
         "(GitHub Actions: permissions: id-token: write), or set SIGSTORE_ID_TOKEN"
     )
+    store = Store(str(keyless["store"]))
+    digest = store.get_ref("tiny", "latest")
+    assert digest is not None and store.get_attestations(digest) == {}
+
+
+@pytest.fixture
+def services(sigstore: SigstoreInstance) -> Iterator[Services]:
+    with running(sigstore) as served:
+        yield served
+
+
+def sign_keyless(node: dict[str, Path], services: Services) -> tuple[int, str, str]:
+    config = services.trust_config(node["root"] / "trust_config.json")
+    return neuronbuild_in_process(
+        "sign", "tiny/latest", "--key", f"sigstore:{config}", "--cache", str(node["store"]),
+        "--json",
+    )  # fmt: skip
+
+
+def test_ci_signs_keyless_through_fulcio_and_rekor_and_a_node_serves_it(
+    keyless: dict[str, Path], services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI side end to end: sigstore-python's own clients ask the instance's Fulcio for a
+    certificate (the job's OIDC token) and log the envelope in its Rekor; the node checks the
+    bundle offline. Signing again as the same identity replaces the attestation."""
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token(WORKFLOW.removeprefix("https://github.com/")))
+    for _ in range(2):
+        code, out, err = sign_keyless(keyless, services)
+        assert code == 0, err
+    signed = json.loads(out)
+    assert signed["signer"] == f"identity {WORKFLOW} (issuer {GITHUB})"
+    assert signed["keyid"] == keyless_name(WORKFLOW, GITHUB)
+    store = Store(str(keyless["store"]))
+    digest = store.get_ref("tiny", "latest")
+    assert digest is not None and list(store.get_attestations(digest)) == [signed["keyid"]]
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 0, err
+    assert len(blobs_in(local)) == 2
+
+
+@pytest.mark.parametrize(
+    ("setup", "code", "words"),
+    [
+        (lambda s, m: s.down.add("fulcio"), 3, "did not sign: Fulcio: 500 Server Error"),
+        (
+            lambda s, m: s.down.add("rekor"),
+            3,
+            "did not sign: Rekor: Rekor returned an unknown error with HTTP 500",
+        ),
+        (lambda s, m: s.server.server_close(), 3, "did not sign: "),
+        (
+            lambda s, m: m.setenv("SIGSTORE_ID_TOKEN", token("org/repo/x.yml@main", minutes=-1)),
+            2,
+            "Identity token is",
+        ),
+        (lambda s, m: m.setenv("SIGSTORE_ID_TOKEN", "not-a-jwt"), 2, "Identity token is"),
+    ],
+    ids=["fulcio-down", "rekor-down", "sigstore-unreachable", "expired-token", "not-a-token"],
+)
+def test_keyless_signing_that_cannot_sign_is_one_line_and_writes_nothing(
+    keyless: dict[str, Path],
+    services: Services,
+    monkeypatch: pytest.MonkeyPatch,
+    setup: object,
+    code: int,
+    words: str,
+) -> None:
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token(WORKFLOW.removeprefix("https://github.com/")))
+    setup(services, monkeypatch)  # type: ignore[operator]
+    got, out, err = sign_keyless(keyless, services)  # --json: the error is a JSON document
+    assert got == code and err.strip().count("\n") == 0 and words in err, err
+    assert json.loads(out)["exit_code"] == code
     store = Store(str(keyless["store"]))
     digest = store.get_ref("tiny", "latest")
     assert digest is not None and store.get_attestations(digest) == {}

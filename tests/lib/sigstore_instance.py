@@ -109,6 +109,34 @@ def tlog(key: ec.EllipticCurvePrivateKey, url: str, start: dt.datetime) -> dict[
     }
 
 
+def dsse_body(
+    envelope: dict[str, object], payload: bytes, signature: bytes, cert: x509.Certificate
+) -> bytes:
+    """The canonical body Rekor logs for a DSSE envelope (its ``dsse`` v0.0.1 type)."""
+    return canonical(
+        {
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
+            "spec": {
+                "envelopeHash": {
+                    "algorithm": "sha256",
+                    "value": hashlib.sha256(canonical(envelope)).hexdigest(),
+                },
+                "payloadHash": {
+                    "algorithm": "sha256",
+                    "value": hashlib.sha256(payload).hexdigest(),
+                },
+                "signatures": [
+                    {
+                        "signature": b64(signature),
+                        "verifier": b64(cert.public_bytes(serialization.Encoding.PEM)),
+                    }
+                ],
+            },
+        }
+    )
+
+
 @dataclass
 class SigstoreInstance:
     """One test Sigstore instance: its CA (``ca_key``, ``ca``), CT log and Rekor keys."""
@@ -169,14 +197,14 @@ class SigstoreInstance:
 
     def certificate(
         self,
-        key: ec.EllipticCurvePrivateKey,
+        key: ec.EllipticCurvePublicKey,
         identity: str,
         issuer: str,
         not_before: dt.datetime,
         minutes: int = 10,
     ) -> x509.Certificate:
-        """A Fulcio-profile certificate for ``key`` naming ``identity`` and ``issuer``, valid
-        ``minutes`` from ``not_before``, with an SCT by the CT log key embedded."""
+        """A Fulcio-profile certificate for public ``key`` naming ``identity`` and ``issuer``,
+        valid ``minutes`` from ``not_before``, with an SCT by the CT log key embedded."""
         san: x509.GeneralName = (
             x509.UniformResourceIdentifier(identity)
             if "://" in identity
@@ -186,13 +214,13 @@ class SigstoreInstance:
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
             .issuer_name(self.ca.subject)
-            .public_key(key.public_key())
+            .public_key(key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(not_before)
             .not_valid_after(not_before + dt.timedelta(minutes=minutes))
             .add_extension(key_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key), False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.ca_key.public_key()), False
             )
@@ -217,6 +245,32 @@ class SigstoreInstance:
         ext = x509.UnrecognizedExtension(SCT_LIST_OID, der_octets(listed))
         return builder.add_extension(ext, False).sign(self.ca_key, hashes.SHA256())
 
+    def logged(self, body: bytes, integrated: int) -> dict[str, object]:
+        """The bundle's tlog entry for ``body`` logged at ``integrated`` (seconds since the
+        epoch) as entry 0 of a one-leaf log: inclusion proof, checkpoint and promise."""
+        root = hashlib.sha256(b"\x00" + body).digest()  # a one-leaf tree: the leaf hash
+        rekor = log_id(self.rekor_key)
+        note = f"rekor.invalid - 1\n1\n{b64(root)}\n"
+        line = b64(rekor[:4] + signed(self.rekor_key, note.encode()))
+        promise = canonical(
+            {"body": b64(body), "integratedTime": integrated, "logID": rekor.hex(), "logIndex": 0}
+        )
+        return {
+            "logIndex": "0",
+            "logId": {"keyId": b64(rekor)},
+            "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+            "integratedTime": str(integrated),
+            "inclusionPromise": {"signedEntryTimestamp": b64(signed(self.rekor_key, promise))},
+            "inclusionProof": {
+                "logIndex": "0",
+                "rootHash": b64(root),
+                "treeSize": "1",
+                "hashes": [],
+                "checkpoint": {"envelope": f"{note}\n\u2014 rekor.invalid {line}\n"},
+            },
+            "canonicalizedBody": b64(body),
+        }
+
     def bundle(
         self,
         payload: bytes,
@@ -235,7 +289,7 @@ class SigstoreInstance:
         signed_at = signed_at or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
         logged_at = logged_at or signed_at + dt.timedelta(seconds=1)
         key = p256()
-        cert = self.certificate(key, identity, issuer, signed_at)
+        cert = self.certificate(key.public_key(), identity, issuer, signed_at)
         signature = signed(key, pae(payload_type, payload))
         carried = payload if tamper is None else tamper
         envelope = {
@@ -243,51 +297,8 @@ class SigstoreInstance:
             "payloadType": payload_type,
             "signatures": [{"sig": b64(signature), "keyid": ""}],
         }
-        body = canonical(
-            {
-                "apiVersion": "0.0.1",
-                "kind": "dsse",
-                "spec": {
-                    "envelopeHash": {
-                        "algorithm": "sha256",
-                        "value": hashlib.sha256(canonical(envelope)).hexdigest(),
-                    },
-                    "payloadHash": {
-                        "algorithm": "sha256",
-                        "value": hashlib.sha256(carried).hexdigest(),
-                    },
-                    "signatures": [
-                        {
-                            "signature": b64(signature),
-                            "verifier": b64(cert.public_bytes(serialization.Encoding.PEM)),
-                        }
-                    ],
-                },
-            }
-        )
-        root = hashlib.sha256(b"\x00" + body).digest()  # a one-leaf tree: the leaf hash
-        rekor = log_id(self.rekor_key)
-        note = f"rekor.invalid - 1\n1\n{b64(root)}\n"
-        line = b64(rekor[:4] + signed(self.rekor_key, note.encode()))
-        integrated = int(logged_at.timestamp())
-        promise = canonical(
-            {"body": b64(body), "integratedTime": integrated, "logID": rekor.hex(), "logIndex": 0}
-        )
-        entry = {
-            "logIndex": "0",
-            "logId": {"keyId": b64(rekor)},
-            "kindVersion": {"kind": "dsse", "version": "0.0.1"},
-            "integratedTime": str(integrated),
-            "inclusionPromise": {"signedEntryTimestamp": b64(signed(self.rekor_key, promise))},
-            "inclusionProof": {
-                "logIndex": "0",
-                "rootHash": b64(root),
-                "treeSize": "1",
-                "hashes": [],
-                "checkpoint": {"envelope": f"{note}\n\u2014 rekor.invalid {line}\n"},
-            },
-            "canonicalizedBody": b64(body),
-        }
+        body = dsse_body(envelope, carried, signature, cert)
+        entry = self.logged(body, int(logged_at.timestamp()))
         return json.dumps(
             {
                 "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
