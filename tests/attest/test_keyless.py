@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,6 +231,17 @@ def test_ci_signs_keyless_through_fulcio_and_rekor_and_a_node_serves_it(
     code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]))
     assert code == 0, err
     assert len(blobs_in(local)) == 2
+    # Sigstore's own CLI verifies the stored bundle over the manifest digest (README, step 6).
+    (path,) = store.attestation_paths(digest).values()
+    for identity, code in [(WORKFLOW, 0), (FORK, 1)]:
+        done = subprocess.run(
+            [sys.executable, "-m", "sigstore", "--trust-config",
+             str(keyless["root"] / "trust_config.json"), "verify", "identity", digest,
+             "--bundle", path, "--cert-identity", identity, "--cert-oidc-issuer", GITHUB,
+             "--offline"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == code, done.stderr
 
 
 @pytest.mark.parametrize(
