@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 
 BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 """The media type of the bundles written (protobuf-specs ``Bundle`` v0.3)."""
+BUNDLE_MEDIA_TYPES = (
+    "application/vnd.dev.sigstore.bundle+json;version=0.1",
+    "application/vnd.dev.sigstore.bundle+json;version=0.2",
+    "application/vnd.dev.sigstore.bundle+json;version=0.3",
+    BUNDLE_MEDIA_TYPE,
+)
+"""The media types of Sigstore bundles (protobuf-specs), as sigstore-python reads them."""
 BUNDLE_PREFIX = "application/vnd.dev.sigstore.bundle"
 """Every Sigstore bundle's media type starts so (0.1, 0.2, 0.3); an envelope has no
 ``mediaType`` at all."""

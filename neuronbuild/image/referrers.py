@@ -2,7 +2,8 @@
 manifest (``attestations/``, :mod:`neuronbuild.attest`) pushed as an artifact manifest whose
 ``subject`` is the image manifest (OCI distribution spec 1.1, "Listing Referrers").
 
-Each referrer is an image manifest with ``artifactType`` :data:`DSSE_MEDIA_TYPE`, the empty
+Each referrer is an image manifest with ``artifactType`` :data:`DSSE_MEDIA_TYPE` (a keyless
+attestation's: its Sigstore bundle's own ``mediaType``, as cosign lists bundles), the empty
 config (image-spec ``manifest.md``, "Guidance for an Empty Descriptor") and one layer, the
 envelope's bytes as the store holds them (untrusted: a reader verifies them, as ``verify`` does).
 A registry that indexes referrers itself says so with ``OCI-Subject``; on one that does not
@@ -40,13 +41,28 @@ INDEX_ROUNDS = 8
 each write checked after :data:`SETTLE_SECONDS` (to twice that: jittered)."""
 
 
+def artifact_type(attestation: bytes) -> str:
+    """The media type of a stored attestation: a Sigstore bundle's own ``mediaType`` (keyless,
+    :mod:`neuronbuild.attest.keyless`), else :data:`DSSE_MEDIA_TYPE`. The bytes are untrusted:
+    anything that is not a bundle is called an envelope; readers verify either way."""
+    from neuronbuild.attest.keyless import BUNDLE_MEDIA_TYPES
+
+    try:
+        value = json.loads(attestation)
+    except ValueError:
+        return DSSE_MEDIA_TYPE
+    found = value.get("mediaType") if isinstance(value, dict) else None
+    return found if found in BUNDLE_MEDIA_TYPES else DSSE_MEDIA_TYPE
+
+
 def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest: str) -> bytes:
     """The canonical bytes of the referrer manifest of one attestation of ``image``."""
+    kind = artifact_type(envelope)
     return canonical_json(
         {
             "schemaVersion": 2,
             "mediaType": MANIFEST_MEDIA_TYPE,
-            "artifactType": DSSE_MEDIA_TYPE,
+            "artifactType": kind,
             "config": {
                 "mediaType": EMPTY_MEDIA_TYPE,
                 "digest": sha256_digest(EMPTY),
@@ -54,7 +70,7 @@ def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest:
             },
             "layers": [
                 {
-                    "mediaType": DSSE_MEDIA_TYPE,
+                    "mediaType": kind,
                     "digest": sha256_digest(envelope),
                     "size": len(envelope),
                 }
@@ -149,7 +165,7 @@ def push_attestations(
                     "mediaType": MANIFEST_MEDIA_TYPE,
                     "digest": digest,
                     "size": len(data),
-                    "artifactType": DSSE_MEDIA_TYPE,
+                    "artifactType": artifact_type(envelope),
                     "annotations": {KEYID_ANNOTATION: keyid},
                 }
             )

@@ -187,8 +187,9 @@ def policy_option(f: F) -> F:
 
 
 SIGN_HELP = (
-    "Sign each sealed manifest with this key: file:PATH or PATH of a PEM private key, or "
-    "awskms:ARN of an AWS KMS key (ECC_NIST_P256)."
+    "Sign each sealed manifest with this key: file:PATH or PATH of a PEM private key, "
+    "awskms:ARN of an AWS KMS key (ECC_NIST_P256), or sigstore: to sign keyless as the CI job's "
+    "OIDC identity (sigstore:staging, or sigstore:PATH of a private instance's trust config)."
 )
 
 

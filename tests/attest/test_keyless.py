@@ -279,3 +279,17 @@ def test_keyless_signing_that_cannot_sign_is_one_line_and_writes_nothing(
     store = Store(str(keyless["store"]))
     digest = store.get_ref("tiny", "latest")
     assert digest is not None and store.get_attestations(digest) == {}
+
+
+def test_a_keyless_attestation_travels_as_an_oci_referrer_of_the_bundles_own_type(
+    sigstore: SigstoreInstance,
+) -> None:
+    from neuronbuild.image.referrers import DSSE_MEDIA_TYPE, artifact_type
+
+    bundle = sigstore.bundle(b"{}")
+    assert artifact_type(bundle) == "application/vnd.dev.sigstore.bundle.v0.3+json"
+    assert artifact_type(b'{"payload": "", "payloadType": "x", "signatures": []}') == (
+        DSSE_MEDIA_TYPE
+    )
+    for odd in (b'{"mediaType": "application/vnd.dev.sigstore.bundle.v9"}', b"[", b'"x"'):
+        assert artifact_type(odd) == DSSE_MEDIA_TYPE
