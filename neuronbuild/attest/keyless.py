@@ -88,14 +88,24 @@ def is_bundle(raw: Any) -> bool:
 
 
 def certificate_identity(bundle: Bundle) -> tuple[str, str]:
+    """``(identity, issuer)`` the bundle's signing certificate claims (unverified), printable
+    for messages: :func:`claimed_identity`, each escaped (:func:`ascii`) and cut to 200."""
+    identity, issuer = claimed_identity(bundle)
+    return ascii(identity)[1:-1][:200], ascii(issuer)[1:-1][:200]
+
+
+def claimed_identity(bundle: Bundle) -> tuple[str, str]:
     """``(identity, issuer)`` the bundle's signing certificate claims (unverified): its first
     email or URI SAN, and its OIDC issuer extension (``?`` where absent)."""
     from cryptography import x509
 
-    cert = bundle.signing_certificate
+    try:  # a hostile certificate's extensions may not parse: nothing is claimed then
+        extensions = bundle.signing_certificate.extensions
+    except ValueError:
+        return "?", "?"
     identity = "?"
     try:
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        sans = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         found = sans.get_values_for_type(x509.RFC822Name) + sans.get_values_for_type(
             x509.UniformResourceIdentifier
         )
@@ -105,15 +115,16 @@ def certificate_identity(bundle: Bundle) -> tuple[str, str]:
     issuer = "?"
     for oid in OIDC_ISSUER_OIDS:
         try:
-            value = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value
+            value = extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value
         except x509.ExtensionNotFound:
             continue
-        raw = getattr(value, "value", b"")
-        if oid == OIDC_ISSUER_OIDS[0] and raw[:1] == b"\x0c":  # DER UTF8String, short length
-            raw = raw[2:]
+        raw = bytes(getattr(value, "value", b""))
+        if oid == OIDC_ISSUER_OIDS[0] and raw[:1] == b"\x0c" and len(raw) > 1:  # UTF8String
+            skip = 2 if raw[1] < 0x80 else 2 + (raw[1] & 0x7F)  # its DER length's bytes
+            raw = raw[skip:]
         issuer = raw.decode(errors="replace")
         break
-    return ascii(identity)[1:-1][:200], ascii(issuer)[1:-1][:200]
+    return identity, issuer
 
 
 def read_bundle(data: bytes, what: str) -> Bundle:
@@ -188,7 +199,7 @@ class KeylessIdentity:
 
     def claimed_by(self, bundle: Bundle) -> bool:
         """Whether ``bundle``'s certificate claims this identity and issuer (unverified)."""
-        return certificate_identity(bundle) == (self.identity, self.issuer)
+        return claimed_identity(bundle) == (self.identity, self.issuer)
 
     def verify(self, bundle: Bundle) -> tuple[str, bytes]:
         """``(payload type, payload)`` of ``bundle``'s DSSE envelope once sigstore-python's
@@ -253,8 +264,8 @@ class KeylessSigner:
             raise StoreError(
                 f"Sigstore ({self.instance}) did not sign: {_first_line(exc, 160)}"
             ) from None
-        identity, issuer = certificate_identity(bundle)
-        who = KeylessIdentity(identity, issuer).name()
+        identity, issuer = claimed_identity(bundle)
+        who = KeylessIdentity(*certificate_identity(bundle)).name()
         return keyless_name(identity, issuer), bundle.to_json().encode(), who
 
 

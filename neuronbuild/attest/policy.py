@@ -11,17 +11,16 @@ The file (YAML), paths relative to its own folder::
             keyid: 3f1c...      # its fingerprint, pinned: the file must hold that key
           - kms: awskms:arn:aws:kms:us-east-1:111122223333:key/1234abcd-...
             file: keys/kms.pub  # the KMS key's public key, fetched once and pinned here
-    refs:                       # first match wins; a pattern is matched over <name>/<tag>
-      - match: app/prod
-        signers: [release]
-      - match: "*/*"
-        signers: [ci]
-
       builds:
         keys:                   # Sigstore keyless: the CI job's OIDC identity, no key to keep
           - identity: https://github.com/org/repo/.github/workflows/build.yml@refs/heads/main
             issuer: https://token.actions.githubusercontent.com
             trusted_root: sigstore/trusted_root.json   # optional: Sigstore's public-good root
+    refs:                       # first match wins; a pattern is matched over <name>/<tag>
+      - match: app/prod
+        signers: [release]
+      - match: "*/*"
+        signers: [ci, builds]
 
 A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
 securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private

@@ -293,3 +293,13 @@ def test_a_keyless_attestation_travels_as_an_oci_referrer_of_the_bundles_own_typ
     )
     for odd in (b'{"mediaType": "application/vnd.dev.sigstore.bundle.v9"}', b"[", b'"x"'):
         assert artifact_type(odd) == DSSE_MEDIA_TYPE
+
+
+def test_the_identity_a_certificate_claims_is_read_whatever_its_issuers_length(
+    sigstore: SigstoreInstance,
+) -> None:
+    from neuronbuild.attest.keyless import claimed_identity, read_bundle
+
+    for issuer in (GITHUB, "https://issuer.example/" + "a" * 140, "https://" + "é" * 200):
+        bundle = read_bundle(sigstore.bundle(b"{}", "ci@example.com", issuer), "t")
+        assert claimed_identity(bundle) == ("ci@example.com", issuer)

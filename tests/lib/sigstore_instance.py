@@ -65,9 +65,9 @@ def der_octets(data: bytes) -> bytes:
 
 
 def der_utf8(text: str) -> bytes:
+    """``text`` as a DER UTF8String (a long-form length from 128 bytes on)."""
     data = text.encode()
-    assert len(data) < 128
-    return b"\x0c" + bytes([len(data)]) + data
+    return b"\x0c" + der_octets(data)[1:]
 
 
 def canonical(value: object) -> bytes:
