@@ -303,3 +303,24 @@ def test_the_identity_a_certificate_claims_is_read_whatever_its_issuers_length(
     for issuer in (GITHUB, "https://issuer.example/" + "a" * 140, "https://" + "é" * 200):
         bundle = read_bundle(sigstore.bundle(b"{}", "ci@example.com", issuer), "t")
         assert claimed_identity(bundle) == ("ci@example.com", issuer)
+
+
+def test_seal_signs_keyless_before_the_ref_moves(
+    keyless: dict[str, Path], services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from neuronbuild.attest.policy import load_policy
+
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token(WORKFLOW.removeprefix("https://github.com/")))
+    config = services.trust_config(keyless["root"] / "trust_config.json")
+    code, out, err = neuronbuild_in_process(
+        "seal", str(keyless["root"] / "recipe.yaml"), "--cache", str(keyless["store"]),
+        "--tag", "signed", "--sign", f"sigstore:{config}", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (signed,) = json.loads(out)["signed"]
+    assert signed["signer"] == f"identity {WORKFLOW} (issuer {GITHUB})"
+    store = Store(str(keyless["store"]))
+    assert store.get_ref("tiny", "signed") == signed["manifest"]
+    (data,) = store.get_attestations(signed["manifest"]).values()
+    policy = load_policy(keyless["policy"])
+    assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
