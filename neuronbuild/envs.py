@@ -32,6 +32,9 @@ running compile unit, and a line of bytes moved for ``push``, ``pull`` and ``ser
 NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
 (``neuronbuild.engines.neuron_node``)."""
+SIGSTORE_ID_TOKEN = "SIGSTORE_ID_TOKEN"
+"""An OIDC identity token for keyless signing (``--sign sigstore:``), as sigstore-python's own
+CLI reads it; without it, the CI job's ambient token (:mod:`neuronbuild.attest.keyless`)."""
 NEURONBUILD_POLICY = "NEURONBUILD_POLICY"
 """The trust policy file ``serve``, ``pull``, ``verify`` and ``tag`` enforce without --policy."""
 NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"
@@ -139,6 +142,8 @@ POLICY: Var[Path | None] = Var(
     NEURONBUILD_POLICY, absolute_path, None, empty="name a policy file, or unset it"
 )
 """The trust policy file (:mod:`neuronbuild.attest.policy`) when ``--policy`` is not given."""
+ID_TOKEN: Var[str | None] = Var(SIGSTORE_ID_TOKEN, str, None)
+"""The OIDC token keyless signing signs with when given outright (unset or empty: none)."""
 NKI_INTERMEDIATE_CACHE: Var[Path | None] = Var(
     NEURONBUILD_NKI_INTERMEDIATE_CACHE, absolute_path, Path("/var/tmp/nki-intermediate-cache")
 )

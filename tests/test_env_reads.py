@@ -142,6 +142,7 @@ ANY_TEXT = {
     envs.REGISTRY_AUTH_FILE,
     envs.NEURONBUILD_CACHE,
     envs.NEURONBUILD_POLICY,
+    envs.SIGSTORE_ID_TOKEN,  # any text is a token to IdentityToken, which refuses it in one line
     envs.NEURONBUILD_NKI_INTERMEDIATE_CACHE,
     envs.NO_COLOR,
     envs.XDG_CACHE_HOME,

@@ -21,11 +21,12 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neuronbuild import envs
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.digest import canonical_json
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
@@ -55,9 +56,6 @@ MAX_TRUSTED_ROOT_BYTES = 1 << 20
 INSTANCES = {"": "production", "staging": "staging"}
 """``sigstore:`` names Sigstore's public-good instance, ``sigstore:staging`` its staging one;
 any other ``sigstore:PATH`` is a client trust config file (a private Sigstore instance)."""
-
-TOKEN_ENV = "SIGSTORE_ID_TOKEN"
-"""An OIDC identity token given outright, as sigstore-python's own CLI reads it."""
 
 
 def _first_line(exc: BaseException, limit: int = 120) -> str:
@@ -269,7 +267,9 @@ class KeylessSigner:
         return keyless_name(identity, issuer), bundle.to_json().encode(), who
 
 
-def keyless_signer(key_ref: str, option: str, environ: Any = None) -> KeylessSigner:
+def keyless_signer(
+    key_ref: str, option: str, environ: Mapping[str, str] | None = None
+) -> KeylessSigner:
     """The signer of KEY_REF ``sigstore:[staging|PATH]`` (see :data:`INSTANCES`), with the OIDC
     token of ``$SIGSTORE_ID_TOKEN``, else the CI job's ambient one (``detect_credential``).
 
@@ -283,9 +283,8 @@ def keyless_signer(key_ref: str, option: str, environ: Any = None) -> KeylessSig
     from sigstore.models import ClientTrustConfig
     from sigstore.oidc import IdentityToken, detect_credential
 
-    environ = os.environ if environ is None else environ
     where = key_ref.partition(":")[2]
-    token = environ.get(TOKEN_ENV) or None
+    token = envs.ID_TOKEN.get(environ)
     try:
         token = token or detect_credential()
     except Error as exc:
@@ -293,7 +292,7 @@ def keyless_signer(key_ref: str, option: str, environ: Any = None) -> KeylessSig
     if not token:
         raise UserError(
             f"{option} {key_ref}: no OIDC identity to sign as; run in CI with an OIDC token "
-            f"(GitHub Actions: permissions: id-token: write), or set {TOKEN_ENV}"
+            f"(GitHub Actions: permissions: id-token: write), or set ${envs.SIGSTORE_ID_TOKEN}"
         )
     try:
         identity = IdentityToken(token)

@@ -191,7 +191,7 @@ def test_signing_keyless_with_no_oidc_identity_is_one_line_and_writes_nothing(
     assert code == 2 and out == "", err
     assert err.strip() == (
         "error: --key sigstore:: no OIDC identity to sign as; run in CI with an OIDC token "
-        "(GitHub Actions: permissions: id-token: write), or set SIGSTORE_ID_TOKEN"
+        "(GitHub Actions: permissions: id-token: write), or set $SIGSTORE_ID_TOKEN"
     )
     store = Store(str(keyless["store"]))
     digest = store.get_ref("tiny", "latest")
