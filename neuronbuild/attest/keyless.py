@@ -168,7 +168,13 @@ def trusted_root(path: Path | None) -> TrustedRoot:
 
     if path is None:
         logging.getLogger("sigstore").setLevel(logging.ERROR)  # its offline-mode warning
-        return ClientTrustConfig.production(offline=True).trusted_root
+        try:  # TUF keeps its metadata under the user's cache and data folders
+            return ClientTrustConfig.production(offline=True).trusted_root
+        except Exception as exc:  # TUFError, OSError (a read-only home), RuntimeError
+            raise UserError(
+                f"trusted_root: Sigstore's public-good root could not be read offline "
+                f"({_first_line(exc, 80)}); pin it: trusted_root: PATH of its trusted_root.json"
+            ) from None
     data = read_small_file(path, MAX_TRUSTED_ROOT_BYTES, "trusted_root", "a Sigstore trusted root")
     from sigstore_models.trustroot.v1 import TrustedRoot as Inner
 

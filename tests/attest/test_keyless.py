@@ -324,3 +324,15 @@ def test_seal_signs_keyless_before_the_ref_moves(
     (data,) = store.get_attestations(signed["manifest"]).values()
     policy = load_policy(keyless["policy"])
     assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
+
+
+def test_a_public_good_root_that_cannot_be_read_is_one_line_naming_the_fix(
+    keyless: dict[str, Path],
+) -> None:
+    text = keyless["policy"].read_text().replace("        trusted_root: trusted_root.json\n", "")
+    keyless["policy"].write_text(text)
+    unwritable = {"XDG_CACHE_HOME": "/proc/no-cache", "XDG_DATA_HOME": "/proc/no-data"}
+    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]), env=unwritable)
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "could not be read offline" in err and "pin it: trusted_root: PATH" in err
+    assert blobs_in(local) == []
