@@ -2,9 +2,8 @@
 bundle (v0.3) whose signature is by a short-lived Fulcio certificate for the CI job's OIDC
 identity, logged in Rekor.
 
-Everything Sigstore is sigstore-python's (4.x, the ``sigstore`` extra): signing with
-:class:`sigstore.sign.SigningContext` and an ambient OIDC token (:func:`sigstore.oidc.
-detect_credential`: GitHub Actions, GitLab, Buildkite, CircleCI, Google Cloud), and verifying
+Everything Sigstore is sigstore-python's (4.x, the ``sigstore`` extra): signing
+(:mod:`neuronbuild.attest.keyless_sign`), and here reading bundles and verifying them
 with :class:`sigstore.verify.Verifier` under a :class:`sigstore.verify.policy.Identity` (the
 certificate's SAN and its OIDC issuer extension). Nodes verify offline: the trusted root (Fulcio
 CAs, Rekor and CT log keys) is a file the policy pins, or Sigstore's public-good root as the
@@ -21,15 +20,12 @@ import contextlib
 import functools
 import hashlib
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronbuild import envs
 from neuronbuild.attest.files import read_small_file
-from neuronbuild.digest import canonical_json
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, UserError
 
 if TYPE_CHECKING:
     from sigstore.models import Bundle, TrustedRoot
@@ -53,12 +49,8 @@ OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
 MAX_TRUSTED_ROOT_BYTES = 1 << 20
 """Largest trusted root file read (bytes); Sigstore's public-good root is about 8 KiB."""
 
-INSTANCES = {"": "production", "staging": "staging"}
-"""``sigstore:`` names Sigstore's public-good instance, ``sigstore:staging`` its staging one;
-any other ``sigstore:PATH`` is a client trust config file (a private Sigstore instance)."""
 
-
-def _first_line(exc: BaseException, limit: int = 120) -> str:
+def first_line(exc: BaseException, limit: int = 120) -> str:
     """The first line of ``exc``'s message (its type's name when empty), printable, at most
     ``limit`` characters: sigstore's and pydantic's errors run to many lines. For a pydantic
     ``ValidationError``, its first error: the field's path and what is wrong with it."""
@@ -70,7 +62,7 @@ def _first_line(exc: BaseException, limit: int = 120) -> str:
             return ascii(f"{where}: {first['msg']}")[1:-1][:limit]
     lines = str(exc).strip().splitlines()
     if not lines and exc.__cause__ is not None:  # e.g. FulcioClientError from an HTTPError
-        return _first_line(exc.__cause__, limit)
+        return first_line(exc.__cause__, limit)
     return ascii(lines[0] if lines else type(exc).__name__)[1:-1][:limit]
 
 
@@ -133,19 +125,19 @@ def read_bundle(data: bytes, what: str) -> Bundle:
         StoreDataInvalid: not a bundle sigstore-python reads, or one holding no DSSE envelope.
         UserError: sigstore-python is not installed (``neuronbuild[sigstore]``).
     """
-    _require_sigstore(what)
+    require_sigstore(what)
     from sigstore.models import Bundle
 
     try:
         bundle = Bundle.from_json(data)
     except Exception as exc:  # InvalidBundle, pydantic's ValidationError, ValueError
-        raise StoreDataInvalid(f"{what}: not a Sigstore bundle ({_first_line(exc, 80)})") from None
+        raise StoreDataInvalid(f"{what}: not a Sigstore bundle ({first_line(exc, 80)})") from None
     if bundle._inner.dsse_envelope is None:  # a message signature bundle signs no Statement
         raise StoreDataInvalid(f"{what}: a Sigstore bundle without a DSSE envelope")
     return bundle
 
 
-def _require_sigstore(what: str) -> None:
+def require_sigstore(what: str) -> None:
     try:
         import sigstore  # noqa: F401
     except ImportError:
@@ -163,7 +155,7 @@ def trusted_root(path: Path | None) -> TrustedRoot:
     Raises:
         UserError: sigstore-python missing, or ``path`` unreadable or not a trusted root.
     """
-    _require_sigstore(f"trusted_root {path}" if path else "keyless signer")
+    require_sigstore(f"trusted_root {path}" if path else "keyless signer")
     from sigstore.models import ClientTrustConfig, TrustedRoot
 
     if path is None:
@@ -173,7 +165,7 @@ def trusted_root(path: Path | None) -> TrustedRoot:
         except Exception as exc:  # TUFError, OSError (a read-only home), RuntimeError
             raise UserError(
                 f"trusted_root: Sigstore's public-good root could not be read offline "
-                f"({_first_line(exc, 80)}); pin it: trusted_root: PATH of its trusted_root.json"
+                f"({first_line(exc, 80)}); pin it: trusted_root: PATH of its trusted_root.json"
             ) from None
     data = read_small_file(path, MAX_TRUSTED_ROOT_BYTES, "trusted_root", "a Sigstore trusted root")
     from sigstore_models.trustroot.v1 import TrustedRoot as Inner
@@ -182,7 +174,7 @@ def trusted_root(path: Path | None) -> TrustedRoot:
         return TrustedRoot(Inner.from_json(data))
     except Exception as exc:  # pydantic's ValidationError, sigstore's Error
         raise UserError(
-            f"trusted_root {path}: not a Sigstore trusted root ({_first_line(exc, 80)}); give the "
+            f"trusted_root {path}: not a Sigstore trusted root ({first_line(exc, 80)}); give the "
             "trusted_root.json of the Sigstore instance that signs"
         ) from None
 
@@ -224,96 +216,4 @@ class KeylessIdentity:
         try:
             return verifier.verify_dsse(bundle, policy)
         except (Error, ValueError) as exc:
-            raise UserError(_first_line(exc)) from None
-
-
-class KeylessSigner:
-    """Signs Statements as the OIDC identity of ``token`` through the Sigstore instance
-    ``config`` (a :class:`sigstore.models.ClientTrustConfig`): a Fulcio certificate for a fresh
-    key, the signature logged in Rekor, a bundle back (sigstore-python's ``sign_dsse``)."""
-
-    def __init__(self, config: Any, token: Any, instance: str) -> None:
-        self.config, self.token, self.instance = config, token, instance
-
-    def sign(self, statement: dict[str, Any]) -> tuple[str, bytes, str]:
-        """``(name, bundle bytes, who)`` for ``statement``: the :func:`keyless_name` it is
-        stored under, the bundle's JSON, and ``identity X (issuer Y)``.
-
-        Raises:
-            StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
-        """
-        from requests import RequestException
-        from sigstore._internal.fulcio.client import FulcioClientError
-        from sigstore._internal.rekor import RekorClientError
-        from sigstore.dsse import Statement
-        from sigstore.errors import Error
-        from sigstore.sign import SigningContext
-
-        try:
-            context = SigningContext.from_trust_config(self.config)
-            # cache=True (the default) is needed: with cache=False, sigstore-python 4.5
-            # certifies one fresh key and signs with another (its _private_key property makes
-            # a new key on each use), so the bundle never verifies. The context ends here.
-            with context.signer(self.token) as signer:
-                bundle = signer.sign_dsse(Statement(canonical_json(statement)))
-        except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: Fulcio: {_first_line(exc, 160)}"
-            ) from None
-        except RekorClientError as exc:
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: Rekor: {_first_line(exc, 160)}"
-            ) from None
-        except (Error, RequestException, OSError, ValueError) as exc:
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: {_first_line(exc, 160)}"
-            ) from None
-        identity, issuer = claimed_identity(bundle)
-        who = KeylessIdentity(*certificate_identity(bundle)).name()
-        return keyless_name(identity, issuer), bundle.to_json().encode(), who
-
-
-def keyless_signer(
-    key_ref: str, option: str, environ: Mapping[str, str] | None = None
-) -> KeylessSigner:
-    """The signer of KEY_REF ``sigstore:[staging|PATH]`` (see :data:`INSTANCES`), with the OIDC
-    token of ``$SIGSTORE_ID_TOKEN``, else the CI job's ambient one (``detect_credential``).
-
-    Raises:
-        UserError: sigstore-python missing, no OIDC identity found, a token that is no
-            Sigstore identity token, or an unreadable trust config (one line naming ``option``).
-        StoreError: the public-good or staging trust root could not be refreshed (TUF).
-    """
-    _require_sigstore(f"{option} {key_ref}")
-    from sigstore.errors import Error
-    from sigstore.models import ClientTrustConfig
-    from sigstore.oidc import IdentityToken, detect_credential
-
-    where = key_ref.partition(":")[2]
-    token = envs.ID_TOKEN.get(environ)
-    try:
-        token = token or detect_credential()
-    except Error as exc:
-        raise UserError(f"{option} {key_ref}: no OIDC identity ({_first_line(exc)})") from None
-    if not token:
-        raise UserError(
-            f"{option} {key_ref}: no OIDC identity to sign as; run in CI with an OIDC token "
-            f"(GitHub Actions: permissions: id-token: write), or set ${envs.SIGSTORE_ID_TOKEN}"
-        )
-    try:
-        identity = IdentityToken(token)
-    except Error as exc:
-        raise UserError(f"{option} {key_ref}: {_first_line(exc)}") from None
-    try:
-        if where in INSTANCES:
-            config = getattr(ClientTrustConfig, INSTANCES[where])()
-        else:
-            text = read_small_file(Path(where), MAX_TRUSTED_ROOT_BYTES, option, "a trust config")
-            config = ClientTrustConfig.from_json(text.decode(errors="replace"))
-    except UserError:
-        raise
-    except Exception as exc:  # TUFError, pydantic's ValidationError
-        raise (StoreError if where in INSTANCES else UserError)(
-            f"{option} {key_ref}: no Sigstore trust config ({_first_line(exc)})"
-        ) from None
-    return KeylessSigner(config, identity, key_ref)
+            raise UserError(first_line(exc)) from None

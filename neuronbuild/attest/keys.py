@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, l
 from securesystemslib.signer import CryptoSigner, Signer, SSlibKey
 
 from neuronbuild.attest.files import read_small_file
-from neuronbuild.attest.keyless import KeylessSigner
+from neuronbuild.attest.keyless_sign import KeylessSigner
 from neuronbuild.errors import UserError
 
 MAX_KEY_BYTES = 64 << 10
@@ -69,21 +69,21 @@ def key_path(key_ref: str, option: str = "--sign") -> Path:
 def load_signer(key_ref: str, option: str = "--sign") -> Signer | KeylessSigner:
     """The signer KEY_REF names: ``awskms:ARN`` (:func:`neuronbuild.attest.kms.kms_signer`,
     which asks KMS for the public key now), ``sigstore:[staging|PATH]`` (keyless:
-    :func:`neuronbuild.attest.keyless.keyless_signer`, which finds the OIDC token now), else
+    :func:`neuronbuild.attest.keyless_sign.keyless_signer`, which finds the OIDC token now), else
     the private key file of :func:`key_path`.
 
     Raises:
         UserError: the file cannot be read, is not an unencrypted PEM private key, or holds
             another kind of key than Ed25519 or ECDSA P-256 (``option`` names the option); for
             KMS, see :func:`~neuronbuild.attest.kms.kms_signer` (StoreError: KMS unreachable);
-            for keyless, :func:`~neuronbuild.attest.keyless.keyless_signer`.
+            for keyless, :func:`~neuronbuild.attest.keyless_sign.keyless_signer`.
     """
     if key_ref.startswith("awskms:"):
         from neuronbuild.attest.kms import kms_signer
 
         return kms_signer(key_ref, option)
     if key_ref.startswith("sigstore:"):
-        from neuronbuild.attest.keyless import keyless_signer
+        from neuronbuild.attest.keyless_sign import keyless_signer
 
         return keyless_signer(key_ref, option)
     path = key_path(key_ref, option)

@@ -10,7 +10,7 @@ from securesystemslib.signer import Signer
 
 from neuronbuild.attest.builder import builder_from_env
 from neuronbuild.attest.envelope import sign_statement
-from neuronbuild.attest.keyless import KeylessSigner
+from neuronbuild.attest.keyless_sign import KeylessSigner
 from neuronbuild.attest.statement import statement
 from neuronbuild.store.cas import Store
 

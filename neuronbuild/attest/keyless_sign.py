@@ -1,0 +1,122 @@
+"""Sigstore keyless signing: a Statement signed as the CI job's OIDC identity, through
+sigstore-python's :class:`~sigstore.sign.SigningContext` (a Fulcio certificate for a fresh key,
+the signature logged in Rekor, a bundle back), with ``$SIGSTORE_ID_TOKEN`` or the job's ambient
+token (:func:`sigstore.oidc.detect_credential`: GitHub Actions, GitLab, Buildkite, CircleCI,
+Google Cloud). Verifying is :mod:`neuronbuild.attest.keyless`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from neuronbuild import envs
+from neuronbuild.attest.files import read_small_file
+from neuronbuild.attest.keyless import (
+    MAX_TRUSTED_ROOT_BYTES,
+    KeylessIdentity,
+    certificate_identity,
+    claimed_identity,
+    first_line,
+    keyless_name,
+    require_sigstore,
+)
+from neuronbuild.digest import canonical_json
+from neuronbuild.errors import StoreError, UserError
+
+INSTANCES = {"": "production", "staging": "staging"}
+"""``sigstore:`` names Sigstore's public-good instance, ``sigstore:staging`` its staging one;
+any other ``sigstore:PATH`` is a client trust config file (a private Sigstore instance)."""
+
+
+class KeylessSigner:
+    """Signs Statements as the OIDC identity of ``token`` through the Sigstore instance
+    ``config`` (a :class:`sigstore.models.ClientTrustConfig`): a Fulcio certificate for a fresh
+    key, the signature logged in Rekor, a bundle back (sigstore-python's ``sign_dsse``)."""
+
+    def __init__(self, config: Any, token: Any, instance: str) -> None:
+        self.config, self.token, self.instance = config, token, instance
+
+    def sign(self, statement: dict[str, Any]) -> tuple[str, bytes, str]:
+        """``(name, bundle bytes, who)`` for ``statement``: the :func:`keyless_name` it is
+        stored under, the bundle's JSON, and ``identity X (issuer Y)``.
+
+        Raises:
+            StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
+        """
+        from requests import RequestException
+        from sigstore._internal.fulcio.client import FulcioClientError
+        from sigstore._internal.rekor import RekorClientError
+        from sigstore.dsse import Statement
+        from sigstore.errors import Error
+        from sigstore.sign import SigningContext
+
+        try:
+            context = SigningContext.from_trust_config(self.config)
+            # cache=True (the default) is needed: with cache=False, sigstore-python 4.5
+            # certifies one fresh key and signs with another (its _private_key property makes
+            # a new key on each use), so the bundle never verifies. The context ends here.
+            with context.signer(self.token) as signer:
+                bundle = signer.sign_dsse(Statement(canonical_json(statement)))
+        except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: Fulcio: {first_line(exc, 160)}"
+            ) from None
+        except RekorClientError as exc:
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: Rekor: {first_line(exc, 160)}"
+            ) from None
+        except (Error, RequestException, OSError, ValueError) as exc:
+            raise StoreError(
+                f"Sigstore ({self.instance}) did not sign: {first_line(exc, 160)}"
+            ) from None
+        identity, issuer = claimed_identity(bundle)
+        who = KeylessIdentity(*certificate_identity(bundle)).name()
+        return keyless_name(identity, issuer), bundle.to_json().encode(), who
+
+
+def keyless_signer(
+    key_ref: str, option: str, environ: Mapping[str, str] | None = None
+) -> KeylessSigner:
+    """The signer of KEY_REF ``sigstore:[staging|PATH]`` (see :data:`INSTANCES`), with the OIDC
+    token of ``$SIGSTORE_ID_TOKEN``, else the CI job's ambient one (``detect_credential``).
+
+    Raises:
+        UserError: sigstore-python missing, no OIDC identity found, a token that is no
+            Sigstore identity token, or an unreadable trust config (one line naming ``option``).
+        StoreError: the public-good or staging trust root could not be refreshed (TUF).
+    """
+    require_sigstore(f"{option} {key_ref}")
+    from sigstore.errors import Error
+    from sigstore.models import ClientTrustConfig
+    from sigstore.oidc import IdentityToken, detect_credential
+
+    where = key_ref.partition(":")[2]
+    token = envs.ID_TOKEN.get(environ)
+    try:
+        token = token or detect_credential()
+    except Error as exc:
+        raise UserError(f"{option} {key_ref}: no OIDC identity ({first_line(exc)})") from None
+    if not token:
+        raise UserError(
+            f"{option} {key_ref}: no OIDC identity to sign as; run in CI with an OIDC token "
+            f"(GitHub Actions: permissions: id-token: write), or set ${envs.SIGSTORE_ID_TOKEN}"
+        )
+    try:
+        identity = IdentityToken(token)
+    except Error as exc:
+        raise UserError(f"{option} {key_ref}: {first_line(exc)}") from None
+    try:
+        if where in INSTANCES:
+            config = getattr(ClientTrustConfig, INSTANCES[where])()
+        else:
+            text = read_small_file(Path(where), MAX_TRUSTED_ROOT_BYTES, option, "a trust config")
+            config = ClientTrustConfig.from_json(text.decode(errors="replace"))
+    except UserError:
+        raise
+    except Exception as exc:  # TUFError, pydantic's ValidationError
+        raise (StoreError if where in INSTANCES else UserError)(
+            f"{option} {key_ref}: no Sigstore trust config ({first_line(exc)})"
+        ) from None
+    return KeylessSigner(config, identity, key_ref)
