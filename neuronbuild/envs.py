@@ -34,7 +34,7 @@ NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 (``neuronbuild.engines.neuron_node``)."""
 SIGSTORE_ID_TOKEN = "SIGSTORE_ID_TOKEN"
 """An OIDC identity token for keyless signing (``--sign sigstore:``), as sigstore-python's own
-CLI reads it; without it, the CI job's ambient token (:mod:`neuronbuild.attest.keyless`)."""
+CLI reads it; without it, the CI job's ambient token (:mod:`neuronbuild.attest.keyless_sign`)."""
 NEURONBUILD_POLICY = "NEURONBUILD_POLICY"
 """The trust policy file ``serve``, ``pull``, ``verify`` and ``tag`` enforce without --policy."""
 NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"

@@ -10,7 +10,6 @@ is handed, so hostile bytes are one line, exit 2 (:class:`~neuronbuild.errors.St
 
 from __future__ import annotations
 
-import base64
 import binascii
 import re
 from dataclasses import dataclass
@@ -120,7 +119,7 @@ def read_attestation(data: bytes, what: str) -> Attestation:
     """
     raw = parse_json(data, what)
     if is_bundle(raw):
-        return _read_bundle(raw, data, what)
+        return _read_bundle(data, what)
     if not isinstance(raw, dict) or set(raw) != {"payload", "payloadType", "signatures"}:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope (payload, payloadType, signatures)")
     if raw["payloadType"] != PAYLOAD_TYPE:
@@ -149,23 +148,21 @@ def read_attestation(data: bytes, what: str) -> Attestation:
     return Attestation(envelope, keyids, subject, predicate)
 
 
-def _read_bundle(raw: dict[str, Any], data: bytes, what: str) -> Attestation:
-    """A keyless attestation: the Sigstore bundle ``data`` (``raw`` parsed) and the Statement
-    of its DSSE envelope (unverified).
+def _read_bundle(data: bytes, what: str) -> Attestation:
+    """A keyless attestation: the Sigstore bundle ``data`` and the Statement of its DSSE envelope
+    (unverified), both as sigstore-python parsed them: the payload read here is the payload its
+    verifier checks.
 
     Raises:
         StoreDataInvalid: see :func:`~neuronbuild.attest.keyless.read_bundle`; a payload type
             other than :data:`PAYLOAD_TYPE`, or a payload that is no Statement of one manifest.
     """
     bundle = read_bundle(data, what)
-    dsse = raw.get("dsseEnvelope")
-    payload_type = dsse.get("payloadType") if isinstance(dsse, dict) else None
-    if payload_type != PAYLOAD_TYPE:
-        found = ascii(payload_type)[:80]
+    dsse = bundle._inner.dsse_envelope
+    assert dsse is not None  # read_bundle refused a bundle without one
+    if dsse.payload_type != PAYLOAD_TYPE:
+        found = ascii(dsse.payload_type)[:80]
         raise StoreDataInvalid(f"{what}: payload type {found}, expected {PAYLOAD_TYPE}")
-    try:
-        payload = base64.b64decode(str(dsse.get("payload", "")), validate=True)  # type: ignore[union-attr]
-    except binascii.Error:
-        raise StoreDataInvalid(f"{what}: its payload is not base64") from None
+    payload = bytes(dsse.payload)
     subject, predicate = statement_subject(parse_json(payload, f"{what}: payload"), what)
     return Attestation(None, (), subject, predicate, bundle=bundle)

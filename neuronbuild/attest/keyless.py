@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +42,9 @@ BUNDLE_PREFIX = "application/vnd.dev.sigstore.bundle"
 """Every Sigstore bundle's media type starts so (0.1, 0.2, 0.3); an envelope has no
 ``mediaType`` at all."""
 
-OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
-"""Fulcio's OIDC issuer extensions: v2 (a DER UTF8String) and the deprecated v1 (raw bytes)."""
+OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.1", "1.3.6.1.4.1.57264.1.8")
+"""Fulcio's OIDC issuer extensions: v1 (raw bytes; the one sigstore-python's ``Identity``
+checks, read first) and v2 (a DER UTF8String). Fulcio writes both."""
 
 MAX_TRUSTED_ROOT_BYTES = 1 << 20
 """Largest trusted root file read (bytes); Sigstore's public-good root is about 8 KiB."""
@@ -54,12 +54,13 @@ def first_line(exc: BaseException, limit: int = 120) -> str:
     """The first line of ``exc``'s message (its type's name when empty), printable, at most
     ``limit`` characters: sigstore's and pydantic's errors run to many lines. For a pydantic
     ``ValidationError``, its first error: the field's path and what is wrong with it."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        with contextlib.suppress(Exception):
-            first = errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            return ascii(f"{where}: {first['msg']}")[1:-1][:limit]
+    for each in (exc, exc.__cause__):  # sigstore wraps pydantic's error as its cause
+        errors = getattr(each, "errors", None)
+        if callable(errors):
+            with contextlib.suppress(Exception):
+                first = errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                return ascii(f"{where}: {first['msg']}")[1:-1][:limit]
     lines = str(exc).strip().splitlines()
     if not lines and exc.__cause__ is not None:  # e.g. FulcioClientError from an HTTPError
         return first_line(exc.__cause__, limit)
@@ -86,7 +87,9 @@ def certificate_identity(bundle: Bundle) -> tuple[str, str]:
 
 def claimed_identity(bundle: Bundle) -> tuple[str, str]:
     """``(identity, issuer)`` the bundle's signing certificate claims (unverified): its first
-    email or URI SAN, and its OIDC issuer extension (``?`` where absent)."""
+    email or URI SAN (Fulcio writes one; Sigstore's other-name SANs are not read, so such a
+    certificate is never a policy's signer), and its OIDC issuer extension (``?`` where
+    absent)."""
     from cryptography import x509
 
     try:  # a hostile certificate's extensions may not parse: nothing is claimed then
@@ -109,7 +112,7 @@ def claimed_identity(bundle: Bundle) -> tuple[str, str]:
         except x509.ExtensionNotFound:
             continue
         raw = bytes(getattr(value, "value", b""))
-        if oid == OIDC_ISSUER_OIDS[0] and raw[:1] == b"\x0c" and len(raw) > 1:  # UTF8String
+        if oid == OIDC_ISSUER_OIDS[1] and raw[:1] == b"\x0c" and len(raw) > 1:  # UTF8String
             skip = 2 if raw[1] < 0x80 else 2 + (raw[1] & 0x7F)  # its DER length's bytes
             raw = raw[skip:]
         issuer = raw.decode(errors="replace")
@@ -149,34 +152,36 @@ def require_sigstore(what: str) -> None:
 
 @functools.lru_cache(maxsize=8)
 def trusted_root(path: Path | None) -> TrustedRoot:
-    """The Sigstore trusted root in file ``path``, or (None) the public-good root the installed
-    sigstore release ships, read offline (no TUF refresh: nodes never call Sigstore).
+    """The Sigstore trusted root in file ``path`` (a ``trusted_root.json``, or a client trust
+    config holding one, as ``sigstore:PATH`` takes), or (None) the public-good root embedded in
+    the installed sigstore release. That one is read from the package itself, never from the
+    TUF cache under the user's home (which ``ClientTrustConfig.production(offline=True)`` would
+    prefer): whoever can write a node user's cache must not choose its trust anchor.
 
     Raises:
-        UserError: sigstore-python missing, or ``path`` unreadable or not a trusted root.
+        UserError: sigstore-python missing, or ``path`` unreadable or holding no trusted root.
     """
     require_sigstore(f"trusted_root {path}" if path else "keyless signer")
-    from sigstore.models import ClientTrustConfig, TrustedRoot
-
-    if path is None:
-        logging.getLogger("sigstore").setLevel(logging.ERROR)  # its offline-mode warning
-        try:  # TUF keeps its metadata under the user's cache and data folders
-            return ClientTrustConfig.production(offline=True).trusted_root
-        except Exception as exc:  # TUFError, OSError (a read-only home), RuntimeError
-            raise UserError(
-                f"trusted_root: Sigstore's public-good root could not be read offline "
-                f"({first_line(exc, 80)}); pin it: trusted_root: PATH of its trusted_root.json"
-            ) from None
-    data = read_small_file(path, MAX_TRUSTED_ROOT_BYTES, "trusted_root", "a Sigstore trusted root")
+    from sigstore._internal.tuf import DEFAULT_TUF_URL
+    from sigstore._utils import read_embedded  # sigstore <5 pinned: its layout is known
+    from sigstore.models import TrustedRoot
+    from sigstore_models.trustroot.v1 import ClientTrustConfig
     from sigstore_models.trustroot.v1 import TrustedRoot as Inner
 
+    if path is None:
+        return TrustedRoot(Inner.from_json(read_embedded("trusted_root.json", DEFAULT_TUF_URL)))
+    data = read_small_file(path, MAX_TRUSTED_ROOT_BYTES, "trusted_root", "a Sigstore trusted root")
     try:
         return TrustedRoot(Inner.from_json(data))
-    except Exception as exc:  # pydantic's ValidationError, sigstore's Error
-        raise UserError(
-            f"trusted_root {path}: not a Sigstore trusted root ({first_line(exc, 80)}); give the "
-            "trusted_root.json of the Sigstore instance that signs"
-        ) from None
+    except Exception as first:  # pydantic's ValidationError, sigstore's Error
+        try:
+            return TrustedRoot(ClientTrustConfig.from_json(data).trusted_root)
+        except Exception:
+            reason = first_line(first, 80)
+    raise UserError(
+        f"trusted_root {path}: not a Sigstore trusted root ({reason}); give the "
+        "trusted_root.json of the Sigstore instance that signs"
+    )
 
 
 @dataclass(frozen=True)
@@ -205,9 +210,10 @@ class KeylessIdentity:
         envelope's signature is the certificate's key's.
 
         Raises:
-            UserError: the first check that fails, in one line (sigstore's reason).
+            UserError: the first check that fails, in one line (sigstore's reason); anything
+                sigstore raises on hostile values (an OverflowError for an integrated time past
+                any date, ...) is such a failure too.
         """
-        from sigstore.errors import Error
         from sigstore.verify import Verifier
         from sigstore.verify.policy import Identity
 
@@ -215,5 +221,5 @@ class KeylessIdentity:
         policy = Identity(identity=self.identity, issuer=self.issuer)
         try:
             return verifier.verify_dsse(bundle, policy)
-        except (Error, ValueError) as exc:
+        except Exception as exc:  # Error, ValueError, and what hostile values raise inside it
             raise UserError(first_line(exc)) from None

@@ -25,74 +25,23 @@ from neuronbuild.attest.keyless import (
 from neuronbuild.digest import canonical_json
 from neuronbuild.errors import StoreError, UserError
 
-INSTANCES = {"": "production", "staging": "staging"}
-"""``sigstore:`` names Sigstore's public-good instance, ``sigstore:staging`` its staging one;
-any other ``sigstore:PATH`` is a client trust config file (a private Sigstore instance)."""
+INSTANCES = {"": "production", "production": "production", "staging": "staging"}
+"""``sigstore:`` (or ``sigstore:production``) names Sigstore's public-good instance,
+``sigstore:staging`` its staging one; any other ``sigstore:PATH`` is a client trust config file
+(a private Sigstore instance)."""
 
 
-class KeylessSigner:
-    """Signs Statements as the OIDC identity of ``token`` through the Sigstore instance
-    ``config`` (a :class:`sigstore.models.ClientTrustConfig`): a Fulcio certificate for a fresh
-    key, the signature logged in Rekor, a bundle back (sigstore-python's ``sign_dsse``)."""
-
-    def __init__(self, config: Any, token: Any, instance: str) -> None:
-        self.config, self.token, self.instance = config, token, instance
-
-    def sign(self, statement: dict[str, Any]) -> tuple[str, bytes, str]:
-        """``(name, bundle bytes, who)`` for ``statement``: the :func:`keyless_name` it is
-        stored under, the bundle's JSON, and ``identity X (issuer Y)``.
-
-        Raises:
-            StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
-        """
-        from requests import RequestException
-        from sigstore._internal.fulcio.client import FulcioClientError
-        from sigstore._internal.rekor import RekorClientError
-        from sigstore.dsse import Statement
-        from sigstore.errors import Error
-        from sigstore.sign import SigningContext
-
-        try:
-            context = SigningContext.from_trust_config(self.config)
-            # cache=True (the default) is needed: with cache=False, sigstore-python 4.5
-            # certifies one fresh key and signs with another (its _private_key property makes
-            # a new key on each use), so the bundle never verifies. The context ends here.
-            with context.signer(self.token) as signer:
-                bundle = signer.sign_dsse(Statement(canonical_json(statement)))
-        except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: Fulcio: {first_line(exc, 160)}"
-            ) from None
-        except RekorClientError as exc:
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: Rekor: {first_line(exc, 160)}"
-            ) from None
-        except (Error, RequestException, OSError, ValueError) as exc:
-            raise StoreError(
-                f"Sigstore ({self.instance}) did not sign: {first_line(exc, 160)}"
-            ) from None
-        identity, issuer = claimed_identity(bundle)
-        who = KeylessIdentity(*certificate_identity(bundle)).name()
-        return keyless_name(identity, issuer), bundle.to_json().encode(), who
-
-
-def keyless_signer(
-    key_ref: str, option: str, environ: Mapping[str, str] | None = None
-) -> KeylessSigner:
-    """The signer of KEY_REF ``sigstore:[staging|PATH]`` (see :data:`INSTANCES`), with the OIDC
-    token of ``$SIGSTORE_ID_TOKEN``, else the CI job's ambient one (``detect_credential``).
+def identity_token(key_ref: str, option: str, environ: Mapping[str, str] | None) -> Any:
+    """The OIDC identity token to sign with, read now: ``$SIGSTORE_ID_TOKEN``, else the CI
+    job's ambient one (``detect_credential``), as a :class:`sigstore.oidc.IdentityToken`.
 
     Raises:
-        UserError: sigstore-python missing, no OIDC identity found, a token that is no
-            Sigstore identity token, or an unreadable trust config (one line naming ``option``).
-        StoreError: the public-good or staging trust root could not be refreshed (TUF).
+        UserError: no OIDC identity found, or a token that is no Sigstore identity token or is
+            no longer valid (one line naming ``option``).
     """
-    require_sigstore(f"{option} {key_ref}")
     from sigstore.errors import Error
-    from sigstore.models import ClientTrustConfig
     from sigstore.oidc import IdentityToken, detect_credential
 
-    where = key_ref.partition(":")[2]
     token = envs.ID_TOKEN.get(environ)
     try:
         token = token or detect_credential()
@@ -104,9 +53,81 @@ def keyless_signer(
             f"(GitHub Actions: permissions: id-token: write), or set ${envs.SIGSTORE_ID_TOKEN}"
         )
     try:
-        identity = IdentityToken(token)
+        return IdentityToken(token)
     except Error as exc:
         raise UserError(f"{option} {key_ref}: {first_line(exc)}") from None
+
+
+class KeylessSigner:
+    """Signs Statements as the CI job's OIDC identity through the Sigstore instance ``config``
+    (a :class:`sigstore.models.ClientTrustConfig`): a Fulcio certificate for a fresh key, the
+    signature logged in Rekor, a bundle back (sigstore-python's ``sign_dsse``). The token is
+    read again for each signature (:func:`identity_token`): ``compile --sign`` signs hours
+    after it starts, and CI tokens last minutes (an ambient one is fetched anew)."""
+
+    def __init__(
+        self, config: Any, key_ref: str, option: str, environ: Mapping[str, str] | None
+    ) -> None:
+        self.config, self.key_ref, self.option, self.environ = config, key_ref, option, environ
+
+    def sign(self, statement: dict[str, Any]) -> tuple[str, bytes, str]:
+        """``(name, bundle bytes, who)`` for ``statement``: the :func:`keyless_name` it is
+        stored under, the bundle's JSON, and ``identity X (issuer Y)``.
+
+        Raises:
+            UserError: see :func:`identity_token`; the token expired while signing.
+            StoreError: Fulcio or Rekor refused or could not be reached (exit 3).
+        """
+        from requests import RequestException
+        from sigstore._internal.fulcio.client import ExpiredCertificate, FulcioClientError
+        from sigstore._internal.rekor import RekorClientError
+        from sigstore.dsse import Statement
+        from sigstore.errors import Error
+        from sigstore.oidc import ExpiredIdentity
+        from sigstore.sign import SigningContext
+
+        token = identity_token(self.key_ref, self.option, self.environ)
+        failed = f"Sigstore ({self.key_ref}) did not sign"
+        try:
+            context = SigningContext.from_trust_config(self.config)
+            # cache=True (the default) is needed: with cache=False, sigstore-python 4.5
+            # certifies one fresh key and signs with another (its _private_key property makes
+            # a new key on each use), so the bundle never verifies. The context ends here.
+            with context.signer(token) as signer:
+                bundle = signer.sign_dsse(Statement(canonical_json(statement)))
+        except (ExpiredIdentity, ExpiredCertificate):
+            raise UserError(
+                f"{self.option} {self.key_ref}: the OIDC identity token expired before it "
+                f"signed; sign again with a fresh one (${envs.SIGSTORE_ID_TOKEN} or the job's)"
+            ) from None
+        except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
+            raise StoreError(f"{failed}: Fulcio: {first_line(exc, 160)}") from None
+        except RekorClientError as exc:
+            raise StoreError(f"{failed}: Rekor: {first_line(exc, 160)}") from None
+        except (Error, RequestException, OSError, ValueError) as exc:
+            raise StoreError(f"{failed}: {first_line(exc, 160)}") from None
+        identity, issuer = claimed_identity(bundle)
+        who = KeylessIdentity(*certificate_identity(bundle)).name()
+        return keyless_name(identity, issuer), bundle.to_json().encode(), who
+
+
+def keyless_signer(
+    key_ref: str, option: str, environ: Mapping[str, str] | None = None
+) -> KeylessSigner:
+    """The signer of KEY_REF ``sigstore:[production|staging|PATH]`` (see :data:`INSTANCES`),
+    checked now: an OIDC identity is there to sign as (:func:`identity_token`; read again
+    when it signs) and the instance's trust config reads.
+
+    Raises:
+        UserError: sigstore-python missing, see :func:`identity_token`, or an unreadable trust
+            config (one line naming ``option``).
+        StoreError: the public-good or staging trust config could not be refreshed (TUF).
+    """
+    require_sigstore(f"{option} {key_ref}")
+    from sigstore.models import ClientTrustConfig
+
+    identity_token(key_ref, option, environ)  # refused now, not after hours of compiling
+    where = key_ref.partition(":")[2]
     try:
         if where in INSTANCES:
             config = getattr(ClientTrustConfig, INSTANCES[where])()
@@ -119,4 +140,4 @@ def keyless_signer(
         raise (StoreError if where in INSTANCES else UserError)(
             f"{option} {key_ref}: no Sigstore trust config ({first_line(exc)})"
         ) from None
-    return KeylessSigner(config, identity, key_ref)
+    return KeylessSigner(config, key_ref, option, environ)

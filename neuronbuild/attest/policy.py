@@ -133,12 +133,18 @@ class Policy:
         was found, for the refusal."""
         identities = [i for s in rule.signers for i in s.identities]
         claimed = [i for i in identities if i.claimed_by(attestation.bundle)]
+        failed = None  # the same identity may be named twice, under an old and a new root
         for identity in claimed:
             try:
                 identity.verify(attestation.bundle)
             except UserError as exc:
-                return f"a Sigstore signature by {identity.name()} that does not verify ({exc})"
+                failed = failed or (
+                    f"a Sigstore signature by {identity.name()} that does not verify ({exc})"
+                )
+                continue
             return None
+        if failed is not None:
+            return failed
         who = "identity {} (issuer {})".format(*certificate_identity(attestation.bundle))
         signer = next(
             (s.name for s in self.signers.values() if any(i.name() == who for i in s.identities)),

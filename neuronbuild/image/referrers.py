@@ -49,7 +49,7 @@ def artifact_type(attestation: bytes) -> str:
 
     try:
         value = json.loads(attestation)
-    except ValueError:
+    except (ValueError, RecursionError):  # untrusted bytes: nested past Python's stack too
         return DSSE_MEDIA_TYPE
     found = value.get("mediaType") if isinstance(value, dict) else None
     return found if found in BUNDLE_MEDIA_TYPES else DSSE_MEDIA_TYPE

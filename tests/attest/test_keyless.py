@@ -140,6 +140,22 @@ def other_instance(payload: bytes) -> bytes:
             lambda s, p, o: s.bundle(p).replace(b'"treeSize": "1"', b'"treeSize": "2"'),
             "that does not verify (",
         ),
+        (
+            lambda s, p, o: s.bundle(p, rogue=frozenset({"sct"})),
+            "that does not verify (failed to verify SCT on signing certificate",
+        ),
+        (
+            lambda s, p, o: s.bundle(p, rogue=frozenset({"checkpoint"})),
+            "that does not verify (invalid log entry: checkpoint: invalid signature",
+        ),
+        (
+            lambda s, p, o: s.bundle(p, rogue=frozenset({"promise"})),
+            "that does not verify (invalid log entry: SET: invalid inclusion promise",
+        ),
+        (
+            lambda s, p, o: s.bundle(p, integrated=2**64 - 1),
+            "that does not verify (",
+        ),
     ],
     ids=[
         "another-identity",
@@ -151,6 +167,10 @@ def other_instance(payload: bytes) -> bytes:
         "wrong-payload-type",
         "malformed",
         "bad-inclusion-proof",
+        "forged-sct",
+        "forged-checkpoint",
+        "forged-promise",
+        "integrated-time-past-any-date",
     ],
 )
 def test_a_node_refuses_a_keyless_attestation_that_does_not_hold_in_one_line(
@@ -291,7 +311,12 @@ def test_a_keyless_attestation_travels_as_an_oci_referrer_of_the_bundles_own_typ
     assert artifact_type(b'{"payload": "", "payloadType": "x", "signatures": []}') == (
         DSSE_MEDIA_TYPE
     )
-    for odd in (b'{"mediaType": "application/vnd.dev.sigstore.bundle.v9"}', b"[", b'"x"'):
+    for odd in (
+        b'{"mediaType": "application/vnd.dev.sigstore.bundle.v9"}',
+        b"[",
+        b'"x"',
+        b"[" * 100_000,
+    ):
         assert artifact_type(odd) == DSSE_MEDIA_TYPE
 
 
@@ -326,13 +351,75 @@ def test_seal_signs_keyless_before_the_ref_moves(
     assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
 
 
-def test_a_public_good_root_that_cannot_be_read_is_one_line_naming_the_fix(
-    keyless: dict[str, Path],
+def test_a_root_planted_in_the_users_sigstore_cache_does_not_become_the_public_good_root(
+    keyless: dict[str, Path], sigstore: SigstoreInstance, tmp_path: Path
 ) -> None:
+    """sigstore's offline TUF reader prefers a trusted_root.json in the user's cache to the one
+    it ships; the public-good root is read from the package, so a planted one changes nothing,
+    and a node whose home is read-only still reads it."""
     text = keyless["policy"].read_text().replace("        trusted_root: trusted_root.json\n", "")
     keyless["policy"].write_text(text)
-    unwritable = {"XDG_CACHE_HOME": "/proc/no-cache", "XDG_DATA_HOME": "/proc/no-data"}
-    code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]), env=unwritable)
-    assert code == 2 and err.strip().count("\n") == 0, err
-    assert "could not be read offline" in err and "pin it: trusted_root: PATH" in err
-    assert blobs_in(local) == []
+    attest(keyless, sigstore.bundle(payload(Store(str(keyless["store"])))))
+    cache = tmp_path / "cache"
+    planted = cache / "sigstore-python" / "tuf" / "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev"
+    planted.mkdir(parents=True)
+    sigstore.write_root(planted / "trusted_root.json")
+    for env in ({"XDG_CACHE_HOME": str(cache)}, {"XDG_CACHE_HOME": "/proc/no", "HOME": "/proc"}):
+        code, _, err, local = serve_node(keyless, "--policy", str(keyless["policy"]), env=env)
+        assert code == 2 and "that does not verify (failed to build timestamp" in err, err
+        assert blobs_in(local) == []
+
+
+def test_an_identity_named_under_an_old_and_a_new_root_verifies_with_either(
+    keyless: dict[str, Path], sigstore: SigstoreInstance
+) -> None:
+    """A trust root being rotated: the same identity twice, the first entry under a root that
+    did not certify the bundle; the second verifies it, and verify agrees with serve."""
+    SigstoreInstance.make().write_root(keyless["root"] / "old_root.json")
+    text = keyless["policy"].read_text()
+    entry = f"      - identity: {WORKFLOW}\n        issuer: {GITHUB}\n"
+    text = text.replace("    keys:\n", f"    keys:\n{entry}        trusted_root: old_root.json\n")
+    keyless["policy"].write_text(text)
+    attest(keyless, sigstore.bundle(payload(Store(str(keyless["store"])))))
+    code, _, err, _ = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 0, err
+    code, out, err = neuronbuild_in_process(
+        "verify", "tiny/latest", "--cache", str(keyless["store"]),
+        "--policy", str(keyless["policy"]),
+    )  # fmt: skip
+    assert code == 0 and "ci (verified)" in out, err
+
+
+def test_a_policy_may_pin_the_client_trust_config_a_private_instance_signs_with(
+    keyless: dict[str, Path], sigstore: SigstoreInstance, services: Services
+) -> None:
+    config = services.trust_config(keyless["root"] / "trust_config.json")
+    text = keyless["policy"].read_text().replace("trusted_root.json", config.name)
+    keyless["policy"].write_text(text)
+    attest(keyless, sigstore.bundle(payload(Store(str(keyless["store"])))))
+    code, _, err, _ = serve_node(keyless, "--policy", str(keyless["policy"]))
+    assert code == 0, err
+
+
+def test_a_token_that_expired_by_the_time_compile_signs_is_one_line(
+    keyless: dict[str, Path], services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile checks the token when it starts and reads it again when it signs, hours later."""
+    from neuronbuild.attest.keyless_sign import keyless_signer
+    from neuronbuild.errors import UserError
+
+    config = services.trust_config(keyless["root"] / "trust_config.json")
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token(WORKFLOW.removeprefix("https://github.com/")))
+    signer = keyless_signer(f"sigstore:{config}", "--sign")
+    monkeypatch.setenv("SIGSTORE_ID_TOKEN", token("org/repo/x.yml@main", minutes=-1))
+    with pytest.raises(UserError, match="Identity token is") as raised:
+        signer.sign({"_type": "https://in-toto.io/Statement/v1"})
+    assert "\n" not in str(raised.value) and str(raised.value).startswith("--sign sigstore:")
+
+
+def test_a_bare_sigstore_key_ref_names_the_colon(tmp_path: Path) -> None:
+    from neuronbuild.attest.keys import load_signer
+    from neuronbuild.errors import UserError
+
+    with pytest.raises(UserError, match="write sigstore: \\(with the colon\\)"):
+        load_signer("sigstore", "--sign")

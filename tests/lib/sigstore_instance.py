@@ -202,9 +202,11 @@ class SigstoreInstance:
         issuer: str,
         not_before: dt.datetime,
         minutes: int = 10,
+        ct_key: ec.EllipticCurvePrivateKey | None = None,
     ) -> x509.Certificate:
         """A Fulcio-profile certificate for public ``key`` naming ``identity`` and ``issuer``,
-        valid ``minutes`` from ``not_before``, with an SCT by the CT log key embedded."""
+        valid ``minutes`` from ``not_before``, with an SCT by the CT log key embedded (by
+        ``ct_key`` instead, under the log's id, if given: a forged SCT)."""
         san: x509.GeneralName = (
             x509.UniformResourceIdentifier(identity)
             if "://" in identity
@@ -233,7 +235,8 @@ class SigstoreInstance:
         tbs = builder.sign(self.ca_key, hashes.SHA256()).tbs_certificate_bytes
         millis = int(not_before.timestamp() * 1000)
         entry = hashlib.sha256(spki(self.ca_key)).digest() + len(tbs).to_bytes(3) + tbs
-        signature = signed(self.ct_key, struct.pack("!BBQH", 0, 0, millis, 1) + entry + b"\0\0")
+        signer = ct_key or self.ct_key
+        signature = signed(signer, struct.pack("!BBQH", 0, 0, millis, 1) + entry + b"\0\0")
         sct = (
             b"\x00"
             + log_id(self.ct_key)
@@ -245,13 +248,18 @@ class SigstoreInstance:
         ext = x509.UnrecognizedExtension(SCT_LIST_OID, der_octets(listed))
         return builder.add_extension(ext, False).sign(self.ca_key, hashes.SHA256())
 
-    def logged(self, body: bytes, integrated: int) -> dict[str, object]:
+    def logged(
+        self, body: bytes, integrated: int, rogue: frozenset[str] = frozenset()
+    ) -> dict[str, object]:
         """The bundle's tlog entry for ``body`` logged at ``integrated`` (seconds since the
-        epoch) as entry 0 of a one-leaf log: inclusion proof, checkpoint and promise."""
+        epoch) as entry 0 of a one-leaf log: inclusion proof, checkpoint and promise; those
+        named in ``rogue`` (``checkpoint``, ``promise``) signed by a stranger's key instead."""
+        stranger = p256()
         root = hashlib.sha256(b"\x00" + body).digest()  # a one-leaf tree: the leaf hash
         rekor = log_id(self.rekor_key)
         note = f"rekor.invalid - 1\n1\n{b64(root)}\n"
-        line = b64(rekor[:4] + signed(self.rekor_key, note.encode()))
+        note_key = stranger if "checkpoint" in rogue else self.rekor_key
+        line = b64(rekor[:4] + signed(note_key, note.encode()))
         promise = canonical(
             {"body": b64(body), "integratedTime": integrated, "logID": rekor.hex(), "logIndex": 0}
         )
@@ -260,7 +268,11 @@ class SigstoreInstance:
             "logId": {"keyId": b64(rekor)},
             "kindVersion": {"kind": "dsse", "version": "0.0.1"},
             "integratedTime": str(integrated),
-            "inclusionPromise": {"signedEntryTimestamp": b64(signed(self.rekor_key, promise))},
+            "inclusionPromise": {
+                "signedEntryTimestamp": b64(
+                    signed(stranger if "promise" in rogue else self.rekor_key, promise)
+                )
+            },
             "inclusionProof": {
                 "logIndex": "0",
                 "rootHash": b64(root),
@@ -281,15 +293,20 @@ class SigstoreInstance:
         signed_at: dt.datetime | None = None,
         logged_at: dt.datetime | None = None,
         tamper: bytes | None = None,
+        rogue: frozenset[str] = frozenset(),
+        integrated: int | None = None,
     ) -> bytes:
         """A Sigstore bundle (v0.3 JSON) of ``payload`` signed as ``identity`` (``issuer``):
         a fresh key, its certificate issued at ``signed_at`` (default a minute ago), logged at
         ``logged_at`` (default ``signed_at`` + 1 s). ``tamper``: the envelope carries this
-        payload instead, under the signature of ``payload``."""
+        payload instead, under the signature of ``payload``. ``rogue``: the pieces (``sct``,
+        ``checkpoint``, ``promise``) a stranger's key signs instead of the instance's;
+        ``integrated``: the integrated time written, whatever ``logged_at`` says."""
         signed_at = signed_at or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
         logged_at = logged_at or signed_at + dt.timedelta(seconds=1)
         key = p256()
-        cert = self.certificate(key.public_key(), identity, issuer, signed_at)
+        ct_key = p256() if "sct" in rogue else None
+        cert = self.certificate(key.public_key(), identity, issuer, signed_at, ct_key=ct_key)
         signature = signed(key, pae(payload_type, payload))
         carried = payload if tamper is None else tamper
         envelope = {
@@ -298,7 +315,8 @@ class SigstoreInstance:
             "signatures": [{"sig": b64(signature), "keyid": ""}],
         }
         body = dsse_body(envelope, carried, signature, cert)
-        entry = self.logged(body, int(logged_at.timestamp()))
+        when = int(logged_at.timestamp()) if integrated is None else integrated
+        entry = self.logged(body, when, rogue)
         return json.dumps(
             {
                 "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
