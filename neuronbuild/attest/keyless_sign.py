@@ -46,16 +46,16 @@ def identity_token(key_ref: str, option: str, environ: Mapping[str, str] | None)
     try:
         token = token or detect_credential()
     except Error as exc:
-        raise UserError(f"{option} {key_ref}: no OIDC identity ({first_line(exc)})") from None
+        raise UserError(f"{option} {key_ref!r}: no OIDC identity ({first_line(exc)})") from None
     if not token:
         raise UserError(
-            f"{option} {key_ref}: no OIDC identity to sign as; run in CI with an OIDC token "
+            f"{option} {key_ref!r}: no OIDC identity to sign as; run in CI with an OIDC token "
             f"(GitHub Actions: permissions: id-token: write), or set ${envs.SIGSTORE_ID_TOKEN}"
         )
     try:
         return IdentityToken(token)
     except Error as exc:
-        raise UserError(f"{option} {key_ref}: {first_line(exc)}") from None
+        raise UserError(f"{option} {key_ref!r}: {first_line(exc)}") from None
 
 
 class KeylessSigner:
@@ -97,7 +97,7 @@ class KeylessSigner:
                 bundle = signer.sign_dsse(Statement(canonical_json(statement)))
         except (ExpiredIdentity, ExpiredCertificate):
             raise UserError(
-                f"{self.option} {self.key_ref}: the OIDC identity token expired before it "
+                f"{self.option} {self.key_ref!r}: the OIDC identity token expired before it "
                 f"signed; sign again with a fresh one (${envs.SIGSTORE_ID_TOKEN} or the job's)"
             ) from None
         except FulcioClientError as exc:  # its HTTP error is its cause, its message often empty
@@ -123,7 +123,7 @@ def keyless_signer(
             config (one line naming ``option``).
         StoreError: the public-good or staging trust config could not be refreshed (TUF).
     """
-    require_sigstore(f"{option} {key_ref}")
+    require_sigstore(f"{option} {key_ref!r}")
     from sigstore.models import ClientTrustConfig
 
     identity_token(key_ref, option, environ)  # refused now, not after hours of compiling
@@ -138,6 +138,6 @@ def keyless_signer(
         raise
     except Exception as exc:  # TUFError, pydantic's ValidationError
         raise (StoreError if where in INSTANCES else UserError)(
-            f"{option} {key_ref}: no Sigstore trust config ({first_line(exc)})"
+            f"{option} {key_ref!r}: no Sigstore trust config ({first_line(exc)})"
         ) from None
     return KeylessSigner(config, key_ref, option, environ)

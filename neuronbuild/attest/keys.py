@@ -89,7 +89,7 @@ def load_signer(key_ref: str, option: str = "--sign") -> Signer | KeylessSigner:
     path = key_path(key_ref, option)
     if key_ref in ("sigstore", "keyless") and not path.exists():
         raise UserError(
-            f"{option} {key_ref}: no such key file; to sign keyless as the CI job's OIDC "
+            f"{option} {key_ref!r}: no such key file; to sign keyless as the CI job's OIDC "
             "identity, write sigstore: (with the colon)"
         )
     data = _read(path, option)

@@ -210,7 +210,7 @@ def test_signing_keyless_with_no_oidc_identity_is_one_line_and_writes_nothing(
     )
     assert code == 2 and out == "", err
     assert err.strip() == (
-        "error: --key sigstore:: no OIDC identity to sign as; run in CI with an OIDC token "
+        "error: --key 'sigstore:': no OIDC identity to sign as; run in CI with an OIDC token "
         "(GitHub Actions: permissions: id-token: write), or set $SIGSTORE_ID_TOKEN"
     )
     store = Store(str(keyless["store"]))
@@ -414,7 +414,7 @@ def test_a_token_that_expired_by_the_time_compile_signs_is_one_line(
     monkeypatch.setenv("SIGSTORE_ID_TOKEN", token("org/repo/x.yml@main", minutes=-1))
     with pytest.raises(UserError, match="Identity token is") as raised:
         signer.sign({"_type": "https://in-toto.io/Statement/v1"})
-    assert "\n" not in str(raised.value) and str(raised.value).startswith("--sign sigstore:")
+    assert "\n" not in str(raised.value) and str(raised.value).startswith("--sign 'sigstore:")
 
 
 def test_a_bare_sigstore_key_ref_names_the_colon(tmp_path: Path) -> None:
