@@ -7,22 +7,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from neuronbuild.attest.envelope import Attestation, read_attestation
-from neuronbuild.attest.keyless import certificate_identity
+from neuronbuild.attest.keyless import certificate_identity, first_verifying
 from neuronbuild.attest.policy import Policy
-from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.errors import StoreDataInvalid
 
 
 def _keyless_signer(attestation: Attestation, policy: Policy) -> str | None:
     """The name of the policy signer one of whose keyless identities verifies
     ``attestation``'s bundle, else None."""
     for signer in policy.signers.values():
-        for identity in signer.identities:
-            if not identity.claimed_by(attestation.bundle):
-                continue
-            try:
-                identity.verify(attestation.bundle)
-            except UserError:
-                continue
+        if first_verifying(attestation.bundle, list(signer.identities))[0] is not None:
             return signer.name
     return None
 

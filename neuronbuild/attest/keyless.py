@@ -223,3 +223,23 @@ class KeylessIdentity:
             return verifier.verify_dsse(bundle, policy)
         except Exception as exc:  # Error, ValueError, and what hostile values raise inside it
             raise UserError(first_line(exc)) from None
+
+
+def first_verifying(
+    bundle: Bundle, identities: list[KeylessIdentity]
+) -> tuple[KeylessIdentity | None, str | None]:
+    """``(identity, None)`` for the first of ``identities`` whose claim ``bundle``'s certificate
+    makes and whose check holds (:meth:`KeylessIdentity.verify`); else ``(None, why)``: the
+    first failure among those it claims, None when it claims none of them. The same identity
+    may be named twice, under an old and a new root, while a root is rotated: each is tried."""
+    failed = None
+    for identity in identities:
+        if not identity.claimed_by(bundle):
+            continue
+        try:
+            identity.verify(bundle)
+        except UserError as exc:
+            failed = failed or str(exc)
+            continue
+        return identity, None
+    return None, failed

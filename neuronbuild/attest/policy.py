@@ -57,7 +57,7 @@ from securesystemslib.signer import Key
 
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
-from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity
+from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
 from neuronbuild.attest.ref_patterns import compile_pattern
 from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
@@ -131,21 +131,14 @@ class Policy:
     def _keyless_finding(self, attestation: Attestation, ref: str, rule: Rule) -> str | None:
         """None when a keyless identity of ``rule`` verifies ``attestation``'s bundle, else what
         was found, for the refusal."""
+        bundle = attestation.bundle
         identities = [i for s in rule.signers for i in s.identities]
-        claimed = [i for i in identities if i.claimed_by(attestation.bundle)]
-        failed = None  # the same identity may be named twice, under an old and a new root
-        for identity in claimed:
-            try:
-                identity.verify(attestation.bundle)
-            except UserError as exc:
-                failed = failed or (
-                    f"a Sigstore signature by {identity.name()} that does not verify ({exc})"
-                )
-                continue
+        verified, failed = first_verifying(bundle, identities)
+        if verified is not None:
             return None
+        who = KeylessIdentity(*certificate_identity(bundle)).name()
         if failed is not None:
-            return failed
-        who = "identity {} (issuer {})".format(*certificate_identity(attestation.bundle))
+            return f"a Sigstore signature by {who} that does not verify ({failed})"
         signer = next(
             (s.name for s in self.signers.values() if any(i.name() == who for i in s.identities)),
             None,
