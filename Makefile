@@ -43,7 +43,7 @@ lint: install
 	$(VENV)/bin/mypy
 
 unit: install
-	$(VENV)/bin/pytest -q -n 2 -m "not vllm" --durations=15
+	$(VENV)/bin/pytest -q -n 2 --dist worksteal -m "not vllm" --durations=30
 	$(VENV)/bin/pytest -q -m vllm --durations=0
 
 test: lint unit

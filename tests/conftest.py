@@ -99,6 +99,17 @@ def in_a_folder_of_its_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store's retry waits, in this process, start at 10 ms instead of 1 s (commands run
+    in-process by :func:`tests.lib.commands.neuronbuild` wait so too; a started process keeps the
+    real waits). What is retried, how often and what each retry says are unchanged; a test that
+    asserts the waits themselves sets its own."""
+    from neuronbuild.store import retry
+
+    monkeypatch.setattr(retry, "BASE_SECONDS", 0.01)
+
+
 NKI_INTERMEDIATE_VARS = (
     "NEURONBUILD_NKI_INTERMEDIATE_CACHE",
     "NEURON_DOUBLE_NKI_INTERMEDIATE_CACHE",

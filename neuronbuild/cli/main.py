@@ -10,14 +10,95 @@ Exit codes (DESIGN.md): 0 done; 1 some units failed; 2 bad input; 3 store or net
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from neuronbuild import __version__
-from neuronbuild.cli import attest, build, conformance, diagnose, image, store
 from neuronbuild.ui.console import run
 from neuronbuild.ui.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, verbosity_options
 from neuronbuild.ui.verbosity import set_verbosity
-from neuronbuild_runtime.cli import pull, serve
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "compile": (
+        "neuronbuild.cli.build",
+        "compile_",
+        "Compile what the store lacks, publish it, seal it.",
+    ),
+    "conformance": (
+        "neuronbuild.cli.conformance",
+        "conformance",
+        "Check what only hardware settles.",
+    ),
+    "doctor": ("neuronbuild.cli.diagnose", "doctor", "Print every factor of every unit key."),
+    "gc": ("neuronbuild.cli.store", "gc", "Delete what no ref or ref history reaches."),
+    "image": ("neuronbuild.cli.image", "image", "Build and push the node image of a build."),
+    "isa": ("neuronbuild.cli.diagnose", "isa", "Print this host's CPU instruction set."),
+    "ls": (
+        "neuronbuild.cli.store",
+        "ls_",
+        "List the store's refs, their signers and its contents.",
+    ),
+    "plan": ("neuronbuild.cli.build", "plan", "List exactly the graphs vLLM will compile."),
+    "pull": (
+        "neuronbuild_runtime.cli",
+        "pull",
+        "Copy a build, verified, into a node's local cache.",
+    ),
+    "push": ("neuronbuild.cli.store", "push", "Publish a build from one store to another."),
+    "seal": (
+        "neuronbuild.cli.build",
+        "seal",
+        "Write each recipe's manifest once its units are in.",
+    ),
+    "serve": (
+        "neuronbuild_runtime.cli",
+        "serve",
+        "Serve a build with vLLM, compilation forbidden.",
+    ),
+    "sign": ("neuronbuild.cli.attest", "sign", "Sign a build (a key, a KMS key or keyless)."),
+    "status": ("neuronbuild.cli.store", "status", "Show which graphs of a recipe the store holds."),
+    "tag": ("neuronbuild.cli.store", "tag", "Point a ref at what another ref or a manifest names."),
+    "validate": ("neuronbuild.cli.build", "validate", "Check recipes with vLLM-Neuron's rules."),
+    "verify": (
+        "neuronbuild.cli.store",
+        "verify",
+        "Check a build is complete; list its signatures.",
+    ),
+}
+"""Each subcommand: the module that defines it, its name there, and its short help (what
+``neuronbuild --help`` lists). A subcommand's module is imported only when that subcommand runs,
+so ``neuronbuild --help`` and ``serve``'s start import none of the others (pydantic, fsspec and
+yaml among them)."""
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use (click's documented lazy-loading
+    pattern), from :data:`COMMANDS`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        return load_command(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][2]) for name in sorted(COMMANDS)])
+
+
+def load_command(name: str) -> click.Command:
+    """The subcommand ``name`` of :data:`COMMANDS`, imported, with its short help and with
+    ``-v``/``-q`` accepted after its name too (added once)."""
+    module, attribute, short_help = COMMANDS[name]
+    command: click.Command = getattr(importlib.import_module(module), attribute)
+    command.short_help = short_help
+    if not getattr(command, "_neuronbuild_verbosity", False):
+        command.params.extend(verbosity_options())  # -v/-q after the command name too
+        command._neuronbuild_verbosity = True  # type: ignore[attr-defined]
+    return command
 
 
 def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -33,7 +114,7 @@ def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> No
         ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,
@@ -59,29 +140,11 @@ def cli(verbose: bool, quiet: bool) -> None:
     set_verbosity(check_verbosity(verbose, quiet))
 
 
-for command in (
-    build.validate,
-    build.plan,
-    build.compile_,
-    build.seal,
-    attest.sign,
-    store.verify,
-    store.push,
-    store.tag,
-    store.ls_,
-    store.gc,
-    store.status,
-    image.image,
-    diagnose.doctor,
-    diagnose.isa,
-    conformance.conformance,
-    serve,
-    pull,
-):
-    command.params.extend(verbosity_options())  # -v/-q after the command name too
-    cli.add_command(command)
-
-
 def main() -> None:
     """Console entry point (``neuronbuild``)."""
     run(cli)
+
+
+def all_commands() -> dict[str, click.Command]:
+    """Every subcommand by its name, imported (for tests and documentation that walk them all)."""
+    return {name: load_command(name) for name in COMMANDS}

@@ -14,7 +14,7 @@ import click
 import pytest
 import yaml
 
-from neuronbuild.cli.main import cli
+from neuronbuild.cli.main import all_commands
 from neuronbuild.errors import UserError
 from neuronbuild_runtime.serve_options import split_serve_args
 from tests.conftest import REPO
@@ -96,9 +96,9 @@ def command_lines(path: Path) -> list[list[str]]:
 
 def problems(argv: list[str]) -> list[str]:
     """What in ``neuronbuild SUBCOMMAND ...`` does not exist in the CLI."""
-    if len(argv) < 2 or argv[1] not in cli.commands:  # type: ignore[attr-defined]
+    if len(argv) < 2 or argv[1] not in all_commands():
         return [f"no command {argv[1:2]}"]
-    command: click.Command = cli.commands[argv[1]]  # type: ignore[attr-defined]
+    command: click.Command = all_commands()[argv[1]]
     known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
     args = argv[2:]
     if argv[1] == "serve":  # vLLM server options pass through, checked as serve checks them

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 
 from neuronbuild import schemas
-from neuronbuild.cli.main import cli
+from neuronbuild.cli.main import all_commands, cli
 from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
 from tests.build.test_shards import double_env, double_recipe, write_recipes
@@ -227,7 +227,7 @@ def json_commands() -> dict[str, click.Command]:
     """Every command of ``neuronbuild`` that takes ``--json``."""
     return {
         name: command
-        for name, command in cli.commands.items()
+        for name, command in all_commands().items()
         if any("--json" in p.opts for p in command.params if isinstance(p, click.Option))
     }
 

@@ -63,6 +63,8 @@ def test_a_timing_goes_with_its_unit_and_a_live_units_timing_stays(tmp_path: Pat
     assert [t.key for t in store.timings({"sha256:" + "5" * 64})] == [live_key]
 
     store.put_timing(UnitTiming(dead_key, "sha256:" + "5" * 64, 3.0))
+    written = tmp_path / "store" / store.layout.timing("sha256:" + "5" * 64, dead_key)
+    os.utime(written, (time.time() - 60, time.time() - 60))  # older than 0 s, whatever the clock
     swept_json = nb("gc", "--older-than", "0", "--json", "--cache", store.url)
     assert swept_json.returncode == 0, swept_json.stderr
     document = json.loads(swept_json.stdout)

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from neuronbuild.cli.main import cli
+from neuronbuild.cli.main import all_commands, cli
 from neuronbuild.data.vllm_data import server_options
 from neuronbuild.demo.server import free_port
 from neuronbuild.store.cas import Store
@@ -354,7 +354,7 @@ def named_options(span: str) -> tuple[str, list[str]] | None:
     words = span.replace("\\|", " ").split()
     if words and words[0] == "neuronbuild":
         words = words[1:]
-    if not words or words[0] not in cli.commands:  # type: ignore[attr-defined]
+    if not words or words[0] not in all_commands():
         return None
     options = []
     for word in words[1:]:
@@ -382,7 +382,7 @@ def option_problems(text: str) -> list[str]:
                     out += problems(rest[:end])
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     vllm = set(server_options())
-    commands = cli.commands  # type: ignore[attr-defined]
+    commands = all_commands()
     anywhere = {
         o
         for c in (cli, *commands.values())  # the group's own options (-v, -q) too

@@ -1,13 +1,21 @@
-"""neuronbuild run as a user runs it: in a process of its own (``serve`` stopping short of the
-exec of vLLM), and whether this host lets a child take another host name."""
+"""neuronbuild run as a user runs it: through its CLI edge in this process, or in a process of its
+own where the process is the claim (``serve`` stopping short of the exec of vLLM), and whether
+this host lets a child take another host name."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def neuronbuild(
@@ -15,9 +23,26 @@ def neuronbuild(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``neuronbuild ARGS`` in a process of its own, as a user runs it (``env`` added to ours;
-    ``timeout`` in seconds, ``subprocess.TimeoutExpired`` past it)."""
+    """``neuronbuild ARGS`` as a user runs it, its outcome as a finished process: in this process
+    through the same CLI edge (:func:`in_process`), unless the process is what the test asserts
+    (``process=True``), a ``timeout`` in seconds bounds it (``subprocess.TimeoutExpired`` past
+    it), or ``env`` sets ``PYTHONPATH`` (what a started interpreter imports). ``env`` is added to
+    ours; ``cwd`` is the folder it runs in."""
+    if process or timeout is not None or "PYTHONPATH" in (env or {}):
+        return neuronbuild_process(*args, env=env, cwd=cwd, timeout=timeout)
+    return in_process(["neuronbuild", *args], env=env, cwd=cwd)
+
+
+def neuronbuild_process(
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``neuronbuild ARGS`` in a process of its own (``env`` added to ours; ``timeout`` in
+    seconds, ``subprocess.TimeoutExpired`` past it): for tests whose claim is the process."""
     return subprocess.run(
         [sys.executable, "-m", "neuronbuild", *args],
         capture_output=True,
@@ -26,6 +51,84 @@ def neuronbuild(
         cwd=cwd,
         timeout=timeout,
     )
+
+
+_PROCESS_ENV = dict(os.environ)
+"""The test process's environment as it started: what a test changes in it since, a command run
+in this process sees as a child would."""
+
+
+@contextlib.contextmanager
+def started_as(env: dict[str, str] | None, cwd: Path | None) -> Iterator[None]:
+    """This process made to look started with ``env`` added to its environment (both
+    ``os.environ`` and the snapshot :mod:`neuronbuild.start_env` keeps) in ``cwd``, as a child
+    process would be; everything put back after. s3fs's cached file systems are dropped on both
+    sides, as a new process has none (they keep the endpoint they were made with)."""
+    from neuronbuild import start_env
+
+    saved_environ, saved_started = dict(os.environ), dict(start_env._STARTED_WITH)
+    saved_cwd = os.getcwd()
+    # What the test changed in this process's environment, then ``env``, as a child inherits them;
+    # the snapshot keeps what a test set in it directly (the ``started_with`` fixture).
+    for name in _PROCESS_ENV.keys() - os.environ.keys():
+        start_env._STARTED_WITH.pop(name, None)
+    start_env._STARTED_WITH.update(
+        {k: v for k, v in os.environ.items() if _PROCESS_ENV.get(k) != v} | (env or {})
+    )
+    os.environ.update(env or {})
+    _forget_s3_clients()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        start_env._STARTED_WITH.clear()
+        start_env._STARTED_WITH.update(saved_started)
+        _forget_s3_clients()
+
+
+def _forget_s3_clients() -> None:
+    if "s3fs" in sys.modules:
+        sys.modules["s3fs"].S3FileSystem.clear_instance_cache()
+
+
+def in_process(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` (``neuronbuild ...`` or ``serve ...``) run in this process through the same CLI
+    edge a user's process runs (:func:`neuronbuild.ui.console.run`), with ``env`` and ``cwd`` as
+    :func:`started_as` sets them: its exit code, stdout and stderr as a finished process. An
+    exception the edge lets through is what the interpreter would print: a traceback, exit 1.
+    The signal handlers the edge installs are restored."""
+    from neuronbuild.ui.console import run
+
+    if argv[0] == "serve":
+        import neuronbuild_runtime.cli as runtime_cli
+
+        command: Any = runtime_cli.serve
+    else:
+        from neuronbuild.cli.main import cli
+
+        command = cli
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    code = 0
+    try:
+        with started_as(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                run(command, argv[1:])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 SERVE_WITHOUT_VLLM = """
@@ -39,17 +142,31 @@ run(cli.serve)
 
 
 def serve_without_vllm(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, process: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """``neuronbuild serve ARGS`` exactly as a node runs it, but printing the prepared vLLM
-    command as JSON instead of exec'ing vLLM (everything up to the exec happens for real)."""
-    return subprocess.run(
-        [sys.executable, "-c", SERVE_WITHOUT_VLLM, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
+    command as JSON instead of exec'ing vLLM (everything up to the exec happens for real): in
+    this process (:func:`in_process`), or with ``process=True`` or a ``PYTHONPATH`` in ``env``
+    in a process of its own."""
+    if process or "PYTHONPATH" in (env or {}):
+        return subprocess.run(
+            [sys.executable, "-c", SERVE_WITHOUT_VLLM, *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
+    import neuronbuild_runtime.cli as runtime_cli
+
+    def print_prepared(prepared: Any) -> None:
+        print(json.dumps(prepared.to_json()))
+
+    saved = runtime_cli.exec_vllm
+    runtime_cli.exec_vllm = print_prepared
+    try:
+        return in_process(["serve", *args], env=env, cwd=cwd)
+    finally:
+        runtime_cli.exec_vllm = saved
 
 
 def can_unshare_uts() -> bool:
@@ -68,24 +185,6 @@ def can_unshare_uts() -> bool:
 
 
 def neuronbuild_in_process(*args: str) -> tuple[int, str, str]:
-    """``neuronbuild ARGS`` in this process, through the same CLI edge a user's process runs
-    (:func:`neuronbuild.ui.console.run`), faster than :func:`neuronbuild`: (exit code, stdout,
-    stderr). The signal handlers the edge installs are restored."""
-    import contextlib
-    import io
-    import signal
-
-    from neuronbuild.cli.main import cli
-    from neuronbuild.ui.console import run
-
-    out, err = io.StringIO(), io.StringIO()
-    handler = signal.getsignal(signal.SIGTERM)
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            run(cli, list(args))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    return code, out.getvalue(), err.getvalue()
+    """``neuronbuild ARGS`` in this process (:func:`in_process`): (exit code, stdout, stderr)."""
+    done = in_process(["neuronbuild", *args])
+    return done.returncode, done.stdout, done.stderr

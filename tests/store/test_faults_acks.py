@@ -1,5 +1,5 @@
 """Lost acknowledgements and broken response bodies on S3 (moto's server on loopback, behind
-:class:`tests.lib.faulty_proxy.FaultyProxy`), each command in a process of its own.
+:class:`tests.lib.faulty_proxy.FaultyProxy`), each command through the CLI edge a user's runs.
 
 A conditional PUT that reaches the server but whose answer is lost (the connection reset after
 the write) is retried by botocore and refused with 412: the write must be recognised as this
