@@ -60,8 +60,8 @@ test-fast: install
 MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild.store.records \
 	neuronbuild.digest neuronbuild.store.node neuronbuild.store.transfer \
 	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
-	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.cpu neuronbuild.engines.neuron \
-	neuronbuild.engines.neuron_buckets neuronbuild.build.compile neuronbuild.build.scheduler
+	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine neuronbuild.engines.neuron.engine \
+	neuronbuild.engines.neuron.buckets neuronbuild.orchestrate.compile neuronbuild.orchestrate.scheduler
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \

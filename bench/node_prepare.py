@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from neuronbuild.build.compile import ingest
+from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store

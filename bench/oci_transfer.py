@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.lib
 from s3_pull import random_file, timed
 
-from neuronbuild.build.compile import ingest
+from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store

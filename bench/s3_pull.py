@@ -44,8 +44,8 @@ from typing import Any
 
 from loopback_s3 import SERVERS, start_s3
 
-from neuronbuild.build.compile import ingest
 from neuronbuild.digest import hash_file, hex_of
+from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from neuronbuild.build.compile import ingest
-from neuronbuild.build.seal import seal_plans
 from neuronbuild.graph import CompileUnit
 from neuronbuild.keys import UnitKey
+from neuronbuild.orchestrate.compile import ingest
+from neuronbuild.orchestrate.seal import seal_plans
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store

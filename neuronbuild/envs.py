@@ -31,7 +31,7 @@ NEURONBUILD_HEARTBEAT_SECONDS = "NEURONBUILD_HEARTBEAT_SECONDS"
 running compile unit, and a line of bytes moved for ``push``, ``pull`` and ``serve``'s fetch."""
 NEURONBUILD_NODE_TARGET = "NEURONBUILD_NODE_TARGET"
 """A serving node's Neuron target family when a container hides its instance type
-(``neuronbuild.engines.neuron_node``)."""
+(``neuronbuild.engines.neuron.node``)."""
 SIGSTORE_ID_TOKEN = "SIGSTORE_ID_TOKEN"
 """An OIDC identity token for keyless signing (``--sign sigstore:``), as sigstore-python's own
 CLI reads it; without it, the CI job's ambient token (:mod:`neuronbuild.attest.keyless_sign`)."""
@@ -39,7 +39,7 @@ NEURONBUILD_POLICY = "NEURONBUILD_POLICY"
 """The trust policy file ``serve``, ``pull``, ``verify`` and ``tag`` enforce without --policy."""
 NEURONBUILD_NKI_INTERMEDIATE_CACHE = "NEURONBUILD_NKI_INTERMEDIATE_CACHE"
 """Where the NKI compiler leaves kernel binaries that graphs reference by absolute path (default
-``/var/tmp/nki-intermediate-cache``; ``neuronbuild.engines.neuron_nki``): set it only where the
+``/var/tmp/nki-intermediate-cache``; ``neuronbuild.engines.neuron.nki``): set it only where the
 SDK writes elsewhere, e.g. in tests, which must never write the real /var/tmp."""
 
 DOCKER_CONFIG = "DOCKER_CONFIG"

@@ -1,5 +1,5 @@
 """The conformance kit: gather what a real compile host or Neuron node shows about a recipe's
-latest build and judge it with :mod:`neuronbuild.engines.neuron_conformance` (issue 18 item 10).
+latest build and judge it with :mod:`neuronbuild.engines.neuron.conformance` (issue 18 item 10).
 
 On a compile host it reads the store's manifest (a few small files of each entry, fetched
 verified) and this host's installed versions; on a node it also lays the manifest out, takes one
@@ -19,8 +19,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from neuronbuild.engines.neuron import NEURON_OPTIMIZATION_LEVEL
-from neuronbuild.engines.neuron_conformance import (
+from neuronbuild.engines.neuron.conformance import (
     Check,
     StartOutcome,
     check_layout,
@@ -30,8 +29,9 @@ from neuronbuild.engines.neuron_conformance import (
     check_versions,
     skipped,
 )
-from neuronbuild.engines.neuron_coverage import complete_entries
-from neuronbuild.engines.neuron_nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
+from neuronbuild.engines.neuron.coverage import complete_entries
+from neuronbuild.engines.neuron.engine import NEURON_OPTIMIZATION_LEVEL
+from neuronbuild.engines.neuron.nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
 from neuronbuild.engines.versions import installed_version
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import Recipe

@@ -73,9 +73,9 @@ SEAWEED = "tests/store/test_conformance.py::TestSeaweedStore"
 VERSIONS = "tests/engines/test_versions.py"
 NEURON_ENV = "tests/engines/test_neuron_env_classes.py"
 KEY_FACTORS = "tests/test_claims_key_factors.py"
-BUCKETS = "neuronbuild/engines/neuron_buckets.py"
+BUCKETS = "neuronbuild/engines/neuron/buckets.py"
 BUCKET_CLAIMS = "tests/engines/test_claims_buckets.py"
-RETRIES = "tests/build/test_claims_retries.py"
+RETRIES = "tests/orchestrate/test_claims_retries.py"
 NODE_CHECKS = "runtime/node_checks.py"
 NODE_CLAIMS = "tests/runtime/test_claims_node_checks.py"
 GC = "neuronbuild/store/gc.py"
@@ -144,17 +144,17 @@ BREAKS = [
         "unit records published before their blobs",
         (
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/orchestrate/compile.py",
                 "zip(files, paths, store.put_files(paths), strict=True)",
                 "zip(files, paths, [hash_file(p) for p in paths], strict=True)",
             ),
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/orchestrate/compile.py",
                 "    return store.put_unit(record)\n",
                 "    stored = store.put_unit(record)\n    store.put_files(paths)\n    return stored\n",
             ),
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/orchestrate/compile.py",
                 "from neuronbuild.store.cas import LATEST, Store\n",
                 "from neuronbuild.store.cas import LATEST, Store\n"
                 "from neuronbuild.digest import hash_file\n",
@@ -229,7 +229,13 @@ BREAKS = [
     ),
     Break(
         "serve without VLLM_FORCE_AOT_LOAD",
-        (("neuronbuild/engines/cpu.py", '            envs.VLLM_FORCE_AOT_LOAD: "1",\n', ""),),
+        (
+            (
+                "neuronbuild/engines/vllm_cpu/engine.py",
+                '            envs.VLLM_FORCE_AOT_LOAD: "1",\n',
+                "",
+            ),
+        ),
         (
             "tests/runtime/test_claims_serve.py::test_serve_execs_vllm_with_exactly_the_never_compile_environment[cpu]",
         ),
@@ -249,7 +255,7 @@ BREAKS = [
         "neuron serve without VLLM_NEURON_DISABLE_WARMUP_COMPILE",
         (
             (
-                "neuronbuild/engines/neuron.py",
+                "neuronbuild/engines/neuron/engine.py",
                 '            envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",\n',
                 "",
             ),
@@ -262,7 +268,7 @@ BREAKS = [
         "a host path in a cpu unit key",
         (
             (
-                "neuronbuild/engines/cpu.py",
+                "neuronbuild/engines/vllm_cpu/engine.py",
                 '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)}',
                 '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa), "where": str(recipe.workdir)}',
             ),
@@ -275,7 +281,7 @@ BREAKS = [
             (
                 "runtime/serve.py",
                 "from neuronbuild.engines.registry import engine_for\n",
-                "from neuronbuild.engines.registry import engine_for\nimport neuronbuild.build.doctor  # noqa\n",
+                "from neuronbuild.engines.registry import engine_for\nimport neuronbuild.orchestrate.doctor  # noqa\n",
             ),
         ),
         ("tests/runtime/test_import_allowlist.py",),
@@ -307,7 +313,7 @@ BREAKS = [
         "a patched plugin's run seeded with its predecessor's entries",
         (
             (
-                "neuronbuild/build/seeds.py",
+                "neuronbuild/orchestrate/seeds.py",
                 '"toolchain", "installed", "phase"',
                 '"toolchain", "phase"',
             ),
@@ -320,12 +326,12 @@ BREAKS = [
         "unknown VLLM_NEURON_* names passed through unkeyed",
         (
             (
-                "neuronbuild/engines/neuron.py",
+                "neuronbuild/engines/neuron/engine.py",
                 "    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES\n",
                 "",
             ),
             (
-                "neuronbuild/engines/neuron_env.py",
+                "neuronbuild/engines/neuron/env.py",
                 '    "VLLM_NEURON_DISABLE_INPUT_DEDUP": KEYED,\n',
                 "",
             ),
@@ -336,7 +342,7 @@ BREAKS = [
         "NEURON_LIBTORCH_ASSERT_CACHE_HIT reaches the compile run",
         (
             (
-                "neuronbuild/engines/neuron_compile.py",
+                "neuronbuild/engines/neuron/compile.py",
                 "    envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT,\n)",
                 ")",
             ),
@@ -447,14 +453,14 @@ BREAKS = [
     ),
     Break(
         "a transient engine failure retried twice",
-        (("neuronbuild/build/compile.py", "backoffs < 1:", "backoffs < 2:"),),
+        (("neuronbuild/orchestrate/compile.py", "backoffs < 1:", "backoffs < 2:"),),
         (f"{RETRIES}::test_a_transient_failure_is_run_again_once",),
     ),
     Break(
         "a run killed for memory retried with the transient back-off (the wrong failure)",
         (
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/orchestrate/compile.py",
                 'if failure.retry == "backoff" and backoffs < 1:',
                 'if failure.retry != "none" and backoffs < 1:',
             ),
@@ -465,7 +471,7 @@ BREAKS = [
         "a run killed for memory retried once too often",
         (
             (
-                "neuronbuild/build/compile.py",
+                "neuronbuild/orchestrate/compile.py",
                 "pressure < MAX_MEMORY_RETRIES:",
                 "pressure <= MAX_MEMORY_RETRIES:",
             ),
@@ -474,14 +480,14 @@ BREAKS = [
     ),
     Break(
         "a failed run classified from the whole log, earlier runs included",
-        (("neuronbuild/build/compile.py", "            f.seek(start)\n", ""),),
+        (("neuronbuild/orchestrate/compile.py", "            f.seek(start)\n", ""),),
         (f"{RETRIES}::test_each_failure_is_read_from_its_own_run_of_the_log",),
     ),
     Break(
         "an unexpected exception of one unit stops the build",
         (
             (
-                "neuronbuild/build/scheduler.py",
+                "neuronbuild/orchestrate/scheduler.py",
                 "        except Exception as exc:  # a failing unit",
                 "        except (OSError, ValueError) as exc:  # a failing unit",
             ),
@@ -492,7 +498,7 @@ BREAKS = [
         "a cancelled scheduler still starts engine processes",
         (
             (
-                "neuronbuild/build/scheduler.py",
+                "neuronbuild/orchestrate/scheduler.py",
                 '        if self.cancelled.is_set():\n            raise UnitFailed("cancelled")\n'
                 '        with open(log, "ab") as out, tethered(argv)',
                 '        with open(log, "ab") as out, tethered(argv)',
@@ -561,7 +567,7 @@ BREAKS = [
         "the cpu instruction set compared the wrong way round",
         (
             (
-                "neuronbuild/engines/cpu.py",
+                "neuronbuild/engines/vllm_cpu/engine.py",
                 "cpu_isa.provides(host, built_for)",
                 "cpu_isa.provides(built_for, host)",
             ),
@@ -572,7 +578,7 @@ BREAKS = [
         "a neuron node whose family cannot be read accepted",
         (
             (
-                "neuronbuild/engines/neuron_node.py",
+                "neuronbuild/engines/neuron/node.py",
                 "    if here == built_for:\n",
                 "    if here is None or here == built_for:\n",
             ),
@@ -583,7 +589,7 @@ BREAKS = [
         "a trn1n instance read as a family of its own",
         (
             (
-                "neuronbuild/engines/neuron_node.py",
+                "neuronbuild/engines/neuron/node.py",
                 'FAMILY = re.compile(r"^(trn\\d|inf\\d)")',
                 'FAMILY = re.compile(r"^(trn\\d+n?|inf\\d)")',
             ),

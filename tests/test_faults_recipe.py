@@ -168,7 +168,7 @@ def test_neuron_recipe_sizes_keep_their_ranges() -> None:
 def test_plan_refuses_a_build_whose_manifest_would_be_over_the_readers_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import neuronbuild.build.seal as seal
+    import neuronbuild.orchestrate.seal as seal
     from neuronbuild.plan import build_plan
 
     plan = build_plan(parse_recipe(neuron_recipe()))

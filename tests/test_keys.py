@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from neuronbuild.data.vllm_data import NO_DEFAULT, arg_types, env_vars
 from neuronbuild.engines.env_classes import EnvClass
-from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
+from neuronbuild.engines.neuron.buckets import powers_of_two_then_max
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import RecipeInvalid
@@ -322,7 +322,7 @@ def test_the_model_folder_key_does_not_depend_on_where_the_folder_lives(tmp_path
 def test_doctor_explains_a_miss_by_the_factor_that_caused_it(
     tmp_path: Path, started_with: Any
 ) -> None:
-    from neuronbuild.build.doctor import diagnose
+    from neuronbuild.orchestrate.doctor import diagnose
     from neuronbuild.recipe import load_recipe
     from neuronbuild.store.cas import Store
     from tests.conftest import publish_build

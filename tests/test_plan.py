@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines.neuron_buckets import powers_of_two_then_max
+from neuronbuild.engines.neuron.buckets import powers_of_two_then_max
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe, parse_recipe
 from tests.conftest import (
@@ -295,7 +295,7 @@ def test_unit_keys_do_not_depend_on_working_directory_user_or_host(tmp_path: Pat
 
 
 def test_cpu_engine_environment_is_controlled_and_keyed(started_with: Any) -> None:
-    from neuronbuild.engines.cpu import CpuEngine
+    from neuronbuild.engines.vllm_cpu.engine import CpuEngine
 
     engine = CpuEngine()
     inherited = {

@@ -36,7 +36,7 @@ from neuronbuild.ui.verbosity import detail, echo_notes, key_text
 
 if TYPE_CHECKING:
     from neuronbuild.attest.sign import Signed
-    from neuronbuild.build.report import CompileReport, UnitOutcome
+    from neuronbuild.orchestrate.report import CompileReport, UnitOutcome
     from neuronbuild.store.cas import Store
 
 DRY_RUN_ACTIONS = {"missing": "compile", "cached": "reuse", "skipped": "skip"}
@@ -47,13 +47,13 @@ shard that owns it (``skipped``); docs/json.md states the same mapping."""
 
 def check_fits(plan: Plan) -> None:
     """Refuse a plan whose manifest the store's readers would refuse (seal imported lazily)."""
-    from neuronbuild.build.seal import check_manifest_fits
+    from neuronbuild.orchestrate.seal import check_manifest_fits
 
     check_manifest_fits(plan)
 
 
 def signing(key_ref: str | None, store: Store, signed: list[Signed]) -> Any:
-    """``--sign``'s hook for :func:`~neuronbuild.build.seal.seal_all`: each sealed manifest
+    """``--sign``'s hook for :func:`~neuronbuild.orchestrate.seal.seal_all`: each sealed manifest
     signed with the key KEY_REF names and its :class:`~neuronbuild.attest.sign.Signed` appended
     to ``signed``; None without ``--sign``. The key is loaded now, so a bad one is refused
     before any work.
@@ -328,9 +328,9 @@ def compile_(
       neuronbuild compile a.yaml b.yaml --cache s3://bucket/store --shard auto/3
       neuronbuild compile recipe.yaml --cache s3://bucket/store --stage build/stage
     """
-    from neuronbuild.build.compile import compile_recipes
-    from neuronbuild.build.executor import executor_for
-    from neuronbuild.build.shard import parse_shard
+    from neuronbuild.orchestrate.compile import compile_recipes
+    from neuronbuild.orchestrate.executor import executor_for
+    from neuronbuild.orchestrate.shard import parse_shard
     from neuronbuild.store import moves
     from neuronbuild.store.cas import LATEST, Store
     from neuronbuild.store.tiered import TieredStore
@@ -473,7 +473,7 @@ def seal(
     Examples:
       neuronbuild seal a.yaml b.yaml --cache s3://bucket/store --shards 3
     """
-    from neuronbuild.build.seal import seal_plans
+    from neuronbuild.orchestrate.seal import seal_plans
     from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 

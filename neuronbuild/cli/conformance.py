@@ -49,7 +49,7 @@ def conformance(recipe_path: str, host: str, timeout: int, cache: str, as_json: 
       neuronbuild conformance recipe.yaml --cache s3://bucket/store
       neuronbuild conformance recipe.yaml --cache s3://bucket/store --host node --json
     """
-    from neuronbuild.engines.neuron_conformance import exit_code
+    from neuronbuild.engines.neuron.conformance import exit_code
     from neuronbuild_runtime.conformance import run_kit
 
     recipe = load_or_exit(recipe_path)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from neuronbuild.cli.common import load_or_exit
-from neuronbuild.engines.cpu_isa import host_isa
+from neuronbuild.engines.vllm_cpu.isa import host_isa
 from neuronbuild.ui.console import echo_json
 from neuronbuild.ui.formatting import use_colour
 from neuronbuild.ui.options import cache_option, json_option
@@ -28,7 +28,7 @@ def doctor(recipe_path: str, cache: str, as_json: bool) -> None:
     Examples:
       neuronbuild doctor recipe.yaml --cache s3://bucket/store
     """
-    from neuronbuild.build.doctor import diagnose, differing_factors, summary
+    from neuronbuild.orchestrate.doctor import diagnose, differing_factors, summary
     from neuronbuild.store.cas import Store
 
     recipe = load_or_exit(recipe_path)

@@ -379,7 +379,7 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
       neuronbuild status
       neuronbuild status recipe.yaml --cache s3://bucket/store
     """
-    from neuronbuild.build.doctor import recipe_status
+    from neuronbuild.orchestrate.doctor import recipe_status
     from neuronbuild.store.cas import Store
 
     store = Store(cache)

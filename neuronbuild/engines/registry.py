@@ -27,8 +27,8 @@ class EngineRow:
 SHIPPED = "it ships with neuronbuild: reinstall neuronbuild (make install)"
 
 ENGINES: dict[str, EngineRow] = {
-    "cpu": EngineRow("neuronbuild.engines.cpu:CpuEngine", SHIPPED),
-    "neuron": EngineRow("neuronbuild.engines.neuron:NeuronEngine", SHIPPED),
+    "cpu": EngineRow("neuronbuild.engines.vllm_cpu.engine:CpuEngine", SHIPPED),
+    "neuron": EngineRow("neuronbuild.engines.neuron.engine:NeuronEngine", SHIPPED),
 }
 """Every engine, by the name a recipe's target resolves to (``recipe.TARGET_ENGINES``)."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from neuronbuild.digest import canonical_json, sha256_digest
-from neuronbuild.engines.cpu_isa import MACHINES
+from neuronbuild.engines.vllm_cpu.isa import MACHINES
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer

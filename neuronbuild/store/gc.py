@@ -223,7 +223,8 @@ def collect_garbage(
             sweep.delete("blobs", path)
 
     # The store's other kinds. A timing goes with its unit: the kept units' timings still give
-    # every shape its measured cost (neuronbuild.build.costs reads other keys' timings of a shape).
+    # every shape its measured cost (neuronbuild.orchestrate.costs reads other keys' timings of a
+    # shape).
     for path in store.backend.find(layout.folder("timings")):
         named = layout.timing_of(path)
         if (named is None or named[1] not in live_units) and sweep.old(path):

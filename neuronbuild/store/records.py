@@ -306,7 +306,7 @@ class RefMove:
 @dataclass(frozen=True)
 class UnitTiming:
     """How long one unit took to compile: its ``key``, its ``shape`` (the digest of its key
-    factors without toolchain, environment and schema: see :mod:`neuronbuild.build.costs`) and
+    factors without toolchain, environment and schema: see :mod:`neuronbuild.orchestrate.costs`) and
     ``seconds`` of wall time. Later builds of the same shape read it to balance shards."""
 
     key: str

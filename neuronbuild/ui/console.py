@@ -67,7 +67,7 @@ STOP_GRACE_SECONDS = 10.0
 """After a stop signal, how long a command may take to unwind (its ``finally`` blocks, a pool
 waiting for its in-flight store calls) before it exits with 128 + N anyway. ``compile``'s units
 are not cut short: the scheduler takes the signals while they run, and ends their process groups
-with its own grace (:data:`neuronbuild.build.scheduler.KILL_GRACE_SECONDS`)."""
+with its own grace (:data:`neuronbuild.orchestrate.scheduler.KILL_GRACE_SECONDS`)."""
 
 _deadline: list[threading.Timer] = []
 """The timer a stop signal started (:func:`_interrupt`); :func:`run` cancels it as it ends."""

@@ -102,9 +102,9 @@ class Progress:
     :data:`~neuronbuild.envs.HEARTBEAT_SECONDS` (default 60 s), one heartbeat line per running
     unit naming its label, phase, elapsed time and the last line its compiler wrote to its log.
 
-    The build's observer (:class:`neuronbuild.build.events.BuildObserver`): it prints the plain
-    fields it is told, and knows nothing of the scheduler's types. A unit started without a log
-    gets heartbeats without a compiler line. ``-q`` (:data:`~neuronbuild.ui.verbosity.QUIET`)
+    The build's observer (:class:`neuronbuild.orchestrate.events.BuildObserver`): it prints the
+    plain fields it is told, and knows nothing of the scheduler's types. A unit started without a
+    log gets heartbeats without a compiler line. ``-q`` (:data:`~neuronbuild.ui.verbosity.QUIET`)
     drops the bar and the start and end lines but keeps the heartbeats in a log: ``-q`` is what
     CI jobs use, and a silent hour-long Neuron phase is what gets a CI job killed.
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from neuronbuild.attest.envelope import read_attestation
-from neuronbuild.build.seal import seal_plans
+from neuronbuild.orchestrate.seal import seal_plans
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
@@ -53,8 +53,8 @@ def test_a_bad_key_is_refused_before_anything_is_sealed(node: dict[str, Path]) -
 
 
 def test_compile_sign_in_ci_and_a_node_under_the_policy_serves_the_build(tmp_path: Path) -> None:
-    from tests.build.test_shards import double_env, double_recipe, neuronbuild, write_recipes
     from tests.lib.keys import write_key, write_policy
+    from tests.orchestrate.test_shards import double_env, double_recipe, neuronbuild, write_recipes
 
     (recipe,) = write_recipes(tmp_path, [double_recipe("app")])
     env = double_env(tmp_path, GITHUB_ACTIONS="true", GITHUB_REPOSITORY="org/models")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from neuronbuild.engines.cpu import CpuEngine
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.registry import get_engine
+from neuronbuild.engines.vllm_cpu.engine import CpuEngine
 from tests.lib.commands import neuronbuild_in_process as nb
 
 HEADINGS = ("cpu engine:", "neuron engine:", "vLLM's own variables, for every engine:")

@@ -23,12 +23,12 @@ from neuronbuild import schemas
 from neuronbuild.cli.main import all_commands, cli
 from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
-from tests.build.test_shards import double_env, double_recipe, write_recipes
 from tests.conftest import NKI_INTERMEDIATE_VARS
 from tests.engines.test_neuron_engine import small_recipe
 from tests.lib.keys import write_key
 from tests.lib.registry import registry
 from tests.neuron_double import SITE
+from tests.orchestrate.test_shards import double_env, double_recipe, write_recipes
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def test_keep_last_limits_what_a_ref_history_keeps_alive(tmp_path: Path) -> None
 
 
 def test_doctor_names_the_factor_that_makes_a_unit_miss(tmp_path: Path) -> None:
-    from neuronbuild.build.doctor import diagnose
+    from neuronbuild.orchestrate.doctor import diagnose
     from neuronbuild.recipe import parse_recipe
 
     store = Store(str(tmp_path / "store"), create=True)
@@ -252,7 +252,7 @@ def test_compile_dry_run_of_a_neuron_recipe_says_why_it_cannot_compile_here() ->
 def test_a_broken_cpu_install_is_detected_before_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from neuronbuild.engines.cpu import CpuEngine
+    from neuronbuild.engines.vllm_cpu.engine import CpuEngine
     from neuronbuild.errors import UserError
 
     real = importlib.util.find_spec

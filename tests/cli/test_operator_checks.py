@@ -199,7 +199,7 @@ def test_dry_run_refuses_each_thing_the_real_run_depends_on_alone_writing_nothin
 
 
 def test_doctor_summary_counts_units_and_names_the_differing_factors_most_frequent_first() -> None:
-    from neuronbuild.build.doctor import UnitDiagnosis, summary
+    from neuronbuild.orchestrate.doctor import UnitDiagnosis, summary
 
     def unit(held: bool, *differences: str) -> UnitDiagnosis:
         compared = "app/latest (sha256:ab)" if differences else None
@@ -468,7 +468,7 @@ def test_verbose_prints_the_tail_of_a_failed_units_log(
     from click.testing import CliRunner
 
     from neuronbuild.cli.main import cli
-    from neuronbuild.engines.neuron import NeuronEngine
+    from neuronbuild.engines.neuron.engine import NeuronEngine
     from neuronbuild.errors import UnitsFailed
     from neuronbuild.plan import build_plan
     from tests.lib.claims import model_folder

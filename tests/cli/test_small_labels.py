@@ -72,7 +72,7 @@ def test_a_plan_phase_of_one_graph_is_labelled_in_the_singular(write_recipe: Any
 
 
 def test_a_shard_count_of_one_asks_for_one_copy_of_the_job() -> None:
-    from neuronbuild.build.shard import parse_shard
+    from neuronbuild.orchestrate.shard import parse_shard
 
     with pytest.raises(UserError, match=r"run 1 copy of the job \(completions / array size 1\)"):
         parse_shard("auto/1", {"JOB_COMPLETION_INDEX": "3"})
@@ -82,7 +82,7 @@ def test_a_shard_count_of_one_asks_for_one_copy_of_the_job() -> None:
 
 
 def test_isa_prints_its_json_document_with_the_text_output_s_value() -> None:
-    from neuronbuild.engines.cpu_isa import host_isa
+    from neuronbuild.engines.vllm_cpu.isa import host_isa
 
     code, out, err = nb("isa", "--json")
     assert code == 0, err

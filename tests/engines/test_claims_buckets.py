@@ -1,4 +1,4 @@
-"""Each bucket rule of :mod:`neuronbuild.engines.neuron_buckets` at its boundary (issue 19): a
+"""Each bucket rule of :mod:`neuronbuild.engines.neuron.buckets` at its boundary (issue 19): a
 weakened rule (a bound off by one, a check dropped, a default list one entry short) plans graphs
 vLLM-Neuron would never ask for, or lets through a recipe it refuses at start. The rules are pure,
 so these call :func:`resolve_buckets` with a recipe's engine arguments and read what it resolves
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines.neuron_buckets import (
+from neuronbuild.engines.neuron.buckets import (
     NeuronBuckets,
     check_bucket_list,
     positive_int,

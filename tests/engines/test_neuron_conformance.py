@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, Phase, event, given, reject, settings
 from hypothesis import strategies as st
 
 from neuronbuild import envs
-from neuronbuild.build.compile import compile_recipe
-from neuronbuild.engines.neuron import PHASE_OF_KIND
+from neuronbuild.engines.neuron.engine import PHASE_OF_KIND
 from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.graph import Graph
+from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import Store

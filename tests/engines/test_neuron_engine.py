@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from neuronbuild import start_env
-from neuronbuild.build import compile as build
-from neuronbuild.build.compile import compile_recipe
-from neuronbuild.build.report import CompileReport, UnitOutcome
 from neuronbuild.errors import UserError
+from neuronbuild.orchestrate import compile as build
+from neuronbuild.orchestrate.compile import compile_recipe
+from neuronbuild.orchestrate.report import CompileReport, UnitOutcome
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe
 from neuronbuild.store.cas import Store
@@ -467,7 +467,7 @@ def test_units_at_once_are_sized_with_the_workers_that_really_run(
 ) -> None:
     """Contract section 6: workers apply per rank; a user-set worker count is kept, so it sizes
     the units at once; memory is the cgroup's limit when lower than the host's."""
-    from neuronbuild.engines import neuron_compile
+    from neuronbuild.engines.neuron import compile as neuron_compile
 
     monkeypatch.setattr(neuron_compile, "host_cores", lambda: 16)
     monkeypatch.setattr(neuron_compile, "host_memory_gib", lambda: 64.0)

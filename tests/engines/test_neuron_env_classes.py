@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.build.compile import compile_recipe
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.registry import get_engine
+from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.engines.neuron_compile import NeuronCompiler
-from neuronbuild.engines.neuron_nki import CARRIED, kernel_files, lay_out_binaries
+from neuronbuild.engines.neuron.compile import NeuronCompiler
+from neuronbuild.engines.neuron.nki import CARRIED, kernel_files, lay_out_binaries
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.plan import build_plan
 from neuronbuild.store.cas import Store

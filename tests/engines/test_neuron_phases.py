@@ -99,7 +99,7 @@ def test_the_compile_run_gets_the_arguments_serve_passes(double: Path, tmp_path:
     recipe = small_recipe(tmp_path, optimization_level=2)
     unit = build_plan(recipe).units[0]
     command = build_plan(recipe).engine.compiler().command(recipe, unit, tmp_path / "scratch")
-    assert command.argv[1:3] == ["-m", "neuronbuild.engines.neuron_compile_worker"]
+    assert command.argv[1:3] == ["-m", "neuronbuild.engines.neuron.compile_worker"]
     assert json.loads(command.argv[-1]) == vllm_cli_args(recipe.engine_args)
     assert "--optimization-level" in json.loads(command.argv[-1])
 

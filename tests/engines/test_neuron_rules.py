@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines.neuron_compile import classify_failure
+from neuronbuild.engines.neuron.compile import classify_failure
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from neuronbuild.engines import registry
-from neuronbuild.engines.cpu import CpuEngine
+from neuronbuild.engines.vllm_cpu.engine import CpuEngine
 from neuronbuild.errors import UserError
 from tests.conftest import REPO, cpu_recipe
 from tests.store.test_seams import loaded_by_planning
@@ -49,4 +49,4 @@ def test_an_engine_whose_module_cannot_be_imported_says_what_to_install(
 
 
 def test_planning_a_cpu_recipe_imports_no_other_engine() -> None:
-    assert loaded_by_planning(cpu_recipe(), "neuronbuild.engines.neuron") == ("cpu", [])
+    assert loaded_by_planning(cpu_recipe(), "neuronbuild.engines.neuron.engine") == ("cpu", [])

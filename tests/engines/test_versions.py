@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.build import compile as build
 from neuronbuild.engines import versions
-from neuronbuild.engines.neuron_releases import TABLE, install_fix, sdk_releases
+from neuronbuild.engines.neuron.releases import TABLE, install_fix, sdk_releases
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.keys import explain_differences
+from neuronbuild.orchestrate import compile as build
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe, parse_recipe
 from neuronbuild.store.cas import Store

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.build.compile import ingest
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.graph import CompileUnit, Graph
+from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store

@@ -94,7 +94,7 @@ class FakeCompiler(UnitCompiler):
 def use_fake_compiler(monkeypatch: pytest.MonkeyPatch) -> FakeCompiler:
     """A :class:`FakeCompiler` that every neuron engine compiles with until ``monkeypatch``
     undoes it (the end of the test)."""
-    from neuronbuild.engines.neuron import NeuronEngine
+    from neuronbuild.engines.neuron.engine import NeuronEngine
 
     fake = FakeCompiler()
     monkeypatch.setattr(NeuronEngine, "compiler", lambda self: fake)

@@ -1,7 +1,7 @@
 """The product's import graph, read from its source with :mod:`ast` (nothing is imported).
 
 A *node* is each top-level module of ``neuronbuild/``, each of its sub-packages (``store/``,
-``build/``, ...) and the runtime (``runtime/``, imported as ``neuronbuild_runtime``). An *arrow*
+``orchestrate/``, ...) and the runtime (``runtime/``, imported as ``neuronbuild_runtime``). An *arrow*
 ``a -> b`` says some module of ``a`` imports some module of ``b`` when it runs: imports inside
 functions count, ``if TYPE_CHECKING:`` blocks do not. ``python -m tests.lib.imports`` prints the
 counts the layout issue (17) compares: nodes, arrows, cycles, upward arrows.
@@ -36,7 +36,7 @@ RANK = {
     **dict.fromkeys(READINGS, 3),
     "attest/": 3,
     "image/": 3,  # a manifest as an OCI image: reads the store, pushes to a registry
-    "build/": 4,
+    "orchestrate/": 4,
     "ui/": 4,
     "cli/": 5,
     "runtime": 5,

@@ -1,7 +1,7 @@
 """A test double of vLLM + vLLM-Neuron (Neuron SDK 2.32.0) for the neuron engine's tests.
 
 How it is reached, and why: the real compile path is ``python -m
-neuronbuild.engines.neuron_compile_worker`` running ``vllm.entrypoints.openai.api_server`` with the
+neuronbuild.engines.neuron.compile_worker`` running ``vllm.entrypoints.openai.api_server`` with the
 recipe's command line (``vllm.LLM`` stays for the offline API), after which vLLM loads vLLM-Neuron
 through its ``vllm.platform_plugins`` entry point; serve runs
 ``python -m vllm.entrypoints.openai.api_server``; ``compile`` reads the installed versions with

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines import cpu_isa
-from neuronbuild.engines.neuron_node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
+from neuronbuild.engines.neuron.node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
 from neuronbuild.engines.registry import get_engine
+from neuronbuild.engines.vllm_cpu import isa as cpu_isa
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
@@ -133,7 +133,7 @@ def test_artifacts_built_for_more_than_this_cpu_offers_are_refused(
 def test_a_neuron_node_whose_family_cannot_be_read_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from neuronbuild.engines import neuron_node
+    from neuronbuild.engines.neuron import node as neuron_node
 
     monkeypatch.delenv(NODE_TARGET_OVERRIDE, raising=False)
     assert node_target(tmp_path, {}) is None

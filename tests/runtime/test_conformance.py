@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from neuronbuild.cli.main import cli
-from neuronbuild.engines.neuron import NeuronEngine
-from neuronbuild.engines.neuron_conformance import (
+from neuronbuild.engines.neuron.conformance import (
     Check,
     StartOutcome,
     check_layout,
@@ -27,6 +26,7 @@ from neuronbuild.engines.neuron_conformance import (
     check_versions,
     exit_code,
 )
+from neuronbuild.engines.neuron.engine import NeuronEngine
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -297,7 +297,7 @@ def test_the_command_prints_a_table_and_json_with_the_same_rows(
 
 
 def test_a_cpu_recipe_is_refused_in_one_line(tmp_path: Path) -> None:
-    from tests.build.test_shards import double_recipe, write_recipes
+    from tests.orchestrate.test_shards import double_recipe, write_recipes
 
     [path] = write_recipes(tmp_path, [double_recipe("cpu")])
     err = io.StringIO()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.build.compile import ingest
 from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.errors import UserError
+from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store

@@ -27,21 +27,23 @@ OURS = {
     "neuronbuild.engines.arg_classes",
     "neuronbuild.engines.arg_sources",  # which vLLM's tables judge a recipe's arguments
     "neuronbuild.engines.base",
-    "neuronbuild.engines.cpu",
+    "neuronbuild.engines.vllm_cpu",  # the CPU engine's face: it imports nothing
+    "neuronbuild.engines.vllm_cpu.engine",
     "neuronbuild.engines.coverage",
-    "neuronbuild.engines.cpu_isa",
+    "neuronbuild.engines.vllm_cpu.isa",
     "neuronbuild.engines.env_classes",
-    "neuronbuild.engines.neuron",
-    "neuronbuild.engines.neuron_buckets",
-    "neuronbuild.engines.neuron_coverage",
-    "neuronbuild.engines.neuron_env",
-    "neuronbuild.engines.neuron_nki",
-    "neuronbuild.engines.neuron_node",
-    "neuronbuild.engines.neuron_releases",  # the SDK release table (its install hint at serve)
+    "neuronbuild.engines.neuron",  # the Neuron engine's face: it imports nothing
+    "neuronbuild.engines.neuron.engine",
+    "neuronbuild.engines.neuron.buckets",
+    "neuronbuild.engines.neuron.coverage",
+    "neuronbuild.engines.neuron.env",
+    "neuronbuild.engines.neuron.nki",
+    "neuronbuild.engines.neuron.node",
+    "neuronbuild.engines.neuron.releases",  # the SDK release table (its install hint at serve)
     "neuronbuild.engines.versions",  # pins against installed builds, for the node check
     "neuronbuild.engines.registry",  # engines by name, imported when first asked for
-    "neuronbuild.engines.neuron_model",  # what the plan reads of a local model's config.json
-    "neuronbuild.engines.neuron_vision",  # the vision plan's rules
+    "neuronbuild.engines.neuron.model",  # what the plan reads of a local model's config.json
+    "neuronbuild.engines.neuron.vision",  # the vision plan's rules
     "neuronbuild.engines.vllm_args",  # a recipe as vLLM's command line (compile and serve alike)
     "neuronbuild.envs",
     "neuronbuild.errors",

@@ -13,11 +13,11 @@ from neuronbuild.store.cas import Store
 from tests.conftest import REPO, cpu_recipe, publish_build
 
 COMPILE_SIDE = (
-    "neuronbuild.build.compile",
-    "neuronbuild.build.scheduler",
+    "neuronbuild.orchestrate.compile",
+    "neuronbuild.orchestrate.scheduler",
     "neuronbuild.engines.compiler",
-    "neuronbuild.engines.cpu_compile",
-    "neuronbuild.engines.cpu_compile_worker",
+    "neuronbuild.engines.vllm_cpu.compile",
+    "neuronbuild.engines.vllm_cpu.compile_worker",
     "neuronbuild.demo",
 )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.engines.neuron_node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
+from neuronbuild.engines.neuron.node import NODE_TARGET_OVERRIDE, PRODUCT_NAME, node_target
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import parse_recipe
@@ -114,7 +114,7 @@ def test_a_neuron_manifest_on_a_node_of_another_family_is_refused(
 ) -> None:
     (tmp_path / PRODUCT_NAME).parent.mkdir(parents=True)
     (tmp_path / PRODUCT_NAME).write_text("trn1.32xlarge\n")
-    from neuronbuild.engines import neuron_node
+    from neuronbuild.engines.neuron import node as neuron_node
 
     assert neuron_node.target_differences("trn2", tmp_path, {}) == [("target", "trn2", "trn1")]
     assert neuron_node.target_differences("trn1", tmp_path, {}) == []

@@ -15,10 +15,10 @@ import pytest
 
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import RefMove
-from tests.build.test_shards import double_env, double_recipe, neuronbuild, write_recipes
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild_in_process as nb
 from tests.lib.s3 import moto_s3
+from tests.orchestrate.test_shards import double_env, double_recipe, neuronbuild, write_recipes
 
 BUCKET = "neuronbuild-ref-moves"
 

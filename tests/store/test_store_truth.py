@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.build.compile import cached_records
 from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.orchestrate.compile import cached_records
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import parse_recipe
 from neuronbuild.store.cas import Store
@@ -164,9 +164,9 @@ def test_a_store_failure_in_the_middle_of_compile_is_not_a_failed_unit(
     script = f"""
 import sys
 from pathlib import Path
-import neuronbuild.build.compile as build
+import neuronbuild.orchestrate.compile as build
 from neuronbuild.errors import StoreDataInvalid, StoreError
-from neuronbuild.engines.cpu_compile import CpuCompiler
+from neuronbuild.engines.vllm_cpu.compile import CpuCompiler
 from neuronbuild.engines.compiler import EngineCommand
 CpuCompiler.check_install = lambda self: None
 CpuCompiler.check_host = lambda self, recipe: None

@@ -1,0 +1,184 @@
+"""The conformance kit's checks: each settles one row of reference/vllm-neuron-fidelity.md that only
+a real compile host or a real Neuron node can settle, from evidence gathered elsewhere
+(``neuronbuild_runtime.conformance``), as a :class:`Check` a user pastes into a bug report.
+
+Pure functions of what was seen: no store, no process, no file system. Each names its row.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from neuronbuild.engines.neuron.coverage import complete_entries
+from neuronbuild.engines.versions import pin_matches
+from neuronbuild.human import count
+
+Status = Literal["PASS", "FAIL", "SKIP"]
+
+LEVEL = re.compile(r"(?:^|\s)-O(\d)(?:\s|$)")
+"""``-O<level>`` as vLLM-Neuron's ``load_model`` adds it to neuronx-cc's arguments, saved in an
+entry's ``command.txt`` (``neuroncc_compile``, vllm-neuron ``compile/backend.py``; fidelity row
+B10)."""
+
+MISS = "local compile cache miss"
+"""What the plugin raises on a miss with ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1`` (F1
+``compile/backend.py`` ``compile``; fidelity row C1)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the kit's table: ``row`` the fidelity row it settles, ``what`` it checked,
+    ``status`` PASS / FAIL / SKIP, ``why`` one line for a FAIL or SKIP (empty on a PASS) and
+    ``evidence`` what was seen (versions, paths, levels, counts) as ``name -> text``."""
+
+    row: str
+    what: str
+    status: Status
+    why: str = ""
+    evidence: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "row": self.row,
+            "what": self.what,
+            "status": self.status,
+            "why": self.why,
+            "evidence": dict(self.evidence),
+        }
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    """0 when every check passed or was skipped, 1 when one failed."""
+    return 1 if any(c.status == "FAIL" for c in checks) else 0
+
+
+def check_versions(pins: Mapping[str, str], installed: Mapping[str, str | None]) -> Check:
+    """Row B12: each pinned distribution is installed here at a version its pin matches (on the
+    public version unless the pin carries a local label, :func:`pin_matches`). Evidence: every
+    installed string as the host reports it, label included."""
+    what = "installed version strings match the recipe's toolchain pins"
+    evidence = {d: installed.get(d) or "(not installed)" for d in sorted(pins)}
+    bad = [d for d in sorted(pins) if not pin_matches(pins[d], installed.get(d))]
+    if bad:
+        why = "; ".join(f"{d} pinned {pins[d]}, installed {evidence[d]}" for d in bad)
+        return Check("B12", what, "FAIL", why, evidence)
+    return Check("B12", what, "PASS", "", evidence)
+
+
+def entry_names(paths: Sequence[str], prefix: str) -> set[str]:
+    """The folders directly under ``prefix`` (``neuron/compile_cache``) that ``paths`` hold files
+    of, a dot name (NKI's carried copies, the ``nki`` cache) excepted."""
+    found = set()
+    for path in paths:
+        rest = path.removeprefix(prefix + "/")
+        if rest != path and "/" in rest and not rest.startswith((".", "nki/")):
+            found.add(rest.split("/", 1)[0])
+    return found
+
+
+def check_layout(paths: Sequence[str], prefix: str, metadata_keys: Mapping[str, str]) -> Check:
+    """Rows B2/B3: every graph entry of the manifest (``paths``, relative to the cache root) holds
+    the plugin's complete set (``graph.hlo``, ``graph_<key>.neff``, ``.compilation_complete``, an
+    ``.artifact_metadata_v*.json``; :func:`complete_entries`) and its metadata's ``cache_key``
+    (``metadata_keys``: entry -> key read) names its own folder (``_is_cache_complete``,
+    Infinity-AI-Institute/vllm-neuron ``vllm_neuron/compile/cache.py`` @7f4cca75)."""
+    what = "every entry holds graph.hlo, its NEFF, metadata and .compilation_complete"
+    entries = entry_names(paths, prefix)
+    complete = complete_entries(paths)
+    incomplete = sorted(entries - complete)
+    wrong = sorted(e for e, k in metadata_keys.items() if k != e)
+    evidence = {"entries": str(len(entries)), "complete": str(len(complete & entries))}
+    if not entries:
+        return Check("B2", what, "FAIL", "the manifest holds no graph entry", evidence)
+    if incomplete or wrong:
+        parts = [f"incomplete: {', '.join(incomplete)}"] if incomplete else []
+        parts += (
+            [f"metadata cache_key differs from its folder: {', '.join(wrong)}"] if wrong else []
+        )
+        return Check("B2", what, "FAIL", "; ".join(parts), evidence)
+    return Check("B2", what, "PASS", "", evidence)
+
+
+def check_optimization_level(expected: int, commands: Mapping[str, str]) -> Check:
+    """Row B10: the level every entry was compiled at (``-O<N>`` in its ``command.txt``,
+    ``commands``: entry -> text) is the one serve resolves: the recipe's explicit
+    ``optimization_level``, else vLLM-Neuron's O1 (``apply_config_platform_defaults``). SKIP
+    when no entry records its compiler command."""
+    what = "entries were compiled at the optimization level serve resolves"
+    levels = {e: m.group(1) for e, t in commands.items() if (m := LEVEL.search(t))}
+    evidence = {
+        "expected": f"-O{expected}",
+        "seen": ", ".join(sorted({f"-O{v}" for v in levels.values()})),
+    }
+    if not levels:
+        why = (
+            "no entry's command.txt names an -O level; compare the levels in the serve log by hand"
+        )
+        return Check("B10", what, "SKIP", why, evidence)
+    wrong = sorted(e for e, v in levels.items() if int(v) != expected)
+    if wrong:
+        shown = ", ".join(wrong[:6])
+        differ = "differs" if len(wrong) == 1 else "differ"
+        of = count(len(levels), "entry", "entries")
+        why = f"{len(wrong)} of {of} {differ} from -O{expected}: {shown}"
+        return Check("B10", what, "FAIL", why, evidence)
+    return Check("B10", what, "PASS", "", evidence)
+
+
+def check_nki_paths(refs: Mapping[str, Sequence[str]], carried: set[str], root: str) -> Check:
+    """Row B7: each NKI kernel binary a graph's ``graph.hlo`` names under the intermediate root
+    (``refs``: entry -> relative paths) travels in the manifest (``carried``: relative paths of
+    the carried copies), so the node finds it at the same absolute path (kiln
+    ``kiln/compile_cache.py``, ``NCC_EVRF059`` measured on SDK 2.32). SKIP when no graph calls
+    an NKI kernel."""
+    what = f"every NKI kernel binary the graphs name under {root} is carried"
+    named = {p for paths in refs.values() for p in paths}
+    missing = sorted(named - carried)
+    evidence = {"named": str(len(named)), "carried": str(len(named & carried))}
+    if not named:
+        return Check("B7", what, "SKIP", "no graph references an NKI kernel binary", evidence)
+    if missing:
+        shown = ", ".join(f"{root}/{p}" for p in missing[:6])
+        return Check("B7", what, "FAIL", f"not carried: {shown}", evidence)
+    return Check("B7", what, "PASS", "", evidence)
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    """How one serve start ended: ``code`` its exit status (None: still running at the time
+    limit, so it was compiling or serving), ``output`` its stdout and stderr, ``seconds`` how
+    long it ran, ``removed`` the entry taken out first."""
+
+    code: int | None
+    output: str
+    seconds: float
+    removed: str
+
+
+def check_removed_entry(outcome: StartOutcome) -> Check:
+    """Row C1: serve with one entry removed fails at start, with the plugin's miss error, instead
+    of compiling it (``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1``; the LNL-era reader is not
+    visible in public sources, so only a device settles it)."""
+    what = "serve with one entry removed fails at start instead of compiling"
+    evidence = {
+        "removed": outcome.removed,
+        "exit": "still running" if outcome.code is None else str(outcome.code),
+        "seconds": f"{outcome.seconds:.1f}",
+    }
+    tail = outcome.output.strip().splitlines()[-1:] or [""]
+    if outcome.code is None:
+        why = "still running at the time limit: the node compiled or served without the entry"
+        return Check("C1", what, "FAIL", why, evidence)
+    if outcome.code == 0:
+        return Check("C1", what, "FAIL", "serve started without the entry", evidence)
+    if MISS not in outcome.output:
+        return Check("C1", what, "FAIL", f"failed, but not with a cache miss: {tail[0]}", evidence)
+    return Check("C1", what, "PASS", "", evidence)
+
+
+def skipped(row: str, what: str, why: str) -> Check:
+    """A check that cannot run here, with the reason."""
+    return Check(row, what, "SKIP", why)

@@ -1,0 +1,452 @@
+"""The ``neuron`` engine's planning half: vLLM-Neuron's rules, its graphs, one unit per phase.
+
+vLLM-Neuron has no switch that compiles one bucket: a run compiles whole phases of one
+configuration (prefill, decode, vision encoder), chosen with its skip switches
+(``VLLM_NEURON_SKIP_PREFILL_WARMUP`` / ``..._DECODE_WARMUP`` / ``..._ENCODER_WARMUP``, S4
+``vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``, AWShtokoyo/vllm-neuron @01c89e38),
+which only filter its job lists and leave each graph's own cache key unchanged. Carving one bucket
+out by editing the bucket lists is not equivalent (the last bucket must equal
+``max_num_batched_tokens`` / ``max_num_seqs``, which change the segmented decision and buffer
+sizes), so a unit is one phase of one recipe run with the full, unchanged configuration; its key
+covers that whole resolved configuration, and its graphs are listed in the unit for ``plan`` and
+``status``. Graphs that did not change between builds are not recompiled: the compile half seeds
+each unit's scratch cache with the previous build's entries (``build.seed_scratch``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from neuronbuild import envs
+from neuronbuild.engines.arg_classes import normalise
+from neuronbuild.engines.base import Engine, UnitSpec
+from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.neuron.buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
+from neuronbuild.engines.neuron.coverage import phase_gaps
+from neuronbuild.engines.neuron.env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
+from neuronbuild.engines.neuron.model import ModelFacts, model_facts, read_config
+from neuronbuild.engines.neuron.nki import lay_out_binaries
+from neuronbuild.engines.neuron.node import target_differences
+from neuronbuild.engines.neuron.releases import install_fix, toolchain_rules
+from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
+from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
+from neuronbuild.graph import Graph
+
+if TYPE_CHECKING:
+    from neuronbuild.engines.compiler import UnitCompiler
+    from neuronbuild.engines.coverage import Needed
+    from neuronbuild.recipe import Recipe
+    from neuronbuild.store.records import UnitRecord
+
+NEURON_CONFIG_KEYS = (
+    "num_batched_tokens_buckets",
+    "num_seqs_buckets",
+    "kv_segment_size_buckets",
+    "decode_context_length_buckets",
+    "on_device_sampling_config",
+    "quantization",
+    "hlo2tensorizer_options",
+)
+"""``neuron_config`` fields of the configuration reference (2026-08-13)."""
+
+VISION_NEURON_CONFIG_KEYS = (
+    "num_vision_tokens_buckets",
+    "vision_attention_block_size",
+    "max_vision_seq_len",
+    "tp_size",
+    "dp_size",
+    "encoder_cache_num_blocks",
+    "encoder_cache_min_hold_time_ms",
+)
+"""``vision_neuron_config`` fields of the configuration reference (2026-08-13)."""
+
+ADDITIONAL_CONFIG_KEYS = (
+    "neuron_config",
+    "vision_neuron_config",
+    "mm_language_model_only",
+    "override_neuron_config",
+)
+"""Top-level ``additional_config`` keys vLLM-Neuron reads (``override_neuron_config``: v0.2)."""
+
+PHASES = ("prefill", "decode", "vision")
+"""The phases of a vLLM-Neuron run, each a compile unit (in compile order). The prefill unit also
+builds the vision graphs: the worker skips vision whenever it skips prefill, unless the engine is
+``mm_encoder_only`` (``skip_vision_warmup = ... or (skip_prefill_warmup and not mm_encoder_only)``,
+``vllm_neuron/vllm/worker/neuron_worker.py`` ``compile_or_warm_up_model``, AWShtokoyo/vllm-neuron
+@01c89e38 and jinhuang12/vllm-neuron @03bd80a2: fidelity row A9), so a ``vision`` unit exists only
+for a vision-only engine."""
+
+PHASE_OF_KIND = {
+    "prefill": "prefill",
+    "draft_prefill": "prefill",
+    "decode": "decode",
+    "decode_no_spec": "decode",
+    "draft_decode": "decode",
+    "vision": "vision",
+}
+"""The worker phase (its skip switch) that extracts each graph kind."""
+
+NEURON_OPTIMIZATION_LEVEL = 1
+"""The level vLLM-Neuron resolves when ``--optimization-level`` is not on the command line: it
+lowers vLLM's default O2 to O1 (``NeuronPlatform.apply_config_platform_defaults``,
+``vllm_neuron/vllm/platform.py``, jinhuang12/vllm-neuron @25cf3c8c; AWShtokoyo @01c89e38: row
+B10). Compile and serve both pass the recipe's arguments on the API server's command line, so an
+explicit level is kept at both and is keyed apart from an unset one."""
+
+SPECULATIVE_METHODS = ("eagle3", "dflash")
+"""The only speculative methods vLLM-Neuron's runner accepts ("Unsupported speculative decoding
+method", S3 ``neuron_model_runner.py`` @9fc042ea)."""
+
+POOLING_CONVERTS = ("embed", "classify", "reward")
+"""``convert`` values that turn a model into a pooling one (no decode graphs)."""
+
+
+def check_unknown_keys(
+    field: str, mapping: Mapping[str, Any], known: tuple[str, ...]
+) -> tuple[list[RecipeError], list[str]]:
+    """An unknown key close to a known one is an error with a did-you-mean; any other unknown key
+    is a warning, since vLLM-Neuron has more fields than the reference lists."""
+
+    errors, warnings = [], []
+    for key in mapping:
+        if key in known:
+            continue
+        if key == "mm_language_model_only":
+            # vLLM-Neuron silently ignores the flag here and builds both towers.
+            errors.append(
+                RecipeError(
+                    f"{field}.mm_language_model_only",
+                    mapping[key],
+                    "is silently ignored here by vLLM-Neuron; it belongs at the top level of "
+                    "additional_config (a sibling of neuron_config)",
+                )
+            )
+        elif (close := did_you_mean(str(key), known)) is not None:
+            errors.append(RecipeError(f"{field}.{key}", mapping[key], f"did you mean '{close}'?"))
+        else:
+            warnings.append(
+                f"{field}.{key}: not in the pinned vLLM-Neuron reference; passed through unchecked"
+            )
+    return errors, warnings
+
+
+def kv_role(recipe: Recipe) -> str | None:
+    """``kv_transfer_config.kv_role`` (``kv_producer`` builds prefill only, ``kv_consumer``
+    decode only: S2 ``design/vllm/disaggregated-inference.md`` lines 234-235, 301-302)."""
+    config = recipe.engine_args.get("kv_transfer_config")
+    role = config.get("kv_role") if isinstance(config, Mapping) else None
+    return role if isinstance(role, str) else None
+
+
+def is_pooling(recipe: Recipe, model: ModelFacts | None) -> bool:
+    """A pooling runner builds no decode graphs (S4 ``neuron_worker.py``: decode extraction is
+    skipped ``or self.model_runner.is_pooling_model``). Read from ``runner: pooling``, a pooling
+    ``convert``, or, with ``runner: auto`` (vLLM's default), the local model's architecture as
+    vLLM resolves it (:func:`~neuronbuild.engines.neuron.model.architecture_is_pooling`; row D19).
+    A hub model with ``runner: auto`` is read as generating: set ``runner: pooling`` for one that
+    is not."""
+    args = recipe.engine_args
+    if args.get("runner") == "pooling" or args.get("convert") in POOLING_CONVERTS:
+        return True
+    return args.get("runner", "auto") == "auto" and model is not None and model.pooling
+
+
+def speculative_tokens(recipe: Recipe) -> int:
+    """``speculative_config.num_speculative_tokens`` (0 without speculative decoding)."""
+    config = recipe.engine_args.get("speculative_config")
+    if not isinstance(config, Mapping):
+        return 0
+    k = config.get("num_speculative_tokens")
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
+
+
+class NeuronEngine(Engine):
+    """vLLM + vllm-neuron: its rules, graphs by phase, unit keys and serve environment; its compile
+    half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron.compile`."""
+
+    name: ClassVar[str] = "neuron"
+    env_classes: ClassVar[Mapping[str, EnvClass]] = NEURON_ENV
+    env_prefix_classes: ClassVar[tuple[tuple[str, EnvClass], ...]] = NEURON_ENV_PREFIXES
+    prefix_path_class: ClassVar[EnvClass] = EnvClass.DROPPED
+    own_arg_defaults: ClassVar[Mapping[str, Any]] = {
+        "block_size": DEFAULT_BLOCK_SIZE,
+        "optimization_level": NEURON_OPTIMIZATION_LEVEL,
+    }
+    required_toolchain: ClassVar[tuple[str, ...]] = (
+        "vllm",
+        "vllm-neuron",
+        "neuronx-cc",
+        "nki",
+        "libtorch-neuronx-lite",
+    )
+    # vLLM-Neuron's graph key includes the torch_neuronx version (compilation_cache.md line 136,
+    # aws-neuron-sdk @81ce03ae) and SDK 2.32 ships none (n2-manifest.json lines 107-131): one
+    # installed on only the compile host or only the node is a miss (fidelity row B13).
+    observed_toolchain: ClassVar[tuple[str, ...]] = ("torch-neuronx",)
+    written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
+    note: ClassVar[str] = (
+        "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
+        "vision alone for mm_encoder_only) of the whole configuration, since vLLM-Neuron "
+        "compiles phases, never single buckets"
+    )
+    # A phase unit compiles each of its graphs' NEFFs (minutes of neuronx-cc each for a large
+    # model) and needs several GiB of host memory per concurrent neuronx-cc process (users
+    # report OOM kills); rough defaults that measured durations of earlier builds replace when
+    # balancing shards.
+    graph_seconds: ClassVar[float] = 300.0
+    unit_cpus: ClassVar[float] = 4.0
+    unit_memory_gib: ClassVar[float] = 16.0
+
+    def vllm_origin(self, pin: str) -> str:
+        """vLLM-Neuron's vLLM ships with the Neuron SDK (the release :func:`toolchain_rules`
+        names), not as a package this host can install."""
+        return (
+            f"vllm {pin} ships with the Neuron SDK, which is not installable on this host: "
+            "validate on a Neuron host with that SDK release installed"
+        )
+
+    def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
+        generic_errors, warnings = super().validate(recipe)
+        errors, release_warnings = toolchain_rules(recipe.toolchain, self.required_toolchain)
+        warnings += release_warnings
+        if recipe.toolchain.get("vllm-neuron") is None:
+            # No release to name the versions: the generic "must pin" check.
+            errors += generic_errors
+        else:
+            # A known release names each missing pin; an unknown one warns about them.
+            errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
+        if recipe.cpu_isa is not None:
+            errors.append(
+                RecipeError("cpu_isa", recipe.cpu_isa, "only applies to target cpu; remove it")
+            )
+        if recipe.engine_args.get("quantization") == "neuron_quant":
+            # The reference warns: never set vLLM's --quantization to neuron_quant.
+            errors.append(
+                RecipeError(
+                    "quantization",
+                    "neuron_quant",
+                    "leave vLLM's quantization unset; use additional_config.neuron_config."
+                    "quantization or a calibrated checkpoint",
+                )
+            )
+        if recipe.engine_args.get("enable_lora") is True:
+            # "TODO: Inherit from LoRAModelRunnerMixin to support LoRA" (S3 neuron_model_runner.py
+            # @9fc042ea): the runner loads the base model without LoRA.
+            errors.append(
+                RecipeError(
+                    "enable_lora", True, "vLLM-Neuron's runner has no LoRA support; remove it"
+                )
+            )
+        errors += self._check_speculative(recipe)
+        additional = recipe.additional_config
+        found = check_unknown_keys("additional_config", additional, ADDITIONAL_CONFIG_KEYS)
+        errors += found[0]
+        warnings += found[1]
+        for sub, known in (
+            ("neuron_config", NEURON_CONFIG_KEYS),
+            ("vision_neuron_config", VISION_NEURON_CONFIG_KEYS),
+        ):
+            if isinstance(additional.get(sub), Mapping):
+                found = check_unknown_keys(f"additional_config.{sub}", additional[sub], known)
+                errors += found[0]
+                warnings += found[1]
+        _, bucket_errors = self._resolve(recipe)
+        errors += bucket_errors
+        if not errors and not self.phase_graphs(recipe):
+            errors.append(self._builds_nothing(recipe))
+        return errors, warnings
+
+    @staticmethod
+    def _builds_nothing(recipe: Recipe) -> RecipeError:
+        """The error for a recipe whose engine extracts no graph, so that compile seals nothing
+        and serve has nothing to load: a ``kv_consumer`` skips prefill and a pooling runner decode
+        (worker ``compile_or_warm_up_model``, rows D17, D19; found by the conformance property)."""
+        return RecipeError(
+            "kv_transfer_config.kv_role",
+            kv_role(recipe) or MISSING,
+            "this engine builds no graph (a kv_consumer skips prefill, a pooling model has no "
+            "decode); remove kv_transfer_config or use a generating model",
+        )
+
+    @staticmethod
+    def _check_speculative(recipe: Recipe) -> list[RecipeError]:
+        config = recipe.engine_args.get("speculative_config")
+        if config is None:
+            return []
+        if not isinstance(config, Mapping):
+            return [RecipeError("speculative_config", config, "must be a mapping")]
+        method = config.get("method")
+        if method not in SPECULATIVE_METHODS:
+            return [
+                RecipeError(
+                    "speculative_config.method",
+                    method if method is not None else MISSING,
+                    f"vLLM-Neuron supports only {', '.join(SPECULATIVE_METHODS)}; use one of them",
+                )
+            ]
+        if not speculative_tokens(recipe):
+            return [
+                RecipeError(
+                    "speculative_config.num_speculative_tokens",
+                    config.get("num_speculative_tokens", MISSING),
+                    "must be a positive integer (tokens proposed per step)",
+                )
+            ]
+        return []
+
+    @staticmethod
+    def model(recipe: Recipe) -> ModelFacts | None:
+        """What the plan reads from the local model's ``config.json`` (None for a hub id)."""
+        config = read_config(str(recipe.engine_args.get("model", "")), recipe.workdir)
+        return None if config is None else model_facts(config)
+
+    def _resolve(self, recipe: Recipe) -> tuple[NeuronBuckets | None, list[RecipeError]]:
+        buckets, errors = resolve_buckets(recipe.engine_args)
+        vision, vision_errors = self._vision(recipe)
+        errors += vision_errors
+        if buckets is None or errors:
+            return None, errors
+        return dataclasses.replace(buckets, vision=None if vision is None else vision.buckets), []
+
+    def _vision(self, recipe: Recipe) -> tuple[VisionPlan | None, list[RecipeError]]:
+        return resolve_vision(recipe.engine_args, self.model(recipe))
+
+    def buckets(self, recipe: Recipe) -> NeuronBuckets:
+        """The resolved buckets of a valid recipe (ValueError if it is not valid)."""
+        buckets, errors = self._resolve(recipe)
+        if buckets is None:
+            raise ValueError("; ".join(map(str, errors)))
+        return buckets
+
+    def phase_graphs(self, recipe: Recipe) -> dict[str, list[Graph]]:
+        """Every graph vLLM-Neuron compiles for ``recipe``, by phase (S4 ``neuron_worker.py``
+        ``_prefill_compile_targets`` / ``_decode_compile_targets`` / ``_build_vision_trace_jobs``):
+        prefill ``num_batched_tokens x (kv_segment_size or [0])``; decode ``num_seqs x (context
+        buckets + [max_model_len])``; vision one graph per vision bucket, built in the prefill
+        run (:data:`PHASES`), or alone by an ``mm_encoder_only`` engine. A KV producer builds
+        prefill (and vision) only, a consumer decode only and no vision (rows A9, D18), a pooling
+        runner no decode. Speculative decoding adds a no-speculation decode twin per decode target
+        and drafter graphs per prefill bucket and per decode target (``draft_num_tokens = batch *
+        (1 + k)``)."""
+        b = self.buckets(recipe)
+        role, k = kv_role(recipe), speculative_tokens(recipe)
+        vision = [Graph.vision(tokens) for tokens in b.vision or []]
+        phases: dict[str, list[Graph]] = {}
+        if not b.language and vision:
+            phases["vision"] = vision
+        if b.language and role != "kv_consumer":
+            prefill = [
+                Graph.prefill(tokens, segment)
+                for tokens in b.num_batched_tokens
+                for segment in b.kv_segment_size or [0]
+            ]
+            if k:
+                prefill += [
+                    Graph("draft_prefill", (("num_batched_tokens", t),))
+                    for t in b.num_batched_tokens
+                ]
+            phases["prefill"] = prefill + vision
+        if b.language and role != "kv_producer" and not is_pooling(recipe, self.model(recipe)):
+            contexts = [*(b.decode_context_length or []), recipe.max_model_len]
+            targets = [(batch, context) for batch in b.num_seqs for context in contexts]
+            decode = [Graph.decode(batch, context) for batch, context in targets]
+            if k:
+                decode += [Graph("decode_no_spec", g.dims) for g in decode]
+                decode += [
+                    Graph(
+                        "draft_decode",
+                        (("batch", n), ("context_length", c), ("draft_num_tokens", n * (1 + k))),
+                    )
+                    for n, c in targets
+                ]
+            phases["decode"] = decode
+        return phases
+
+    def graphs(self, recipe: Recipe) -> list[Graph]:
+        """Every graph of :meth:`phase_graphs`, phase after phase."""
+        return [g for graphs in self.phase_graphs(recipe).values() for g in graphs]
+
+    def units(self, recipe: Recipe) -> list[UnitSpec]:
+        return [
+            UnitSpec(tuple(graphs), {"phase": phase})
+            for phase, graphs in self.phase_graphs(recipe).items()
+        ]
+
+    def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return target_differences(str(factors.get("target")))
+
+    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
+        return normalise_neuron_env(name, value, target)
+
+    def serve_env(self, cache_root: str) -> dict[str, str]:
+        # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
+        # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae). LNL 2.11 reads its own
+        # "fail on a miss" name (fidelity row C6: kiln bench/results/2026-10-07-precompile-start.md
+        # @f5a7faf3) and roots its cache at NEURON_LIBTORCH_CACHE_ROOT when used directly (row B8),
+        # pinned to the layout.
+        return {
+            envs.VLLM_CACHE_ROOT: cache_root,
+            envs.NEURON_LIBTORCH_CACHE_ROOT: cache_root,
+            envs.HF_HUB_OFFLINE: "1",
+            envs.VLLM_NEURON_DISABLE_WARMUP_COMPILE: "1",
+            envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
+            envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT: "1",
+        }
+
+    def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
+        """By phase: every graph listed by a held record of its phase, and one complete entry
+        per graph (:func:`~.neuron_coverage.phase_gaps`)."""
+        return phase_gaps(needed, held)
+
+    def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
+        """The NKI kernel binaries a unit carries, at the absolute paths its graphs name
+        (:func:`~.neuron_nki.lay_out_binaries`, fidelity row B7)."""
+        lay_out_binaries(cache_root, paths)
+
+    def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:
+        return install_fix(toolchain)
+
+    def compiler(self) -> UnitCompiler:
+        if importlib.util.find_spec("vllm_neuron") is None:
+            raise UserError(
+                "the neuron engine compiles with vllm-neuron and neuronx-cc, which are not "
+                "importable here; install the Neuron SDK release the recipe's toolchain names on "
+                "this compile host from the Neuron pip repository (pip install "
+                "--extra-index-url=https://pip.repos.neuron.amazonaws.com vllm-neuron==<pin> ...) "
+                "or use that release's Neuron DLAMI; CPU-only hosts are fine"
+            )
+        from neuronbuild.engines.neuron.compile import NeuronCompiler
+
+        return NeuronCompiler(self)
+
+    def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
+        """The full resolved configuration: the engine arguments with every bucket list and
+        ``max_num_batched_tokens`` as vLLM-Neuron resolves them, so equivalent spellings give one
+        key and any change to the configuration gives another (a unit compiles a whole run)."""
+        args = super().key_engine_args(recipe)
+        b = self.buckets(recipe)
+        additional = copy.deepcopy(dict(args.get("additional_config") or {}))
+        nc = dict(additional.get("neuron_config") or {})
+        nc["num_batched_tokens_buckets"] = b.num_batched_tokens
+        nc["num_seqs_buckets"] = b.num_seqs
+        if b.kv_segment_size is not None:
+            nc["kv_segment_size_buckets"] = b.kv_segment_size
+        if b.decode_context_length is not None:
+            nc["decode_context_length_buckets"] = b.decode_context_length
+        additional["neuron_config"] = nc
+        vision, _ = self._vision(recipe)
+        if vision is not None:
+            vnc = dict(additional.get("vision_neuron_config") or {})
+            vnc["num_vision_tokens_buckets"] = vision.buckets
+            vnc["vision_attention_block_size"] = vision.block
+            vnc["tp_size"], vnc["dp_size"] = vision.tp, vision.dp
+            additional["vision_neuron_config"] = vnc
+        args["additional_config"] = additional
+        args["max_num_batched_tokens"] = b.max_num_batched_tokens
+        resolved: dict[str, Any] = normalise(args)  # one spelling per value
+        return resolved
