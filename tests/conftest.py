@@ -86,35 +86,27 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 FAST_CASE_BUDGET = "NEURONBUILD_FAST_CASE_BUDGET"
-"""The variable that names the seconds a case of the fast tier (marked neither ``slow`` nor
-``vllm``) may take, setup and call together; unset, no budget. ``make unit`` sets it: the fast
-tier's marker is kept honest by measurement, not by hand."""
+"""The variable that names the seconds the call of a fast-tier case (marked neither ``slow`` nor
+``vllm``) may take; unset, no budget. ``make unit`` sets it, so the fast tier's marker is kept
+honest by measurement. Fixture setup is not counted: a module's shared server or model is paid
+once, by whichever case comes first."""
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """Fail a fast-tier case whose setup and call together took longer than the budget
-    (:data:`FAST_CASE_BUDGET`), naming the fix."""
+    """Fail a fast-tier case whose call took longer than the budget (:data:`FAST_CASE_BUDGET`),
+    naming the fix."""
     report = yield
     budget = os.environ.get(FAST_CASE_BUDGET)
-    if budget and call.when == "call" and report.passed and not _slow_tier(item):
-        took = call.duration + item.stash.get(SETUP_SECONDS, 0.0)
-        if took > float(budget):
+    slow_tier = any(item.iter_markers("slow")) or any(item.iter_markers("vllm"))
+    if budget and call.when == "call" and report.passed and not slow_tier:
+        if call.duration > float(budget):
             report.outcome = "failed"
             report.longrepr = (
-                f"{item.nodeid} took {took:.1f} s, over the fast tier's {float(budget):.0f} s a "
+                f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {budget} s a "
                 "case: make it faster, or mark it @pytest.mark.slow (tests/README.md, Tiers)"
             )
-    if call.when == "setup":
-        item.stash[SETUP_SECONDS] = call.duration
     return report
-
-
-SETUP_SECONDS = pytest.StashKey[float]()
-
-
-def _slow_tier(item: pytest.Item) -> bool:
-    return any(item.iter_markers("slow")) or any(item.iter_markers("vllm"))
 
 
 @pytest.fixture(scope="session")

@@ -96,3 +96,17 @@ def test_every_target_resolves_to_an_engine_that_exists() -> None:
     from neuronbuild.recipe import TARGET_ENGINES
 
     assert sorted(set(TARGET_ENGINES.values())) == sorted(ENGINE_NAMES)
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    # pyproject.toml lists the packages by name: a sub-package missing there is left out of
+    # every non-editable install (a wheel, an image), though the checkout imports it fine.
+    import tomllib
+
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for init in (REPO / "neuronbuild").rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert sorted(found - set(listed)) == []
