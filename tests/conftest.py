@@ -99,13 +99,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     budget = os.environ.get(FAST_CASE_BUDGET)
     slow_tier = any(item.iter_markers("slow")) or any(item.iter_markers("vllm"))
-    if budget and call.when == "call" and report.passed and not slow_tier:
-        if call.duration > float(budget):
-            report.outcome = "failed"
-            report.longrepr = (
-                f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {budget} s a "
-                "case: make it faster, or mark it @pytest.mark.slow (tests/README.md, Tiers)"
-            )
+    over = budget and call.when == "call" and call.duration > float(budget)
+    if over and report.passed and not slow_tier:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {call.duration:.1f} s, over the fast tier's {budget} s a "
+            "case: make it faster, or mark it @pytest.mark.slow (tests/README.md, Tiers)"
+        )
     return report
 
 

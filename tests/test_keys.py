@@ -23,6 +23,7 @@ from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from tests.conftest import cpu_recipe, neuron_recipe
+from tests.lib.properties import examples
 from tests.test_properties import plausible_recipes
 
 ENGINES = ("cpu", "neuron")
@@ -74,7 +75,7 @@ cpu_recipes = st.builds(
 )  # fmt: skip
 RECIPES_OF = {"cpu": cpu_recipes, "neuron": plausible_recipes}
 SETTINGS = settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
@@ -141,7 +142,7 @@ def test_a_keyed_variable_always_changes_every_key_and_no_other_variable_does(
         assert before == after, name
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_serving_only_arguments_never_change_a_key(data: st.DataObject) -> None:
     engine = data.draw(st.sampled_from(ENGINES))

@@ -12,6 +12,7 @@ from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import parse_recipe
 from tests.conftest import NEURON_TOOLCHAIN
+from tests.lib.properties import examples
 
 SIZES = st.sampled_from([0, 1, 2, 3, 8, 100, 128, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384])
 ODD = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.floats(allow_nan=True), SIZES)
@@ -97,7 +98,7 @@ def check_recipe(data: dict[str, Any]) -> None:
     assert len({u.key.digest for u in plan.units}) == len(plan.units)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recipes)
 def test_validate_never_raises_unexpected_on_random_recipes(data: dict[str, Any]) -> None:
     check_recipe(data)
@@ -144,7 +145,7 @@ plausible_recipes = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plausible_recipes)
 def test_valid_plans_have_no_duplicate_graph(data: dict[str, Any]) -> None:
     check_recipe(data)

@@ -22,6 +22,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_ATTESTATION_BYTES
 from tests.attest.test_claims_policy import blobs_in, node, serve_node, sign
 from tests.lib.commands import neuronbuild_in_process
+from tests.lib.properties import examples
 
 __all__ = ["node"]  # the fixture, shared
 
@@ -117,7 +118,9 @@ def test_a_hostile_attestation_fails_verify_with_exit_2(node: dict[str, Path], h
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
 def test_no_change_to_a_signed_envelope_passes_unless_it_decodes_to_what_ci_signed(

@@ -17,6 +17,7 @@ from neuronbuild.attest.ref_patterns import compile_pattern, example_ref, transl
 from neuronbuild.errors import UserError
 from neuronbuild.store.layout import REF_PART
 from tests.lib.keys import write_key
+from tests.lib.properties import examples
 
 DIGEST_TAG = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -58,7 +59,7 @@ def patterns_matching(draw: st.DrawFn) -> tuple[str, str]:
     return "".join(out), ref
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(patterns_matching())
 def test_a_pattern_that_matches_a_ref_is_accepted(case: tuple[str, str]) -> None:
     pattern, ref = case
@@ -66,7 +67,7 @@ def test_a_pattern_that_matches_a_ref_is_accepted(case: tuple[str, str]) -> None
     assert compile_pattern(pattern, "m").fullmatch(ref)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet="ab0/*?-.:sh256", max_size=14))
 def test_the_ref_offered_as_proof_is_a_ref_the_pattern_matches(pattern: str) -> None:
     proof = example_ref(pattern)
@@ -75,7 +76,7 @@ def test_the_ref_offered_as_proof_is_a_ref_the_pattern_matches(pattern: str) -> 
         assert translate(pattern).fullmatch(proof), proof
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet="ab0/*?-.:sh256", max_size=14), refs)
 def test_a_pattern_called_dead_matches_no_ref(pattern: str, ref: str) -> None:
     if example_ref(pattern) is None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from neuronbuild.data.vllm_data import arg_types, engine_arg_defaults, engine_arg_names
 from neuronbuild.engines.vllm_args import ONE_OR_MANY, value_problem, vllm_cli_args
+from tests.lib.properties import examples
 
 pytestmark = pytest.mark.slow  # imports vLLM (about 15 s)
 
@@ -101,7 +102,7 @@ VALUES = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(ARGS), value=VALUES)
 # Found by CI: JSON text in a string, which vLLM's CLI reads as the mapping, compile as the text.
 @example(name="additional_config", value="{}")

@@ -41,6 +41,7 @@ from neuronbuild.store.cas import Store
 from tests.conftest import neuron_recipe
 from tests.engines.test_neuron_engine import compiled_graphs, double  # noqa: F401 (fixture)
 from tests.engines.test_neuron_phases import QWEN3_VL_CONFIG, serve_and_count
+from tests.lib.properties import examples
 from tests.neuron_double import SITE
 
 MODELS = {
@@ -289,7 +290,7 @@ def resolve(
 
 
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )

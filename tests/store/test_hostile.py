@@ -21,6 +21,7 @@ from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import MAX_SMALL_BYTES
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
 from tests.conftest import cpu_recipe, neuronbuild, published_with_model, serve_without_vllm
+from tests.lib.properties import examples
 
 TIMEOUT = 30
 """Seconds a command may take on hostile data before the test calls it a hang."""
@@ -175,7 +176,7 @@ PARSERS = [
 ]
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()))
 def test_any_bytes_parse_to_a_record_or_bad_store_data(data: bytes) -> None:
     for parse in PARSERS:
@@ -186,7 +187,7 @@ def test_any_bytes_parse_to_a_record_or_bad_store_data(data: bytes) -> None:
         assert parsed.to_bytes() == data  # what is accepted is exactly its canonical form
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     path=st.sampled_from(["files", "graphs", "factors", "toolchain", "key"]),
     value=JSON,
