@@ -62,10 +62,11 @@ test-fast: install
 # that cover the mutated function. Survivors are printed last; tests/README.md lists the accepted
 # ones. Not part of make test.
 MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild.store.records \
-	neuronbuild.digest neuronbuild.store.node neuronbuild.store.transfer \
+	neuronbuild.digest neuronbuild.node.materialize neuronbuild.store.transfer \
 	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
-	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine neuronbuild.engines.neuron.engine \
-	neuronbuild.engines.neuron.buckets neuronbuild.orchestrate.compile neuronbuild.orchestrate.scheduler
+	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine \
+	neuronbuild.engines.neuron.engine neuronbuild.engines.neuron.buckets \
+	neuronbuild.orchestrate.compile neuronbuild.orchestrate.scheduler
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \

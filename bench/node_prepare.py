@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from neuronbuild.node.materialize import lay_out
 from neuronbuild.orchestrate.compile import ingest
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store
-from neuronbuild.store.node import lay_out
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 

@@ -36,7 +36,7 @@ def retry_listener() -> RetryListener | None:
 def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Tell whoever listens that attempt ``attempt`` of ``attempts`` follows in ``seconds``
     because of ``reason``. Whether and when to retry is the caller's policy
-    (:mod:`neuronbuild.store.retry` for stores, :func:`neuronbuild.orchestrate.compile.run_unit` for
-    engine runs); this only reports it."""
+    (:mod:`neuronbuild.transports.retry` for stores,
+    :func:`neuronbuild.orchestrate.compile.run_unit` for engine runs); this only reports it."""
     if _listener is not None:
         _listener(attempt, attempts, seconds, reason)

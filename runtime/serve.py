@@ -26,13 +26,13 @@ from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
+from neuronbuild.node.image_stamp import check_image
+from neuronbuild.node.materialize import check_apart, laid_out, lay_out, register
+from neuronbuild.node.mirrors import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import LATEST, parse_ref
-from neuronbuild.store.image_mirror import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
 from neuronbuild.store.layout import node_layout_root
-from neuronbuild.store.node import check_apart, laid_out, lay_out, register
-from neuronbuild.store.node_image import check_image
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
@@ -319,7 +319,7 @@ def prepare(
     command to exec.
 
     ``cache_root``: where to lay out (default :func:`node_layout_root`); a folder holding a
-    node image (:mod:`neuronbuild.store.node_image`) is checked by its stamp (``deep``:
+    node image (:mod:`neuronbuild.node.image_stamp`) is checked by its stamp (``deep``:
     re-hashed) and served as it is, read-only, with no blob fetched; ``serving_args``:
     vLLM server options (serving-only), after the recipe's arguments and its ``serve:``
     section; ``deep``: re-hash every laid-out file even when its stamp holds; ``dry_run``:
@@ -338,7 +338,7 @@ def prepare(
     Raises:
         UserError: see :func:`resolve`; this node differs from the build (a table) or would
             compile; the model is not on this node; the layout root is inside a folder store
-            of ``tiers`` or holds one (:func:`~neuronbuild.store.node.check_apart`), or is a
+            of ``tiers`` or holds one (:func:`~neuronbuild.node.materialize.check_apart`), or is a
             node image of another manifest.
         NodeConfigInvalid: the layout root or the local tier is read-only or not this user's
             to write, or vLLM could not bind its address (exit 2).

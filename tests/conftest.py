@@ -130,7 +130,7 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     in-process by :func:`tests.lib.commands.neuronbuild` wait so too; a started process keeps the
     real waits). What is retried, how often and what each retry says are unchanged; a test that
     asserts the waits themselves sets its own."""
-    from neuronbuild.store import retry
+    from neuronbuild.transports import retry
 
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.01)
 

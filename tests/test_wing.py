@@ -50,7 +50,7 @@ def test_engines_import_neither_the_planner_nor_the_recipe_parser() -> None:
             for m in runtime_imports(path)
             if m.startswith(("neuronbuild.plan", "neuronbuild.recipe"))
         )
-        for path in sorted((REPO / "neuronbuild" / "engines").glob("*.py"))
+        for path in sorted((REPO / "neuronbuild" / "engines").rglob("*.py"))
     }
     assert not {k: v for k, v in offenders.items() if v}
 
@@ -110,3 +110,14 @@ def test_every_package_folder_is_listed_for_the_wheel() -> None:
         if "__pycache__" not in init.parts
     }
     assert sorted(found - set(listed)) == []
+
+
+def test_no_transport_imports_the_store() -> None:
+    # A transport knows keys and bytes, never the store's layout (sccache's storage rule).
+    offenders = {
+        str(path.relative_to(REPO)): sorted(
+            m for m in runtime_imports(path) if m.startswith("neuronbuild.store")
+        )
+        for path in sorted((REPO / "neuronbuild" / "transports").rglob("*.py"))
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

@@ -47,7 +47,7 @@ def image(
     """
     from neuronbuild.image.build import build_image
     from neuronbuild.store.cas import Store
-    from neuronbuild.store.oci_registry import parse_registry_url
+    from neuronbuild.transports.oci_registry import parse_registry_url
     from neuronbuild.ui.progress import ByteProgress
 
     dest = parse_registry_url(to, "--to")

@@ -26,8 +26,8 @@ from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
 from neuronbuild.image.referrers import push_attestations
 from neuronbuild.store.cas import Store
-from neuronbuild.store.oci_registry import Registry, RegistryURL
 from neuronbuild.store.records import FileRecord, Manifest
+from neuronbuild.transports.oci_registry import Registry, RegistryURL
 
 MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"

@@ -2,9 +2,9 @@
 
 The tree is the one ``serve`` lays out under ``VLLM_CACHE_ROOT`` (every file of the manifest at
 its path, executables ``0755``, others ``0644``) plus the node image's stamp
-(:func:`~neuronbuild.store.node_image.image_stamp`). One manifest gives one byte stream on any
+(:func:`~neuronbuild.node.image_stamp.image_stamp`). One manifest gives one byte stream on any
 machine: entries sorted by path (each folder before what it holds), owner ``0:0`` with no user or
-group names, every mtime :data:`~neuronbuild.store.node_image.IMAGE_MTIME`, POSIX.1-2001 (pax)
+group names, every mtime :data:`~neuronbuild.node.image_stamp.IMAGE_MTIME`, POSIX.1-2001 (pax)
 headers, no host path. The layer is not compressed: gzip's bytes differ between zlib versions,
 which would break that, and compiled artifacts compress little. File bytes are streamed, one
 blob at a time, verified by the store's reader, never held in memory.
@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.node.image_stamp import IMAGE_MTIME, image_stamp
 from neuronbuild.store.layout import NODE_STAMP
-from neuronbuild.store.node_image import IMAGE_MTIME, image_stamp
 from neuronbuild.store.records import FileRecord, Manifest
 
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from neuronbuild.digest import canonical_json, hex_of, sha256_digest
 from neuronbuild.errors import StoreError
-from neuronbuild.store.oci_registry import INDEX_TYPE, Registry
+from neuronbuild.transports.oci_registry import INDEX_TYPE, Registry
 
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 """The DSSE envelope's media type, as its spec and in-toto's OCI usage name it."""

@@ -32,9 +32,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
-from neuronbuild.store.ranged import RangedReads
-from neuronbuild.store.retry import body_retried, watch_s3
-from neuronbuild.store.s3_fast import LazyFastS3
+from neuronbuild.transports.ranged import RangedReads
+from neuronbuild.transports.retry import body_retried, watch_s3
+from neuronbuild.transports.s3_fast import LazyFastS3
 
 OnBytes = Callable[[int], None]
 """Told the length of each chunk an upload sends (a progress bar)."""
@@ -447,7 +447,7 @@ class FolderBackend(Backend):
 
 
 class _RetriedReads:
-    """An s3fs file read with :func:`~neuronbuild.store.retry.body_retried`: a read whose body
+    """An s3fs file read with :func:`~neuronbuild.transports.retry.body_retried`: a read whose body
     breaks is read again from the same offset (s3fs moves its position only after a read
     succeeded)."""
 
@@ -494,7 +494,7 @@ reading them in parts (the bytes' sha256 is checked either way)."""
 
 class ObjectBackend(Backend):
     """S3 through s3fs: every PUT is atomic; create and swap are conditional requests; each
-    request is retried, with a line on stderr, by :mod:`neuronbuild.store.retry`."""
+    request is retried, with a line on stderr, by :mod:`neuronbuild.transports.retry`."""
 
     rereads_mismatch = True
 
@@ -503,7 +503,7 @@ class ObjectBackend(Backend):
         with self._errors("cannot set up its S3 client"):
             watch_s3(fs)
         self.fast = LazyFastS3(fs, self.root.partition("/")[0])
-        """Blob GETs' client (:mod:`.s3_fast`, obstore), made on the first one."""
+        """Blob GETs' client (:mod:`neuronbuild.transports.s3_fast`, obstore), made on the first."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Unpickled in another process (a Ray task's), the file system gets a client of its
@@ -518,15 +518,15 @@ class ObjectBackend(Backend):
 
     def open_read(self, path: str, size: int | None = None) -> IO[bytes]:
         """As the base's; an object of :data:`RANGED_MIN_BYTES` or more is read as concurrent
-        ranged GETs (:class:`~.ranged.RangedReads`), each retried as a whole request is. The
-        bytes come through obstore (:mod:`.s3_fast`: one streaming GET, or the ranged GETs)
-        where it is installed, else through s3fs. The object's size comes from a HEAD
-        (s3fs's), except where obstore reads an object expected (``size``) below
-        :data:`RANGED_MIN_BYTES`: its one GET tells the size, a request less per blob.
+        ranged GETs (:class:`~neuronbuild.transports.ranged.RangedReads`), each retried as a whole
+        request is. The bytes come through obstore (:mod:`neuronbuild.transports.s3_fast`: one
+        streaming GET, or the ranged GETs) where it is installed, else through s3fs. The object's
+        size comes from a HEAD (s3fs's), except where obstore reads an object expected (``size``)
+        below :data:`RANGED_MIN_BYTES`: its one GET tells the size, a request less per blob.
 
         Raises:
             FileNotFoundError: no such object. StoreDataInvalid: not a regular object.
-            StoreError: S3 failed (after the retries of :mod:`.retry`).
+            StoreError: S3 failed (after the retries of :mod:`neuronbuild.transports.retry`).
         """
         fast = self.fast.get()
         what = self.fs.unstrip_protocol(path)

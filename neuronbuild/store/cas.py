@@ -21,12 +21,18 @@ from typing import Any
 import fsspec
 
 from neuronbuild import envs
-from neuronbuild.digest import DigestMismatch, check_digest, copy_verified, hash_file, hex_of
+from neuronbuild.digest import (
+    DigestMismatch,
+    canonical_json,
+    check_digest,
+    copy_verified,
+    hash_file,
+    hex_of,
+)
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
 from neuronbuild.notices import retrying
-from neuronbuild.store import retry
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.layout import (
     LATEST,
@@ -38,7 +44,6 @@ from neuronbuild.store.layout import (
     parse_ref,
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
-from neuronbuild.store.oci_registry import is_registry_url
 from neuronbuild.store.records import (
     MAX_TIMING_SECONDS,
     FileRecord,
@@ -47,6 +52,8 @@ from neuronbuild.store.records import (
     UnitRecord,
     UnitTiming,
 )
+from neuronbuild.transports import retry
+from neuronbuild.transports.oci_registry import is_registry_url
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 
@@ -62,7 +69,7 @@ SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)")
 
 def s3_options() -> dict[str, Any]:
     """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
-    read, and no retries of botocore's own: :mod:`neuronbuild.store.retry` retries each request
+    read, and no retries of botocore's own: :mod:`neuronbuild.transports.retry` retries each request
     (5 attempts, with backoff, on throttling, 5xx and timeouts) and says so on stderr; a fault
     that outlasts them is a StoreError (exit code 3).
 
@@ -395,15 +402,16 @@ class Store:
         client checks on obstore's GETs (botocore checked S3's stored checksum on s3fs's): the
         store's own SHA-256 (one HEAD, kept for blobs uploaded in one PUT) decides. Equal to the
         digest, the store holds the bytes whole and the read is retried as a broken body is
-        (:data:`~.retry.ATTEMPTS` reads, then a StoreError); different, the blob is corrupt
-        at rest (refused at once). Where the store keeps none (multipart blobs), the blob is
-        read again until two reads find the same wrong bytes, which is corruption at rest.
+        (:data:`~neuronbuild.transports.retry.ATTEMPTS` reads, then a StoreError); different, the
+        blob is corrupt at rest (refused at once). Where the store keeps none (multipart blobs), the
+        blob is read again until two reads find the same wrong bytes, which is corruption at rest.
 
         Raises:
             DigestMismatch: the blob is corrupt (its bytes at rest differ from its digest).
-            StoreError: its bytes did not match for :data:`~.retry.ATTEMPTS` reads while the
-                store's SHA-256 says it holds them whole, or (none kept) they differed at every
-                read: the network, not the store (exit code 3).
+            StoreError: its bytes did not match for
+                :data:`~neuronbuild.transports.retry.ATTEMPTS` reads while the store's SHA-256 says
+                it holds them whole, or (none kept) they differed at every read: the network, not
+                the store (exit code 3).
         """
         found: list[str] = []
         stored: str | None = None
@@ -536,6 +544,16 @@ class Store:
         if not 0 <= timing.seconds <= MAX_TIMING_SECONDS:
             return
         self.backend.put(self.layout.timing(timing.shape, timing.key), timing.to_bytes())
+
+    def put_layout_record(self, digest: str, root: str) -> None:
+        """Record that the folder ``root`` holds manifest ``digest`` laid out for vLLM (``ls``,
+        ``status`` and ``gc`` read it; a later record of the same manifest replaces it).
+
+        Raises:
+            StoreError, OSError: the store refused the write.
+        """
+        record = canonical_json({"manifest": digest, "root": root})
+        self.backend.put(self.layout.layout_record(digest), record)
 
     def timings(self, shapes: Iterable[str], workers: int = 16) -> list[UnitTiming]:
         """Every timing stored for one of ``shapes``: one listing of ``timings/``, then a read

@@ -64,7 +64,8 @@ from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
 from neuronbuild.store.backends import Backend, OnBytes, SwapConflict
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
-from neuronbuild.store.oci_registry import (
+from neuronbuild.store.records import Manifest, UnitRecord
+from neuronbuild.transports.oci_registry import (
     MAX_MANIFEST_BYTES,
     BlobRefused,
     FileBodies,
@@ -73,7 +74,6 @@ from neuronbuild.store.oci_registry import (
     bytes_body,
     parse_registry_url,
 )
-from neuronbuild.store.records import Manifest, UnitRecord
 
 PATH_ANNOTATION = "dev.neuronbuild.path"
 CREATED_ANNOTATION = "org.opencontainers.image.created"
@@ -514,7 +514,8 @@ class RegistryBackend(Backend):
 
 class BlobReader:
     """A blob read as one streaming ``GET``; a body that breaks is read on from where it broke
-    (``Range``), each retry said on stderr, up to :data:`~.retry.ATTEMPTS` reads.
+    (``Range``), each retry said on stderr, up to
+    :data:`~neuronbuild.transports.retry.ATTEMPTS` reads.
 
     Raises:
         FileNotFoundError: the blob is absent (at the first read). StoreError: the body kept
@@ -533,7 +534,7 @@ class BlobReader:
         from requests.exceptions import ConnectionError as RequestsConnectionError
 
         from neuronbuild.notices import retrying
-        from neuronbuild.store import retry
+        from neuronbuild.transports import retry
 
         while True:
             try:

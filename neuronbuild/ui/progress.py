@@ -54,7 +54,7 @@ def retrying(attempt: int, attempts: int, seconds: float, reason: str) -> None:
     """Print ``retrying (attempt/attempts) in <seconds>: <reason>`` (``now`` when ``seconds`` is
     0) on stderr, above any progress bar, unless ``-q`` asked for errors and results only.
     ``attempt`` is the number of the attempt about to be made (2: the first retry). Whether and
-    when to retry is the caller's policy (:mod:`neuronbuild.store.retry` for stores). Connected
+    when to retry is the caller's policy (:mod:`neuronbuild.transports.retry` for stores). Connected
     to :mod:`neuronbuild.notices` when this module is imported, so the layers below report
     retries through it without importing this terminal layer."""
     if verbosity() <= QUIET:

@@ -216,7 +216,7 @@ def test_serve_refuses_a_node_without_the_instruction_set_of_the_artifacts(
 
 def test_a_symlink_in_the_layout_cannot_redirect_writes_outside(tmp_path: Path) -> None:
     from neuronbuild.errors import StoreDataInvalid
-    from neuronbuild.store.node import lay_out
+    from neuronbuild.node.materialize import lay_out
     from neuronbuild.store.tiered import TieredStore
 
     store = Store(str(tmp_path / "store"), create=True)

@@ -22,12 +22,12 @@ import pytest
 from neuronbuild.errors import StoreDataInvalid, StoreError, message_lines
 from neuronbuild.image.build import build_image
 from neuronbuild.image.layer import tree
-from neuronbuild.store import retry
+from neuronbuild.node.materialize import lay_out
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import NODE_STAMP
-from neuronbuild.store.node import lay_out
-from neuronbuild.store.oci_registry import parse_registry_url
 from neuronbuild.store.tiered import TieredStore
+from neuronbuild.transports import retry
+from neuronbuild.transports.oci_registry import parse_registry_url
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
 from tests.lib.commands import neuronbuild

@@ -13,7 +13,7 @@ import pytest
 
 from neuronbuild.digest import hex_of, sha256_digest
 from neuronbuild.image import referrers
-from neuronbuild.store.oci_registry import Registry, parse_registry_url
+from neuronbuild.transports.oci_registry import Registry, parse_registry_url
 from tests.store.test_oci import oci_url, registry_root
 
 __all__ = ["oci_url", "registry_root"]  # the fixtures this module uses

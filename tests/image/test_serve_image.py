@@ -15,7 +15,7 @@ import pytest
 
 from neuronbuild.image.build import build_image
 from neuronbuild.store.cas import Store
-from neuronbuild.store.oci_registry import parse_registry_url
+from neuronbuild.transports.oci_registry import parse_registry_url
 from tests.image.test_image import pulled, unpack
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe

@@ -2,7 +2,7 @@
 loopback registry, the layer pulled back and unpacked, bound read-only (as an image volume is),
 and ``serve --vllm-cache-root`` on it starts vLLM, which loads the prebuilt artifact ("Directly
 load AOT compilation") and answers, with nothing written into the mount (vLLM writes into its
-mirror of links and copies, :mod:`neuronbuild.store.image_mirror`). Starts from the
+mirror of links and copies, :mod:`neuronbuild.node.mirrors`). Starts from the
 demo the vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.image.build import build_image
 from neuronbuild.store.cas import Store
-from neuronbuild.store.oci_registry import parse_registry_url
+from neuronbuild.transports.oci_registry import parse_registry_url
 from tests.image.test_image import pulled, unpack
 from tests.image.test_serve_image import files_under
 from tests.lib.demo_build import CompiledDemo, copied_store

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "neuronbuild"
 RUNTIME = REPO / "runtime"
 
-KERNEL = frozenset({"errors", "envs", "start_env", "folders", "digest", "human", "notices"})
+KERNEL = frozenset(
+    {"errors", "envs", "start_env", "folders", "paths", "digest", "human", "notices"}
+)
 """Imported by every wing; imports nothing above it (DESIGN.md, "Repository layout")."""
 
 WORDS = frozenset({"keys", "graph", "model_files", "data/", "schemas/"})
@@ -32,9 +34,11 @@ RANK = {
     **dict.fromkeys(KERNEL, 0),
     **dict.fromkeys(WORDS, 1),
     "engines/": 2,
+    "transports/": 2,
     "store/": 2,
     **dict.fromkeys(READINGS, 3),
     "attest/": 3,
+    "node/": 3,  # a manifest laid out where vLLM looks: reads the store
     "image/": 3,  # a manifest as an OCI image: reads the store, pushes to a registry
     "orchestrate/": 4,
     "ui/": 4,

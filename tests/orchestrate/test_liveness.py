@@ -36,9 +36,9 @@ from neuronbuild.orchestrate import compile as build
 from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
-from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.transfer import copy_manifest
+from neuronbuild.transports import retry
 from neuronbuild.ui.progress import ByteProgress, Progress, last_line, retrying
 from tests.conftest import (
     REPO,

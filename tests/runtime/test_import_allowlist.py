@@ -52,26 +52,29 @@ OURS = {
     "neuronbuild.human",  # sizes, times and plurals of human output
     "neuronbuild.keys",
     "neuronbuild.model_files",
+    "neuronbuild.node",  # the node wing's face: it imports nothing
     "neuronbuild.notices",  # retry notices from the store, printed by ui.progress
+    "neuronbuild.paths",  # a path a manifest names, kept inside the folder laid out
     "neuronbuild.plan",
     "neuronbuild.recipe",
     "neuronbuild.schemas",  # the --json shapes' names (their files are read by tests only)
     "neuronbuild.start_env",
     "neuronbuild.store",
+    "neuronbuild.transports",  # the transports' face: it imports nothing
     "neuronbuild.store.backends",
     "neuronbuild.store.cas",
     "neuronbuild.store.layout",
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
-    "neuronbuild.store.node",
-    "neuronbuild.store.node_image",  # a node image's stamp, checked on its read-only mount
-    "neuronbuild.store.image_mirror",  # the mirrors vLLM is given over a node image
+    "neuronbuild.node.materialize",
+    "neuronbuild.node.image_stamp",  # a node image's stamp, checked on its read-only mount
+    "neuronbuild.node.mirrors",  # the mirrors vLLM is given over a node image
     "neuronbuild.store.oci",  # oci:// stores (imported when the URL is one)
-    "neuronbuild.store.oci_registry",  # oci:// URLs told apart; the registry's requests
-    "neuronbuild.store.ranged",  # large S3 blobs read as concurrent ranged GETs
+    "neuronbuild.transports.oci_registry",  # oci:// URLs told apart; the registry's requests
+    "neuronbuild.transports.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
-    "neuronbuild.store.retry",
-    "neuronbuild.store.s3_fast",  # S3 blobs' bytes through obstore
+    "neuronbuild.transports.retry",
+    "neuronbuild.transports.s3_fast",  # S3 blobs' bytes through obstore
     "neuronbuild.store.tiered",
     "neuronbuild.store.transfer",
     "neuronbuild.ui",

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.node.materialize import lay_out, register
 from neuronbuild.store import cas
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.layout import node_layout_root
-from neuronbuild.store.node import lay_out, register
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import stored_unit

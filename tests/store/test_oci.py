@@ -14,11 +14,11 @@ import pytest
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.notices import set_retry_listener
-from neuronbuild.store import retry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci import RegistryBackend, artifact_type
-from neuronbuild.store.oci_registry import Registry, bytes_body, parse_registry_url
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.transports import retry
+from neuronbuild.transports.oci_registry import Registry, bytes_body, parse_registry_url
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.faulty_proxy import FaultyProxy
@@ -284,7 +284,7 @@ def test_credentials_come_from_the_docker_config_files(
     podman.write_text(json.dumps({"auths": {"other.example": {"auth": "eDp5"}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(docker))
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(podman))
-    from neuronbuild.store.oci_registry import Registry
+    from neuronbuild.transports.oci_registry import Registry
 
     first = Registry(parse_registry_url("oci://reg.example:5000/team/cache"))
     assert first.auth._basic_auth == secret

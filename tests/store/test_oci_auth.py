@@ -19,9 +19,9 @@ import bcrypt
 import pytest
 
 from neuronbuild.errors import StoreError
-from neuronbuild.store import oci_registry
 from neuronbuild.store.cas import Store
-from neuronbuild.store.oci_registry import Registry, parse_registry_url
+from neuronbuild.transports import oci_registry
+from neuronbuild.transports.oci_registry import Registry, parse_registry_url
 from tests.lib.builders import publish_build
 from tests.lib.commands import neuronbuild
 from tests.lib.registry import INSTALL_HINT, RegistryServer, registry, registry_binary

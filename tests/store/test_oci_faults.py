@@ -17,10 +17,10 @@ import pytest
 
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
-from neuronbuild.store import oci_registry
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci import BlobReader
-from neuronbuild.store.oci_registry import Registry, parse_registry_url, read_credentials
+from neuronbuild.transports import oci_registry
+from neuronbuild.transports.oci_registry import Registry, parse_registry_url, read_credentials
 from tests.lib.builders import publish_build
 from tests.lib.commands import neuronbuild
 from tests.lib.faulty_proxy import FaultyProxy

@@ -17,8 +17,8 @@ from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store import backends, ranged
 from neuronbuild.store.cas import Store
-from neuronbuild.store.ranged import RangedReads
 from neuronbuild.store.records import FileRecord
+from neuronbuild.transports.ranged import RangedReads
 from tests.lib.faulty_proxy import FaultyProxy
 from tests.lib.s3 import moto_s3, s3_requests
 
@@ -81,7 +81,7 @@ def test_a_failing_part_surfaces_after_the_parts_before_it() -> None:
 def test_parts_still_retrying_stop_at_their_next_wait_once_the_reader_gives_up() -> None:
     """A part that failed for good ends the read; the parts behind it, waiting out their own
     retries, give up at once instead of holding the process (its pool threads) for them."""
-    from neuronbuild.store import retry
+    from neuronbuild.transports import retry
 
     waiting, outcomes = threading.Barrier(4), []
 

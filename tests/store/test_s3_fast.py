@@ -214,7 +214,7 @@ def test_obstore_faults_are_retried_where_botocores_are(
 def test_a_fault_that_keeps_coming_is_one_store_error_after_five_attempts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from neuronbuild.store import retry
+    from neuronbuild.transports import retry
 
     monkeypatch.setattr(retry, "BASE_SECONDS", 0.01)
     fault = Exception(

@@ -10,8 +10,8 @@ import pytest
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.graph import Graph
 from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.node.materialize import lay_out
 from neuronbuild.store.cas import Store, parse_ref
-from neuronbuild.store.node import lay_out
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
 from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import stored_unit

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from neuronbuild import envs
 from neuronbuild.digest import hash_file
 from neuronbuild.errors import UserError
-from neuronbuild.store.node import inside
+from neuronbuild.paths import inside
 
 COMPILE_CACHE = Path("neuron") / "compile_cache"
 """vLLM-Neuron's cache folder under ``VLLM_CACHE_ROOT`` (compilation_cache.md lines 31, 149)."""
@@ -133,7 +133,7 @@ def lay_out_binaries(cache_root: Path, paths: Iterable[str]) -> int:
     Raises:
         UserError: a binary cannot be written there (the folder is not writable, or a file).
         StoreDataInvalid: a path escapes the intermediate root or ``cache_root``
-            (:func:`neuronbuild.store.node.inside`, as every lay-out refuses it).
+            (:func:`neuronbuild.paths.inside`, as every lay-out refuses it).
     """
     prefix = PurePosixPath(COMPILE_CACHE.as_posix(), CARRIED)
     root = intermediate_root()

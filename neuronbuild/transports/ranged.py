@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from neuronbuild.store.retry import run_droppable
+from neuronbuild.transports.retry import run_droppable
 
 PART_BYTES = 16 << 20
 """Bytes per ranged GET (16 MiB, the part size of s3transfer's and obstore's own downloads)."""

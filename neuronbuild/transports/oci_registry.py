@@ -35,7 +35,7 @@ from typing import IO, Any
 
 from neuronbuild.errors import StoreError, UserError
 from neuronbuild.notices import retrying
-from neuronbuild.store import retry
+from neuronbuild.transports import retry
 
 SCHEMES = {"oci": "https", "oci+http": "http"}
 """Store URL scheme -> the registry's transport: ``oci://`` over HTTPS, ``oci+http://`` plain."""

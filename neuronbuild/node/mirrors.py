@@ -1,4 +1,4 @@
-"""The writable mirrors ``serve`` hands vLLM over a node image (:mod:`.node_image`), one per
+"""The writable mirrors ``serve`` hands vLLM over a node image (:mod:`.image_stamp`), one per
 server, so that no serve ever rebuilds a mirror under another's running vLLM.
 
 vLLM writes beside its artifacts while it loads them, so it cannot be given the image's read-only
@@ -31,7 +31,7 @@ from filelock import FileLock
 
 from neuronbuild import envs
 from neuronbuild.digest import hex_of
-from neuronbuild.store.node import inside
+from neuronbuild.paths import inside
 from neuronbuild.store.records import Manifest
 
 INDUCTOR_CACHE = "inductor_cache"

@@ -14,7 +14,7 @@ never tried 5 x 5 times; what only that loop saw, a response body that breaks or
 is read (after botocore returned), is retried by :func:`body_retried`, and reported too. The ref's
 compare-and-swap and a blob upload whose stored size differs retry in
 :mod:`neuronbuild.store.cas` and report the same way. Blob GETs through obstore
-(:mod:`neuronbuild.store.s3_fast`) retry the same faults, read from obstore's errors, with
+(:mod:`neuronbuild.transports.s3_fast`) retry the same faults, read from obstore's errors, with
 obstore's own retries off, and report the same way.
 """
 

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
+from neuronbuild.paths import inside
 from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.tiered import TieredStore
@@ -61,19 +62,6 @@ def check_apart(root: Path, tiers: TieredStore) -> None:
                 f"layout root {root} {how} the store {store.url}: lay out in a folder apart "
                 "from every store (--vllm-cache-root, or $VLLM_CACHE_ROOT)"
             )
-
-
-def inside(root: Path, rel: str) -> Path:
-    """``root / rel``, refusing a path that resolves outside ``root`` (a symlink planted in the
-    folder, say).
-
-    Raises:
-        StoreDataInvalid: the path escapes ``root``.
-    """
-    dest = (root / rel).resolve()
-    if not dest.is_relative_to(root.resolve()):
-        raise StoreDataInvalid(f"manifest path {rel!r} escapes {root}")
-    return dest
 
 
 def _stat_of(path: Path) -> list[int]:
@@ -262,8 +250,7 @@ def lay_out(
 def register(tiers: TieredStore, digest: str, root: Path) -> None:
     """Record in the local tier that ``root`` holds manifest ``digest`` (for ``ls``, ``status``
     and ``gc``); skipped, with a note, when the local tier cannot be written."""
-    path = tiers.local.layout.layout_record(digest)
     try:
-        tiers.local.backend.put(path, canonical_json({"manifest": digest, "root": str(root)}))
+        tiers.local.put_layout_record(digest, str(root))
     except (StoreError, UserError, OSError) as exc:
         tiers.notes.append(f"{tiers.local.url}: layout of {digest[:19]} not recorded ({exc})")

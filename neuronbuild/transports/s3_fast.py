@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from neuronbuild import envs
 from neuronbuild.errors import StoreError
 from neuronbuild.notices import retrying
-from neuronbuild.store import retry
+from neuronbuild.transports import retry
 
 if TYPE_CHECKING:
     from obstore.store import S3Credential, S3Store

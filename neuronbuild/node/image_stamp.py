@@ -1,15 +1,15 @@
 """The stamp a node image carries, and the check that a folder (its read-only mount) holds a
 manifest by that stamp.
 
-``serve``'s own stamp (:mod:`.node`) records each file's inode, which no other machine can match:
-an image is unpacked by the node's container runtime, so every inode differs from where it was
-built. A node image instead fixes what survives unpacking: each file's size and a fixed
+``serve``'s own stamp (:mod:`.materialize`) records each file's inode, which no other machine can
+match: an image is unpacked by the node's container runtime, so every inode differs from where it
+was built. A node image instead fixes what survives unpacking: each file's size and a fixed
 modification time (:data:`IMAGE_MTIME`, which OCI layers carry in their tar headers and container
 runtimes keep), beside the manifest digest. The stamp is the same file (:data:`NODE_STAMP`) with
 ``"image": true`` and ``[size, mtime ns]`` per path. A folder holding such a stamp is served as it
 is and never written: it is either the manifest's bytes (sizes and mtimes hold; ``deep``
 re-hashes them) or refused in one line. vLLM itself writes beside its artifacts while loading
-them, so ``serve`` hands it a writable mirror of symlinks into the image (:mod:`.image_mirror`).
+them, so ``serve`` hands it a writable mirror of symlinks into the image (:mod:`.mirrors`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from neuronbuild.digest import canonical_json, hash_file
 from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.store.node import read_stamp_value
+from neuronbuild.node.materialize import read_stamp_value
 from neuronbuild.store.records import Manifest
 
 IMAGE_MTIME = 0
