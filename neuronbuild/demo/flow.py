@@ -2,16 +2,22 @@
 
 Trains the demo model, compiles ``recipes/cpu-tiny-llama.yaml`` into a folder store, serves it
 with ``neuronbuild serve`` in the background, sends one greedy completion request, prints the
-answer beside plain vLLM's answer to the same request and stops the server.
+answer beside plain vLLM's answer to the same request and stops the server. Everything it writes
+goes under a work folder (``~/.cache/neuronbuild/demo`` by default, under
+:func:`neuronbuild.envs.user_cache`), never into the checkout: a copy of the recipe in
+``recipes/``, the model in ``build/tiny-llama`` (where the recipe's relative ``model`` points), the
+store, and the logs.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from neuronbuild import envs
 from neuronbuild.demo import text
 from neuronbuild.demo.model import build_demo_model
 from neuronbuild.demo.plain import PlainVllm
@@ -25,12 +31,13 @@ def neuronbuild(*args: str) -> list[str]:
     return [sys.executable, "-m", "neuronbuild", *args]
 
 
-def serve_and_ask(recipe: str, cache: str, prompt: str) -> tuple[str, bool] | None:
+def serve_and_ask(recipe: str, cache: str, prompt: str, work: Path) -> tuple[str, bool] | None:
     """Steps 3 and 4: serve ``recipe`` from ``cache``, ask ``prompt`` greedily; the answer and
-    whether vLLM loaded the prebuilt artifact, or None when the server did not start."""
+    whether vLLM loaded the prebuilt artifact, or None when the server did not start. The
+    server's log goes to ``work/serve.log``."""
     print("== 3/4 serving it from the store with compilation forbidden", flush=True)
     port = free_port()
-    log = Path("build") / "serve.log"
+    log = work / "serve.log"
     serve = neuronbuild("serve", recipe, "--cache", cache, "--port", str(port))
     serve += ["--host", "127.0.0.1"]
     with Server(serve, port, log) as server:
@@ -55,28 +62,36 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
-    parser.add_argument("--model-dir", default="build/tiny-llama")
-    parser.add_argument("--cache", default="build/store")
+    parser.add_argument("--work-dir", type=Path, default=envs.user_cache() / "demo")
     parser.add_argument("--prompt", default=text.PROMPT)
     args = parser.parse_args(argv)
-
-    print(f"== 1/4 training the demo model in {args.model_dir}", flush=True)
-    build_demo_model(Path(args.model_dir), report=print)
+    work: Path = args.work_dir.absolute()
+    model_dir, cache = work / "build" / "tiny-llama", str(work / "store")
+    recipe_path = work / "recipes" / Path(args.recipe).name
     try:
-        recipe = load_recipe(args.recipe)
+        recipe_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(args.recipe, recipe_path)  # its relative model is then work's build/
+    except OSError as exc:
+        print(f"{args.recipe}: cannot copy it into {work}: {exc}", file=sys.stderr)
+        return 2
+
+    print(f"== 1/4 training the demo model in {model_dir}", flush=True)
+    build_demo_model(model_dir, report=print)
+    try:
+        recipe = load_recipe(str(recipe_path))
     except UserError as exc:
         print(f"{args.recipe}: {exc}", file=sys.stderr)
         return 2
-    plain_log = Path("build") / "plain-vllm.log"
+    plain_log = work / "plain-vllm.log"
     # Plain vLLM answers the same request meanwhile, for comparison, on the core that the compile
     # (Inductor compiles on one thread) or the server's start leaves idle most of the time.
     with PlainVllm(recipe, args.prompt, text.MAX_TOKENS, plain_log) as plain:
-        print(f"== 2/4 compiling {args.recipe} ahead of time into {args.cache}", flush=True)
+        print(f"== 2/4 compiling {args.recipe} ahead of time into {cache}", flush=True)
         print(f"(plain vLLM answers the same request meanwhile; log: {plain_log})", flush=True)
-        compiled = subprocess.run(neuronbuild("compile", args.recipe, "--cache", args.cache))
+        compiled = subprocess.run(neuronbuild("compile", str(recipe_path), "--cache", cache))
         if compiled.returncode != 0:
             return compiled.returncode
-        served = serve_and_ask(args.recipe, args.cache, args.prompt)
+        served = serve_and_ask(str(recipe_path), cache, args.prompt, work)
         if served is None:
             return 1
         answer, loaded = served
