@@ -5,8 +5,6 @@ build), the commands run in a process of their own and the loopback S3 server li
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,6 @@ from typing import Any
 import pytest
 
 from neuronbuild import start_env
-from tests.lib import checkout
 from tests.lib.builders import (
     NEURON_TOOLCHAIN,
     RECIPES,
@@ -44,45 +41,6 @@ __all__ = [
     "published_with_model",
     "serve_without_vllm",
 ]
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    """Watch every read of the checkout's ``build/`` (:mod:`tests.lib.checkout`), this process's
-    and those of the Python processes tests start (one log per pytest process)."""
-    log = Path(tempfile.mkdtemp(prefix="neuronbuild-checkout-reads-")) / "reads"
-    config.stash[READS_LOG] = log
-    checkout.install(log)
-
-
-READS_LOG = pytest.StashKey[Path]()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the folder of this pytest process's reads log."""
-    log = config.stash.get(READS_LOG, None)
-    if log is not None:
-        shutil.rmtree(log.parent, ignore_errors=True)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Any:
-    checkout.take_reads(item.config.stash[READS_LOG])  # what came before belongs to no test
-    return (yield)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Any:
-    """Fail a test that read the checkout's ``build/`` in its setup or body (issue 20): tests
-    build what they use in their own temporary folders."""
-    result = yield
-    found = checkout.take_reads(item.config.stash[READS_LOG])
-    if found:
-        raise AssertionError(
-            f"the test read the checkout's build/ ({checkout.BUILD}); build what it uses in "
-            "tmp_path instead:\n  " + "\n  ".join(found[:10])
-        )
-    return result
 
 
 FAST_CASE_BUDGET = "NEURONBUILD_FAST_CASE_BUDGET"

@@ -160,8 +160,7 @@ def entry_folders(seed: str, plan: Plan, unit: CompileUnit) -> dict[Path, bytes]
 def recipe_source(tmp_path: Path) -> str:
     """A recipe file in ``tmp_path`` (where the ``write_recipe`` fixture writes), created empty
     when missing: a recipe parsed with it as its source resolves a relative model folder in
-    ``tmp_path``, as a command run on a written recipe does, never in the checkout (whose
-    ``build/`` holds whatever ``make run`` last trained, issue 20)."""
+    ``tmp_path``, as a command run on a written recipe does, never in the checkout (issue 20)."""
     path = tmp_path / ".source.yaml"
     path.touch()
     return str(path)

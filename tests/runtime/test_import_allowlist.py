@@ -160,7 +160,6 @@ def stdlib_or_allowed(name: str) -> bool:
         or top.startswith("_")
         or name in OURS
         or name in ENTRY_ONLY
-        or name == "sitecustomize"  # the tests' own guard (tests/lib/checkout_guard)
     )
 
 
