@@ -1,8 +1,8 @@
 """What work below the command line tells a person while it goes on, without printing: a retry
 about to be made (a store request, an engine run).
 
-The store, the build wing and the engines call :func:`retrying`; none of them prints or imports
-the terminal layer. The terminal layer (:mod:`neuronbuild.ui.progress`) connects its printer
+The store, the orchestrate wing and the engines call :func:`retrying`; none of them prints or
+imports the terminal layer. The terminal layer (:mod:`neuronbuild.ui.progress`) connects its printer
 with :func:`set_retry_listener` when it is imported, as every command line does; a process that
 never imports it (a library caller, a Ray worker) drops the notices unless it connects its own.
 """

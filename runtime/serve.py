@@ -64,8 +64,9 @@ class Prepared:
     ``env_warnings``: :meth:`~neuronbuild.engines.base.Engine.env_warnings`, one line each;
     ``laid_out``: ``cache_root`` holds the manifest's files, so :meth:`command` runs as it is
     (a dry run on a fresh node lays out nothing: the command then needs a lay-out first);
-    ``mirror``: the writable mirror vLLM is given over a node image (:mod:`.image_mirror`), held
-    by this process until it execs vLLM, which then holds it."""
+    ``mirror``: the writable mirror vLLM is given over a node image
+    (:mod:`neuronbuild.node.mirrors`), held by this process until it execs vLLM, which then holds
+    it."""
 
     manifest: str
     cache_root: Path
@@ -328,7 +329,7 @@ def prepare(
     the command with (default :func:`neuronbuild.start_env.environ`); ``check_address``:
     check that vLLM can bind the address its options give (off when nothing starts now);
     ``layout_only``: vLLM is started later, by the printed command, so a node image's mirror is
-    the one kept for such commands, not one held by this process (:mod:`.image_mirror`);
+    the one kept for such commands, not one held by this process (:mod:`neuronbuild.node.mirrors`);
     ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`).
 
     Every check of the node's own configuration comes before the first blob is fetched

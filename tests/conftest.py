@@ -50,6 +50,16 @@ honest by measurement. Fixture setup is not counted: a module's shared server or
 once, by whichever case comes first."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse a budget (:data:`FAST_CASE_BUDGET`) that is not a number of seconds, once."""
+    budget = os.environ.get(FAST_CASE_BUDGET)
+    try:
+        if budget is not None and not float(budget) > 0:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"${FAST_CASE_BUDGET}={budget!r}: give seconds, e.g. 20") from None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Fail a fast-tier case whose call took longer than the budget (:data:`FAST_CASE_BUDGET`),

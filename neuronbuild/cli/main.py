@@ -10,6 +10,7 @@ Exit codes (DESIGN.md): 0 done; 1 some units failed; 2 bad input; 3 store or net
 
 from __future__ import annotations
 
+import copy
 import importlib
 
 import click
@@ -68,8 +69,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 """Each subcommand: the module that defines it, its name there, and its short help (what
 ``neuronbuild --help`` lists). A subcommand's module is imported only when that subcommand runs,
-so ``neuronbuild --help`` and ``serve``'s start import none of the others (pydantic, fsspec and
-yaml among them)."""
+so ``neuronbuild --help`` imports none of them (nor pydantic, fsspec or yaml), and a command
+imports only its own module's wing."""
 
 
 class LazyGroup(click.Group):
@@ -90,15 +91,19 @@ class LazyGroup(click.Group):
 
 
 def load_command(name: str) -> click.Command:
-    """The subcommand ``name`` of :data:`COMMANDS`, imported, with its short help and with
-    ``-v``/``-q`` accepted after its name too (added once)."""
-    module, attribute, short_help = COMMANDS[name]
-    command: click.Command = getattr(importlib.import_module(module), attribute)
-    command.short_help = short_help
-    if not getattr(command, "_neuronbuild_verbosity", False):
-        command.params.extend(verbosity_options())  # -v/-q after the command name too
-        command._neuronbuild_verbosity = True  # type: ignore[attr-defined]
-    return command
+    """The subcommand ``name`` of :data:`COMMANDS`, imported: a copy of the module's command with
+    its short help and ``-v``/``-q`` accepted after its name too (the module's own object is left
+    as it is: ``python -m neuronbuild_runtime`` runs ``serve`` without them). Made once."""
+    if name not in _loaded:
+        module, attribute, short_help = COMMANDS[name]
+        command = copy.copy(getattr(importlib.import_module(module), attribute))
+        command.params = [*command.params, *verbosity_options()]  # -v/-q after the name too
+        command.short_help = short_help
+        _loaded[name] = command
+    return _loaded[name]
+
+
+_loaded: dict[str, click.Command] = {}
 
 
 def print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:

@@ -6,7 +6,7 @@ answer beside plain vLLM's answer to the same request and stops the server. Ever
 goes under a work folder (``~/.cache/neuronbuild/demo`` by default, under
 :func:`neuronbuild.envs.user_cache`), never into the checkout: a copy of the recipe in
 ``recipes/``, the model in ``build/tiny-llama`` (where the recipe's relative ``model`` points), the
-store, and the logs.
+store and the logs; ``serve`` lays the build out in the user cache folder, as on any node.
 """
 
 from __future__ import annotations
@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     artifact; 2 for a bad recipe; ``compile``'s own code when it failed; else 1.
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recipe", default="recipes/cpu-tiny-llama.yaml")
+    parser.add_argument(
+        "--recipe",
+        default="recipes/cpu-tiny-llama.yaml",
+        help="a recipe whose model is ../build/tiny-llama (the demo model, trained beside it)",
+    )
     parser.add_argument("--work-dir", type=Path, default=envs.user_cache() / "demo")
     parser.add_argument("--prompt", default=text.PROMPT)
     args = parser.parse_args(argv)
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     recipe_path = work / "recipes" / Path(args.recipe).name
     try:
         recipe_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(args.recipe, recipe_path)  # its relative model is then work's build/
+        if not (recipe_path.exists() and recipe_path.samefile(args.recipe)):
+            shutil.copyfile(args.recipe, recipe_path)  # its relative model is then work's build/
     except OSError as exc:
         print(f"{args.recipe}: cannot copy it into {work}: {exc}", file=sys.stderr)
         return 2
@@ -88,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     with PlainVllm(recipe, args.prompt, text.MAX_TOKENS, plain_log) as plain:
         print(f"== 2/4 compiling {args.recipe} ahead of time into {cache}", flush=True)
         print(f"(plain vLLM answers the same request meanwhile; log: {plain_log})", flush=True)
-        compiled = subprocess.run(neuronbuild("compile", str(recipe_path), "--cache", cache))
+        logs = str(work / "logs")
+        compile_ = neuronbuild("compile", str(recipe_path), "--cache", cache, "--log-dir", logs)
+        compiled = subprocess.run(compile_)
         if compiled.returncode != 0:
             return compiled.returncode
         served = serve_and_ask(str(recipe_path), cache, args.prompt, work)

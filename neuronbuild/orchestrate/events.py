@@ -1,8 +1,8 @@
 """What a build tells whoever watches it, in plain fields: a unit started, a unit finished, a unit
 adopted (another builder compiled it), a note.
 
-The build wing never prints and never imports the terminal layer (the ``ui`` wing); the command
-line passes an observer (``ui/progress.py``'s ``Progress`` implements this protocol) and the
+The orchestrate wing never prints and never imports the terminal layer (the ``ui`` wing); the
+command line passes an observer (``ui/progress.py``'s ``Progress`` implements this protocol) and the
 build calls it. A library caller that passes none hears nothing
 (:class:`Silent`).
 """

@@ -60,6 +60,10 @@ def test_every_listed_command_loads_under_its_name_and_takes_verbosity_after_it(
         assert spellings.count("-q") == 1 and spellings.count("-v") == 1, name
     all_commands()  # loading again adds no second -v/-q
     assert [o for p in commands["plan"].params for o in p.opts].count("-v") == 1
+    # The runtime's own command is left as it is: python -m neuronbuild_runtime serve takes no -v.
+    import neuronbuild_runtime.cli
+
+    assert "-v" not in [o for p in neuronbuild_runtime.cli.serve.params for o in p.opts]
 
 
 def test_an_unknown_command_is_a_usage_error_naming_it() -> None:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,25 +96,35 @@ def _forget_s3_clients() -> None:
 
 
 def in_process(
-    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    exec_vllm: Callable[[Any], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``argv`` (``neuronbuild ...`` or ``serve ...``) run in this process through the same CLI
     edge a user's process runs (:func:`neuronbuild.ui.console.run`), with ``env`` and ``cwd`` as
-    :func:`started_as` sets them: its exit code, stdout and stderr as a finished process. An
-    exception the edge lets through is what the interpreter would print: a traceback, exit 1.
-    The signal handlers the edge installs are restored."""
+    :func:`started_as` sets them: its exit code, stdout and stderr as a finished process.
+
+    As in a fresh process, the command starts at normal verbosity with the CLI's retry listener,
+    and what it changes of either is put back after, as are the signal handlers the edge
+    installs. An exception the edge lets through is what the interpreter would print: a
+    traceback, exit 1. A ``serve`` that reaches the exec of vLLM calls ``exec_vllm`` (by default
+    it fails the test: vLLM never replaces the test process), and an exit the edge would take
+    without unwinding (after a stop signal) is a ``SystemExit`` here."""
+    import neuronbuild_runtime.cli as runtime_cli
+    from neuronbuild import notices
+    from neuronbuild.ui import console, verbosity
     from neuronbuild.ui.console import run
 
-    if argv[0] == "serve":
-        import neuronbuild_runtime.cli as runtime_cli
-
-        command: Any = runtime_cli.serve
-    else:
-        from neuronbuild.cli.main import cli
-
-        command = cli
+    command: Any = runtime_cli.serve if argv[0] == "serve" else _group()
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    saved = (verbosity.verbosity(), notices.retry_listener(), sys.argv[0])
+    saved_exec, saved_exit = runtime_cli.exec_vllm, console._exit_now
+    runtime_cli.exec_vllm = exec_vllm or _refuse_exec
+    console._exit_now = _exit_by_raising
+    verbosity.set_verbosity(verbosity.NORMAL)
+    sys.argv[0] = "neuronbuild"  # click names the program after it in usage lines
     code = 0
     try:
         with started_as(env, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -122,13 +132,34 @@ def in_process(
                 run(command, argv[1:])
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            except BaseException:
+            except Exception:
                 traceback.print_exc()
                 code = 1
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)
+        verbosity.set_verbosity(saved[0])
+        notices.set_retry_listener(saved[1])
+        sys.argv[0] = saved[2]
+        runtime_cli.exec_vllm, console._exit_now = saved_exec, saved_exit
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def _group() -> Any:
+    from neuronbuild.cli.main import cli
+
+    return cli
+
+
+def _refuse_exec(prepared: Any) -> None:
+    raise AssertionError(
+        "serve reached the exec of vLLM in the test process: use serve_without_vllm, --dry-run, "
+        "or process=True"
+    )
+
+
+def _exit_by_raising(code: int) -> None:
+    raise SystemExit(code)
 
 
 SERVE_WITHOUT_VLLM = """
@@ -156,17 +187,11 @@ def serve_without_vllm(
             env={**os.environ, **(env or {})},
             cwd=cwd,
         )
-    import neuronbuild_runtime.cli as runtime_cli
 
     def print_prepared(prepared: Any) -> None:
         print(json.dumps(prepared.to_json()))
 
-    saved = runtime_cli.exec_vllm
-    runtime_cli.exec_vllm = print_prepared
-    try:
-        return in_process(["serve", *args], env=env, cwd=cwd)
-    finally:
-        runtime_cli.exec_vllm = saved
+    return in_process(["serve", *args], env=env, cwd=cwd, exec_vllm=print_prepared)
 
 
 def can_unshare_uts() -> bool:

@@ -38,7 +38,7 @@ def test_a_ref_moved_while_gc_is_held_between_mark_and_sweep_never_dangles(
 
     def tag_in_another_process(step: str) -> None:
         if step == "marked":
-            moved.append(nb("tag", orphan, "old/prod", "--cache", store.url))
+            moved.append(nb("tag", orphan, "old/prod", "--cache", store.url, process=True))
 
     report = collect_garbage(store, now=LATER, at_step=tag_in_another_process)
     assert moved[0].returncode == 0, moved[0].stderr

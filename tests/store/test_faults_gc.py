@@ -228,7 +228,7 @@ def test_a_move_whose_intent_predates_gc_lands_on_a_manifest_gc_kept(
     real_swap = mover.backend.swap
 
     def swap_after_a_gc(path: str, data: bytes, token: Any) -> None:
-        ran = nb("gc", "--keep-last", "0", "--json", "--cache", store.root)
+        ran = nb("gc", "--keep-last", "0", "--json", "--cache", store.root, process=True)
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["restored"] == [orphan], ran.stdout
         real_swap(path, data, token)

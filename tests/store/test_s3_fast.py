@@ -1,7 +1,7 @@
 """Blob GETs on S3 go through obstore (issue 21, item 2), everything else stays on s3fs: seen at
 a proxy by each request's User-Agent (moto on loopback behind
 :class:`tests.lib.faulty_proxy.FaultyProxy`). Without obstore installed the same blobs come
-through s3fs. obstore's faults are told apart as botocore's are (:func:`~.s3_fast.fault_of`),
+through s3fs. obstore's faults are told apart as botocore's are (:func:`~neuronbuild.transports.s3_fast.fault_of`),
 its client is never pickled, and its credentials are botocore's."""
 
 from __future__ import annotations

@@ -430,7 +430,7 @@ def resolve_buckets(args: Mapping[str, Any]) -> tuple[NeuronBuckets | None, list
             kv_segment_size=kv,
             num_seqs=num_seqs,
             decode_context_length=ctx,
-            vision=None,  # resolved by neuron_vision.resolve_vision
+            vision=None,  # resolved by vision.resolve_vision
             language=not encoder_only,
         ),
         [],

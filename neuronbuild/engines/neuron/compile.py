@@ -326,7 +326,7 @@ class NeuronCompiler(UnitCompiler):
         section 3; seeded entries never carry one, see :func:`entry_files`): a seeded entry
         without it belongs to a graph this configuration no longer has and is dropped, so a unit's
         content does not depend on the store's history. Every graph needs an entry, written or
-        hit. The NKI folders (:data:`~.neuron_nki.SHARED_DIRS`) are no entries and stay."""
+        hit. The NKI folders (:data:`~.nki.SHARED_DIRS`) are no entries and stay."""
         root = cache_root / COMPILE_CACHE
         for name in seeded - SHARED_DIRS:
             if not (root / name / ".cache_accessed").exists():
@@ -340,7 +340,7 @@ class NeuronCompiler(UnitCompiler):
 
     def harvest(self, cache_root: Path) -> list[Path]:
         """Every complete entry's files, the plugin's ``nki/`` cache and a copy of each NKI
-        kernel binary the entries' graphs reference (:mod:`.neuron_nki`, fidelity rows B6, B7).
+        kernel binary the entries' graphs reference (:mod:`.nki`, fidelity rows B6, B7).
 
         Raises:
             RuntimeError: no complete entry, or a referenced kernel binary is nowhere.

@@ -400,12 +400,12 @@ class NeuronEngine(Engine):
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """By phase: every graph listed by a held record of its phase, and one complete entry
-        per graph (:func:`~.neuron_coverage.phase_gaps`)."""
+        per graph (:func:`~.coverage.phase_gaps`)."""
         return phase_gaps(needed, held)
 
     def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
         """The NKI kernel binaries a unit carries, at the absolute paths its graphs name
-        (:func:`~.neuron_nki.lay_out_binaries`, fidelity row B7)."""
+        (:func:`~.nki.lay_out_binaries`, fidelity row B7)."""
         lay_out_binaries(cache_root, paths)
 
     def toolchain_fix(self, toolchain: Mapping[str, str]) -> str:

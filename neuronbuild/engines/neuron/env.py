@@ -9,7 +9,7 @@ graph, its inputs or the compiler's arguments, which makes it keyed. A name in
 :data:`NEURON_PREFIXES` that is not in the table is keyed too (a fork or a newer release may read
 it to change a graph; passing it through unkeyed would serve a miss), or dropped when it holds a
 path (a path never enters a key). vLLM's own variables are classified as for every engine
-(:func:`~.env_classes.classify_vllm_env`).
+(:func:`~neuronbuild.engines.env_classes.classify_vllm_env`).
 """
 
 from __future__ import annotations
