@@ -333,3 +333,21 @@ def test_a_verified_blob_changed_since_is_hashed_again_and_repaired(tmp_path: Pa
     lay_out(manifest, manifest.digest, tiers, tmp_path / "node")
     assert (tmp_path / "node" / GRAPH).read_bytes() == b"neff bytes"
     assert any("corrupt" in note for note in tiers.notes)
+
+
+def test_a_lay_out_record_the_local_tier_refuses_is_a_note_naming_it_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    tiers = TieredStore(store)
+
+    def refused(self: Store, digest: str, root: str) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Store, "put_layout_record", refused)
+    register(tiers, manifest.digest, tmp_path / "root")
+    assert tiers.notes == [
+        f"{store.url}: layout of {manifest.digest[:19]} not recorded "
+        "([Errno 30] Read-only file system)"
+    ]
