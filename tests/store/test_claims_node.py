@@ -7,6 +7,7 @@ hash right; an engine's completion markers are laid out last. The breaks they ki
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from pathlib import Path
@@ -224,6 +225,9 @@ def test_a_registered_lay_out_is_what_gc_removes_once_its_manifest_is_dead(
     lay_out(manifest, manifest.digest, tiers, root)
     register(tiers, manifest.digest, root)
     assert tiers.notes == []
+    record = store.backend.read(store.layout.layout_record(manifest.digest), 4096)
+    assert record is not None
+    assert json.loads(record) == {"manifest": manifest.digest, "root": str(root)}
     store.move_ref("app", "latest", manifest.digest, None)
     later = time.time() + 10 * 86400
     assert "layouts" not in collect_garbage(store, now=later).deleted
