@@ -85,7 +85,7 @@ def build_plan(recipe: Recipe, environ: Mapping[str, str] | None = None) -> Plan
         "toolchain": dict(recipe.toolchain),
         "installed": installed_builds({*recipe.toolchain, *engine.observed_toolchain}),
         "env": engine.key_env_values(
-            start_env.environ() if environ is None else environ, recipe.target
+            start_env.environ() if environ is None else environ, recipe.target, recipe.toolchain
         ),
     }
     folder = local_folder(recipe.model, recipe.workdir)

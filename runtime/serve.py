@@ -403,7 +403,9 @@ def prepare(
         mirror = (kept_mirror if layout_only else run_mirror)(root, manifest, folder)
     elif image:
         mirror = Mirror(mirrors_folder(digest) / KEPT)  # what a later command would be given
-    env.update(engine.serve_env(str(mirror.path if mirror else root)))
+    # Serve's own variables, except where the build keyed a value (its compile route).
+    served = engine.serve_env(str(mirror.path if mirror else root), recipe.toolchain)
+    env.update({k: v for k, v in served.items() if k not in keyed})
     unique = tuple(dict.fromkeys(allowed))
     warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
     return Prepared(

@@ -291,11 +291,14 @@ OWN_FACTORS = frozenset({"model", "revision"})
 
 
 PRUNED_CONFIGS: dict[str, frozenset[str]] = {
-    "additional_config": frozenset({"neuron_config", "vision_neuron_config"})
+    "additional_config": frozenset(
+        {"neuron_config", "vision_neuron_config", "encoder_neuron_config"}
+    )
 }
 """Arguments whose keys set to ``None`` or ``{}`` are read as absent, with their sub-configs that
-are too: vLLM-Neuron reads ``additional_config``, ``neuron_config`` and ``vision_neuron_config``
-with ``.get(key)`` defaults. Elsewhere a null is a value: vLLM applies ``hf_overrides`` with
+are too: vLLM-Neuron reads ``additional_config``, ``neuron_config`` and the encoder's settings
+(``vision_neuron_config``, ``encoder_neuron_config`` from 0.29) with ``.get(key)`` defaults.
+Elsewhere a null is a value: vLLM applies ``hf_overrides`` with
 ``config.update(hf_overrides_kw)``, so ``{sliding_window: null}`` changes the model config."""
 
 

@@ -206,19 +206,26 @@ class Engine(ABC):
         """Whether environment variable ``name`` belongs in unit keys."""
         return self.classify_env(name) is EnvClass.KEYED
 
-    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
+    def normalise_env(
+        self, name: str, value: str, target: str | None, toolchain: Mapping[str, str]
+    ) -> str | None:
         """The keyed ``value`` of ``name`` in the one spelling the platform treats alike, None
-        where it equals the platform's default for ``target`` (as if unset); by default as set."""
+        where it equals the platform's default for ``target`` and the release ``toolchain`` pins
+        (as if unset); by default as set."""
         return value
 
     def key_env_values(
-        self, environ: Mapping[str, str], target: str | None = None
+        self,
+        environ: Mapping[str, str],
+        target: str | None = None,
+        toolchain: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
         """The keyed variables set in ``environ``, for a unit key's ``env`` factor, each
-        normalised for ``target`` (:meth:`normalise_env`). Pass the environment the user started
-        the command with (:func:`neuronbuild.start_env.environ`), never one the process changed
-        itself."""
-        values = {k: self.normalise_env(k, environ[k], target) for k in sorted(environ)}
+        normalised for ``target`` and the ``toolchain`` pins (:meth:`normalise_env`). Pass the
+        environment the user started the command with (:func:`neuronbuild.start_env.environ`),
+        never one the process changed itself."""
+        pins = toolchain or {}
+        values = {k: self.normalise_env(k, environ[k], target, pins) for k in sorted(environ)}
         return {k: v for k, v in values.items() if v is not None and self.is_key_env(k)}
 
     def removed_env(self, environ: Mapping[str, str]) -> list[str]:
@@ -267,9 +274,10 @@ class Engine(ABC):
         return env
 
     @abstractmethod
-    def serve_env(self, cache_root: str) -> dict[str, str]:
-        """Variables that make vLLM load only the prebuilt artifacts under ``cache_root`` (the
-        ``VLLM_CACHE_ROOT``) and fail at start, never compile, when one is missing."""
+    def serve_env(self, cache_root: str, toolchain: Mapping[str, str]) -> dict[str, str]:
+        """Variables that make vLLM (the release ``toolchain`` pins) load only the prebuilt
+        artifacts under ``cache_root`` (the ``VLLM_CACHE_ROOT``) and fail at start, never
+        compile, when one is missing."""
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """One line per graph of ``needed`` (per unit: phase, graphs) that the unit records

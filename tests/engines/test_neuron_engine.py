@@ -64,19 +64,24 @@ def double(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def small_recipe(
-    tmp_path: Path, neuron_config: dict[str, Any] | None = None, vision: bool = True, **args: Any
+    tmp_path: Path,
+    neuron_config: dict[str, Any] | None = None,
+    vision: bool = True,
+    encoder: str = "vision_neuron_config",
+    **args: Any,
 ) -> Recipe:
-    """A small multimodal trn2 recipe written to a file: 3 prefill, 4 decode, 2 vision graphs."""
+    """A small multimodal trn2 recipe written to a file: 3 prefill, 4 decode, 2 vision graphs;
+    ``encoder``: the release's name for the encoder settings."""
     config = {
         "neuron_config": {
             "num_batched_tokens_buckets": [128, 256, 1024],
             "num_seqs_buckets": [1, 4],
         },
-        "vision_neuron_config": {"num_vision_tokens_buckets": [2048, 4096]},
+        encoder: {"num_vision_tokens_buckets": [2048, 4096]},
     }
     config["neuron_config"].update(neuron_config or {})
     if not vision:
-        del config["vision_neuron_config"]
+        del config[encoder]
     (tmp_path / "model").mkdir(exist_ok=True)
     # The compile host needs the config; a vision section makes it a vision-language model.
     hf = {"architectures": ["Qwen3VLForConditionalGeneration"], "vision_config": {}}
@@ -382,7 +387,7 @@ def test_vllm_runs_offline_at_compile_and_at_serve(double: Path, tmp_path: Path)
     plan = build_plan(recipe)
     command = plan.engine.compiler().command(recipe, plan.units[0], tmp_path / "scratch")
     assert command.env["HF_HUB_OFFLINE"] == "1"
-    assert plan.engine.serve_env(str(tmp_path / "cache")) == {
+    assert plan.engine.serve_env(str(tmp_path / "cache"), recipe.toolchain) == {
         "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
         "NEURON_LIBTORCH_CACHE_ROOT": str(tmp_path / "cache"),
         "HF_HUB_OFFLINE": "1",

@@ -86,9 +86,10 @@ def test_an_unknown_speculative_method_is_refused() -> None:
     assert error.startswith('speculative_config.method="ngram"')
 
 
-def test_lora_is_refused() -> None:
+def test_lora_is_refused_before_neuron_2_34() -> None:
     [error] = errors_of(neuron_recipe(enable_lora=True))
-    assert error.startswith("enable_lora=true: vLLM-Neuron's runner has no LoRA")
+    assert error.startswith("enable_lora=true: vLLM Neuron of these pins serves no LoRA (vLLM")
+    assert "pin Neuron 2.34" in error
 
 
 def test_a_compiler_from_another_release_is_refused_with_the_right_version() -> None:

@@ -33,7 +33,15 @@ and what enters vLLM-Neuron's real key (compiler arguments, versions, target, KV
 its inputs, tensor parallelism, keyed variables; never the bucket lists), skips complete entries
 (a hit), and at serve fails on a local miss like ``VLLM_NEURON_DISABLE_WARMUP_COMPILE``.
 
-Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compiled),
+The second generation (vllm-neuron 0.29, Neuron 2.33.x; its GA in Neuron 2.34.0) comes from the
+2.33/2.34 documentation pages, since its code is not public: the encoder namespace
+``encoder_neuron_config``, ``VLLM_NEURON_BACKEND``'s routes, the Precompile Cache (device starts
+with an explicit native value only), LoRA slot inputs from the GA. The double picks its generation
+from its own installed vllm-neuron version; :func:`install` lays out the installation of one SDK
+release (:data:`INSTALLS`) for a test.
+
+Test-only variables: ``NEURON_DOUBLE_TRACES`` (a file; one line per graph a device start traced or
+took from the Precompile Cache), ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compiled),
 ``NEURON_DOUBLE_HELPERS`` (a file; the pid of the engine helper process each run leaves behind),
 ``NEURON_DOUBLE_GRAPH_SECONDS`` (seconds one graph's "compile" takes, for bench/),
 ``NEURON_DOUBLE_DEVICE`` (the Neuron target this "node" has, for serve), ``NEURON_DOUBLE_FAIL``
@@ -43,7 +51,58 @@ Test-only variables: ``NEURON_DOUBLE_RECORD`` (a file; one line per graph compil
 host; unset: the graphs call no NKI kernel).
 """
 
+import hashlib
+import shutil
 from pathlib import Path
 
 SITE = Path(__file__).resolve().parent / "site"
-"""The folder to put first on ``PYTHONPATH`` and ``sys.path``."""
+"""The folder to put first on ``PYTHONPATH`` and ``sys.path`` (the Neuron SDK 2.32.0 installation)."""
+
+INSTALLS: dict[str, dict[str, str]] = {
+    # Component release notes index of v2.33.0 (vLLM Neuron 0.29.0.1.2.0, Neuron Compiler
+    # 2.28.7631.0, NKI 0.7.0) and release notes 2.33.1 (2026-11-11: libtorch_neuronx_lite
+    # 2.12.0.1.0.4089); vLLM's version is the first three fields of vllm-neuron's.
+    "2.33.1": {
+        "vllm": "0.29.0",
+        "vllm-neuron": "0.29.0.1.2.0",
+        "neuronx-cc": "2.28.7631.0",
+        "nki": "0.7.0",
+        "libtorch-neuronx-lite": "2.12.0.1.0.4089",
+    },
+    # GitHub release v2.34.0 (2026-11-30): NKI 0.8.0. Its other versions are on no page we could
+    # read: the vllm-neuron, neuronx-cc and libtorch-neuronx-lite below are stand-ins, newer than
+    # 2.33's, not the real ones.
+    "2.34.0": {
+        "vllm": "0.29.0",
+        "vllm-neuron": "0.29.0.2.0.0",
+        "neuronx-cc": "2.29.0.0",
+        "nki": "0.8.0",
+        "libtorch-neuronx-lite": "2.13.0.1.0.5000",
+    },
+}
+"""The versions each later SDK release installs, as the double reports them."""
+
+
+def install(release: str, into: Path) -> Path:
+    """Neuron SDK ``release``'s installation of the double under ``into`` (``SITE``'s code with
+    ``*.dist-info`` of :data:`INSTALLS`, each with ``METADATA`` and a ``RECORD``); returns the
+    folder to put first on ``PYTHONPATH``."""
+    site = into / f"site-{release}"
+    shutil.copytree(SITE, site, ignore=shutil.ignore_patterns("*.dist-info", "__pycache__"))
+    for dist, version in INSTALLS[release].items():
+        name = dist.replace("-", "_")
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+            "Summary: neuronbuild test double (tests/neuron_double), not the real distribution\n"
+        )
+        digest = hashlib.sha256(f"{dist} {version}".encode()).hexdigest()
+        (info / "RECORD").write_text(
+            f"{name}/__init__.py,sha256={digest},100\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n"
+        )
+        if dist == "vllm-neuron":
+            (info / "entry_points.txt").write_text(
+                "[vllm.platform_plugins]\nneuron = vllm_neuron:register\n"
+            )
+    return site

@@ -208,8 +208,8 @@ def without_never_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the product forget serve's "never compile" switches, so the double compiles a miss."""
     serve_env = NeuronEngine.serve_env
 
-    def compiles(self: NeuronEngine, cache_root: str) -> dict[str, str]:
-        env = serve_env(self, cache_root)
+    def compiles(self: NeuronEngine, cache_root: str, toolchain: dict[str, str]) -> dict[str, str]:
+        env = serve_env(self, cache_root, toolchain)
         for name in (
             "VLLM_NEURON_DISABLE_WARMUP_COMPILE",
             "NEURON_LIBTORCH_ASSERT_CACHE_HIT",

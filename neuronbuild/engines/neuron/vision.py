@@ -26,8 +26,6 @@ from neuronbuild.errors import MISSING, RecipeError
 DEFAULT_VISION_ATTENTION_BLOCK_SIZE = 2048
 """``VisionNeuronConfig.vision_attention_block_size`` default (vision tokens)."""
 
-VNC = "additional_config.vision_neuron_config"
-
 
 @dataclass(frozen=True)
 class VisionPlan:
@@ -45,15 +43,15 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def has_vision(args: Mapping[str, Any], model: ModelFacts | None) -> bool:
+def has_vision(args: Mapping[str, Any], model: ModelFacts | None, namespace: str) -> bool:
     """Whether vLLM-Neuron runs with a vision config: any model whose ``config.json`` has a
     ``vision_config`` gets one created (D13, ``check_and_update_config``: ``if hasattr(
     model_config.hf_config, "vision_config")``). For a hub model the plan cannot read that, so the
-    recipe states it with ``additional_config.vision_neuron_config`` (``{}`` for all defaults) or
-    an EPD role flag."""
+    recipe states it with ``additional_config.<namespace>`` (``{}`` for all defaults; the release's
+    :attr:`~.releases.Rules.encoder_namespace`) or an EPD role flag."""
     additional = args.get("additional_config") or {}
     stated = (
-        "vision_neuron_config" in additional
+        namespace in additional
         or bool(args.get("mm_encoder_only"))
         or additional.get("mm_language_model_only") is True
     )
@@ -88,6 +86,7 @@ def _block(
 
 
 def _buckets(
+    where: str,
     args: Mapping[str, Any],
     vnc: Mapping[str, Any],
     block: int,
@@ -97,7 +96,7 @@ def _buckets(
     given = vnc.get("num_vision_tokens_buckets")
     cap = vnc.get("max_vision_seq_len")
     if given is not None:
-        list_errors = check_bucket_list(f"{VNC}.num_vision_tokens_buckets", given)
+        list_errors = check_bucket_list(f"{where}.num_vision_tokens_buckets", given)
         errors += list_errors
         if list_errors:
             return []
@@ -105,7 +104,7 @@ def _buckets(
             # "Cannot set both num_vision_tokens_buckets and max_vision_seq_len".
             errors.append(
                 RecipeError(
-                    f"{VNC}.max_vision_seq_len",
+                    f"{where}.max_vision_seq_len",
                     cap,
                     "cannot be set with num_vision_tokens_buckets (it caps the default buckets); "
                     "drop one of them",
@@ -115,7 +114,7 @@ def _buckets(
             # "Largest bucket (...) is smaller than vision_attention_block_size (...)".
             errors.append(
                 RecipeError(
-                    f"{VNC}.num_vision_tokens_buckets",
+                    f"{where}.num_vision_tokens_buckets",
                     given,
                     f"the largest bucket is below vision_attention_block_size ({block}); add a "
                     f"bucket of at least {block}",
@@ -123,7 +122,7 @@ def _buckets(
             )
         return list(given)
     if cap is not None:
-        cap_errors = positive_int(f"{VNC}.max_vision_seq_len", cap)
+        cap_errors = positive_int(f"{where}.max_vision_seq_len", cap)
         errors += cap_errors
         if cap_errors:
             return []
@@ -131,7 +130,7 @@ def _buckets(
     if cap < block:
         errors.append(
             RecipeError(
-                f"{VNC}.max_vision_seq_len",
+                f"{where}.max_vision_seq_len",
                 cap,
                 f"is below vision_attention_block_size ({block}); raise it to at least {block}",
             )
@@ -144,7 +143,7 @@ def _buckets(
             # factor (>= 1) is the model class's: only a local config.json says it.
             errors.append(
                 RecipeError(
-                    f"{VNC}.num_vision_tokens_buckets",
+                    f"{where}.num_vision_tokens_buckets",
                     MISSING,
                     "the default vision buckets depend on the model's vision token merge factor, "
                     "which a hub model's plan cannot read; list the buckets (or use a local model "
@@ -158,13 +157,13 @@ def _buckets(
 
 
 def _tp_dp(
-    args: Mapping[str, Any], vnc: Mapping[str, Any], errors: list[RecipeError]
+    where: str, args: Mapping[str, Any], vnc: Mapping[str, Any], errors: list[RecipeError]
 ) -> tuple[int, int]:
     """``resolve_tp_dp(world_size)``: both 1 -> (1, world); one set -> the other is
     ``world // it`` (world must divide); both set -> their product must be the world."""
     world = int(args.get("tensor_parallel_size") or 1)
     tp, dp = vnc.get("tp_size", 1), vnc.get("dp_size", 1)
-    found = positive_int(f"{VNC}.tp_size", tp) + positive_int(f"{VNC}.dp_size", dp)
+    found = positive_int(f"{where}.tp_size", tp) + positive_int(f"{where}.dp_size", dp)
     errors += found
     if found:
         return 1, world
@@ -175,7 +174,7 @@ def _tp_dp(
         if world % size:
             errors.append(
                 RecipeError(
-                    f"{VNC}.{name}",
+                    f"{where}.{name}",
                     size,
                     f"must divide tensor_parallel_size ({world}); vLLM-Neuron infers the other",
                 )
@@ -185,7 +184,7 @@ def _tp_dp(
     if tp * dp != world:
         errors.append(
             RecipeError(
-                f"{VNC}.tp_size",
+                f"{where}.tp_size",
                 tp,
                 f"tp_size * dp_size ({tp} * {dp}) must equal tensor_parallel_size ({world}); "
                 "set one of them and let vLLM-Neuron infer the other",
@@ -195,35 +194,40 @@ def _tp_dp(
 
 
 def resolve_vision(
-    args: Mapping[str, Any], model: ModelFacts | None
+    args: Mapping[str, Any], model: ModelFacts | None, namespace: str
 ) -> tuple[VisionPlan | None, list[RecipeError]]:
     """The vision encoder vLLM-Neuron builds for these engine arguments, or None when it builds
-    none (no vision config, or ``mm_language_model_only``), with every problem found."""
+    none (no vision config, or ``mm_language_model_only``), with every problem found.
+    ``namespace``: the ``additional_config`` key the release reads the encoder settings from
+    (:attr:`~.releases.Rules.encoder_namespace`: ``vision_neuron_config`` up to 0.24,
+    ``encoder_neuron_config`` from 0.29, configuration reference v2.33.0, 2026-10-16), read with
+    0.24's fields and rules: the v2.33.0 page's field table was not readable to us."""
+    where = f"additional_config.{namespace}"
     additional = args.get("additional_config") or {}
-    vnc, errors = sub_mapping(additional, "vision_neuron_config")
-    if model is not None and not model.vision and "vision_neuron_config" in additional:
+    vnc, errors = sub_mapping(additional, namespace)
+    if model is not None and not model.vision and namespace in additional:
         # The platform creates and resolves a vision config only for a model with a
         # vision_config; what the runner makes of one given for another model is not in sources.
         errors.append(
             RecipeError(
-                VNC,
-                additional["vision_neuron_config"],
+                where,
+                additional[namespace],
                 "the model's config.json has no vision_config, so it has no vision encoder to "
-                "compile; remove vision_neuron_config",
+                f"compile; remove {namespace}",
             )
         )
         return None, errors
     language_only = additional.get("mm_language_model_only") is True
-    if not has_vision(args, model) or (language_only and model is None):
+    if not has_vision(args, model, namespace) or (language_only and model is None):
         return None, errors
     block = vnc.get("vision_attention_block_size", DEFAULT_VISION_ATTENTION_BLOCK_SIZE)
-    block_errors = positive_int(f"{VNC}.vision_attention_block_size", block)
+    block_errors = positive_int(f"{where}.vision_attention_block_size", block)
     errors += block_errors
     if block_errors:
         return None, errors
     block = _block(args, block, model, errors)
-    buckets = _buckets(args, vnc, block, model, errors)
-    tp, dp = _tp_dp(args, vnc, errors)
+    buckets = _buckets(where, args, vnc, block, model, errors)
+    tp, dp = _tp_dp(where, args, vnc, errors)
     if language_only:
         # A language-only engine builds no vision graph, but the platform still resolves the
         # vision config of a local VL model (``_resolve_vision_auto_config``, called for any

@@ -107,7 +107,7 @@ class CpuEngine(Engine):
                         f"points, so compile and serve would disagree; set it, e.g. {example}",
                     )
                 )
-        for sub in ("neuron_config", "vision_neuron_config"):
+        for sub in ("neuron_config", "vision_neuron_config", "encoder_neuron_config"):
             if sub in recipe.additional_config:
                 errors.append(
                     RecipeError(
@@ -131,7 +131,7 @@ class CpuEngine(Engine):
 
         return CpuCompiler(self)
 
-    def serve_env(self, cache_root: str) -> dict[str, str]:
+    def serve_env(self, cache_root: str, toolchain: Mapping[str, str]) -> dict[str, str]:
         return {
             envs.VLLM_CACHE_ROOT: cache_root,
             envs.VLLM_FORCE_AOT_LOAD: "1",

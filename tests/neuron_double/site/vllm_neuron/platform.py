@@ -28,12 +28,78 @@ from typing import Any
 
 from vllm_neuron.buckets import resolve_buckets
 
+GENERATION_2 = (0, 29)
+"""vllm-neuron 0.29 (Neuron 2.33.0, 2026-10-19) and later: the second generation."""
+
+GA_AFTER = (0, 29, 0, 1, 2, 0)
+"""The last Beta plugin (Neuron 2.33.x); a later one is the GA of Neuron 2.34.0, which serves
+multi-LoRA (GitHub release v2.34.0, 2026-11-30). The GA's version is on no page we could read, so
+the double's 2.34 installation reports a stand-in newer than this one."""
+
+NATIVE_VALUES = ("neuron_native", "neuron")
+"""``VLLM_NEURON_BACKEND`` values that select the native route ("export
+VLLM_NEURON_BACKEND=neuron_native"; "Some container images set VLLM_NEURON_BACKEND=neuron. This
+value also selects the native route": how-to-choose-compilation-route.md, v2.33.0 docs,
+2026-10-08)."""
+
 HBM_GIB = {"trn1": 32, "inf2": 32, "trn2": 96, "trn3": 144}
 """Static HBM per target that sizes the KV cache in CPU compile (determine_available_memory)."""
 
 
 def flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
+
+
+def plugin_version() -> tuple[int, ...]:
+    """This installation's vllm-neuron version as numbers (its local label dropped)."""
+    public = importlib.metadata.version("vllm-neuron").split("+")[0]
+    return tuple(int(part) for part in public.split("."))
+
+
+def encoder_namespace() -> str:
+    """Where the encoder settings live in ``additional_config``: ``vision_neuron_config`` up to
+    0.24 (reference-configuration.md, 2026-08-13), ``encoder_neuron_config`` from 0.29 ("multimodal
+    encoder settings", reference-configuration.md of v2.33.0, 2026-10-16)."""
+    return "encoder_neuron_config" if plugin_version() >= GENERATION_2 else "vision_neuron_config"
+
+
+def route() -> str | None:
+    """0.29's compile route: native when ``VLLM_NEURON_BACKEND`` is unset ("When
+    VLLM_NEURON_BACKEND is not set, the server uses the native route") or one of
+    :data:`NATIVE_VALUES`; any other value is kept as given (the XLA route's value is on no page we
+    could read). None before 0.29, whose value enters the graph as set (:func:`graph_env`)."""
+    if plugin_version() < GENERATION_2:
+        return None
+    value = os.environ.get("VLLM_NEURON_BACKEND", "").strip()
+    return "native" if value in ("", *NATIVE_VALUES) else value
+
+
+def precompile_cache_on(serving: bool) -> bool:
+    """Whether this start saves and reuses its trace in the Precompile Cache: 0.29 or later, a
+    device start (never CPU mode: "The cache does not apply in CPU mode"), ``VLLM_NEURON_BACKEND``
+    set to a native value ("When the variable is not set, the server uses the native route, but
+    the cache is off") and ``TORCH_CACHING_PRECOMPILE`` not ``0`` (how-to-precompile-cache.md,
+    2026-10-13)."""
+    return (
+        plugin_version() >= GENERATION_2
+        and serving
+        and not flag("VLLM_NEURON_CPU_COMPILE")
+        and os.environ.get("VLLM_NEURON_BACKEND", "").strip() in NATIVE_VALUES
+        and os.environ.get("TORCH_CACHING_PRECOMPILE", "1").strip() != "0"
+    )
+
+
+def lora_inputs(args: dict[str, Any]) -> list[int] | None:
+    """The adapter slot inputs ``--enable-lora`` adds to every graph: A weights ``[max_loras + 1,
+    in, max_lora_rank]`` (slot 0 zeros for the base model: multi-LoRA design page, 2026-11-18),
+    as ``[slots, rank]``; None without LoRA. Before the GA the runner loads the base model without
+    LoRA ("TODO: Inherit from LoRAModelRunnerMixin", vllm-project/vllm-neuron
+    neuron_model_runner.py @9fc042ea): refused at start."""
+    if not args.get("enable_lora"):
+        return None
+    if plugin_version() <= GA_AFTER:
+        raise ValueError("LoRA is not supported by vLLM Neuron before its GA release (Neuron 2.34)")
+    return [int(args.get("max_loras") or 1) + 1, int(args.get("max_lora_rank") or 16)]
 
 
 def model_config(model: str) -> dict[str, Any]:
@@ -85,7 +151,7 @@ def auto_vision_config(args: dict[str, Any], config: dict[str, Any]) -> None:
     ``vision_config``: creates ``vision_neuron_config`` when absent, raises the attention block
     for ``max_pixels``, checks an explicit bucket list, else fills in the default buckets."""
     additional = args.setdefault("additional_config", {})
-    vnc = additional.setdefault("vision_neuron_config", {})
+    vnc = additional.setdefault(encoder_namespace(), {})
     block = vnc.get("vision_attention_block_size", 2048)
     max_pixels = (args.get("mm_processor_kwargs") or {}).get("max_pixels")
     if max_pixels:
@@ -164,6 +230,7 @@ def resolve_config(args: dict[str, Any]) -> dict[str, Any]:
         auto_vision_config(args, config)
     args["_pooling"] = is_pooling(args, config)
     args["_buckets"] = resolve_buckets(args)
+    args["_lora"] = lora_inputs(args)
     return args
 
 
@@ -174,7 +241,7 @@ def plan(args: dict[str, Any], honour_skips: bool) -> dict[str, list[tuple[str, 
     whenever prefill is skipped unless the engine is vision-only. ``honour_skips``: the
     ``VLLM_NEURON_SKIP_*_WARMUP`` switches count (compile runs)."""
     additional = args.get("additional_config") or {}
-    vnc = additional.get("vision_neuron_config")
+    vnc = additional.get(encoder_namespace())
     buckets = args["_buckets"]
     nbt, kv, seqs, contexts = buckets["nbt"], buckets["kv"], buckets["seqs"], buckets["contexts"]
     role = (args.get("kv_transfer_config") or {}).get("kv_role")
@@ -240,7 +307,11 @@ def cache_key(graph: tuple[str, tuple[int, ...]], args: dict[str, Any], target: 
     cc_args = compiler_args(args, target)
     factors = {
         "fx_graph": [graph[0], list(graph[1]), args["model"], args.get("dtype", "auto")],
-        "inputs": {"kv_blocks": num_blocks(args, target), "block": args.get("block_size") or 32},
+        "inputs": {
+            "kv_blocks": num_blocks(args, target),
+            "block": args.get("block_size") or 32,
+            "lora_slots": args["_lora"],
+        },
         "replica_groups": args.get("tensor_parallel_size", 1),
         "versions": {
             d: importlib.metadata.version(d) for d in ("neuronx-cc", "nki", "libtorch-neuronx-lite")
@@ -275,7 +346,7 @@ def graph_env(target: str) -> dict[str, Any]:
     lnc = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
     return {
         "NEURON_CC_FLAGS": os.environ.get("NEURON_CC_FLAGS"),
-        "VLLM_NEURON_BACKEND": os.environ.get("VLLM_NEURON_BACKEND"),
+        "VLLM_NEURON_BACKEND": route() or os.environ.get("VLLM_NEURON_BACKEND"),
         "lnc": int(lnc) if lnc is not None else LNC_DEFAULT[target],
         **{name: bool(int(os.environ.get(name) or "0")) for name in PLUGIN_FLAGS},
     }
@@ -434,6 +505,24 @@ def require_nki_binaries(entry: Path) -> None:
             sys.exit("RuntimeError: neuronx-cc compilation failed with 70. Check compiler logs.")
 
 
+def trace(root: Path, key: str, graph: tuple[str, tuple[int, ...]]) -> None:
+    """A device start traces each graph before it loads its NEFF, unless the Precompile Cache
+    holds the trace ("A warm start then loads the saved trace and skips the trace step",
+    how-to-precompile-cache.md, 2026-10-13); with the cache on (:func:`precompile_cache_on`) a
+    fresh trace is saved. The page's layout section was not readable: the double keeps a trace at
+    ``$VLLM_CACHE_ROOT/neuron/precompile_cache/<graph key>/trace.bin``. Each start appends
+    ``traced`` or ``reused`` and the graph to ``NEURON_DOUBLE_TRACES`` (test-only)."""
+    saved = root.parent / "precompile_cache" / key / "trace.bin"
+    on = precompile_cache_on(serving=True)
+    outcome = "reused" if on and saved.is_file() else "traced"
+    if on and outcome == "traced":
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_bytes(hashlib.sha256(b"trace " + key.encode()).digest())
+    if os.environ.get("NEURON_DOUBLE_TRACES"):
+        with open(os.environ["NEURON_DOUBLE_TRACES"], "a") as f:
+            f.write(f"{outcome} {graph[0]} {' '.join(map(str, graph[1]))}\n")
+
+
 class NeuronPlatform:
     """Builds the engine: compile (CPU compile mode) or load (serve) every graph of the run."""
 
@@ -468,6 +557,7 @@ class NeuronPlatform:
                 if is_complete(entry):
                     if serving:
                         require_nki_binaries(entry)
+                        trace(root, key, graph)
                     (entry / ".cache_accessed").write_text("hit")
                     loaded += 1
                     continue
