@@ -19,19 +19,24 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from neuronbuild import start_env
 from neuronbuild.engines.neuron.conformance import (
     Check,
     StartOutcome,
     check_layout,
     check_nki_paths,
     check_optimization_level,
+    check_precompile_cache,
+    check_release,
     check_removed_entry,
+    check_route,
     check_versions,
     skipped,
 )
 from neuronbuild.engines.neuron.coverage import complete_entries
 from neuronbuild.engines.neuron.engine import NEURON_OPTIMIZATION_LEVEL
 from neuronbuild.engines.neuron.nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
+from neuronbuild.engines.neuron.releases import RUNTIMES, rules_for
 from neuronbuild.engines.versions import installed_version
 from neuronbuild.errors import UserError
 from neuronbuild.recipe import Recipe
@@ -132,8 +137,9 @@ def start_for(
     argv: list[str], env: dict[str, str], cwd: Path, timeout: float
 ) -> tuple[int | None, str]:
     """Run ``argv`` in a session of its own for at most ``timeout`` seconds; its exit status
-    (None: still running, then its whole process group is killed, vLLM's engine and worker
-    processes with it) and its stdout and stderr together."""
+    (None: still running at the limit) and its stdout and stderr together. Its whole process
+    group is killed when it ends either way, so vLLM's engine and worker processes never outlive
+    the kit."""
     with subprocess.Popen(
         argv,
         env=env,
@@ -146,12 +152,16 @@ def start_for(
     ) as process:
         try:
             output, _ = process.communicate(timeout=timeout)
-            return process.returncode, output
+            code: int | None = process.returncode
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-            return None, output
+            code = None
+        # Whatever the start left in its session (vLLM's engine helpers) ends with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return code, output
 
 
 def start_without_one_entry(
@@ -178,6 +188,31 @@ def start_without_one_entry(
 
 
 C1_WHAT = "serve with one entry removed fails at start instead of compiling"
+R3_WHAT = "a node start writes the Precompile Cache exactly when the release turns it on"
+
+
+def start_whole(
+    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
+) -> tuple[dict[str, str], list[str]]:
+    """Lay the whole manifest out under ``work`` as serve does and start vLLM with serve's argv
+    and environment for at most ``timeout`` seconds (:func:`start_for`); the start's environment
+    and the files it added under the layout root outside the compile cache (``/``-separated,
+    relative to the root; what serve laid out before the start is not counted).
+
+    Raises:
+        UserError: serve refuses this node before vLLM starts (the refusal says why).
+    """
+    tiers = TieredStore(Store(str(work / "local-tier-whole"), create=True), store)
+    root = work / "serve-whole"
+    prepared = prepare(ServeSource(recipe=recipe.source), tiers, cache_root=root)
+    before = {p for p in root.rglob("*") if p.is_file()}
+    start_for(prepared.argv, prepared.env, prepared.cwd, timeout)
+    added = [
+        path.relative_to(root).as_posix()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path not in before
+    ]
+    return prepared.env, [p for p in added if not PurePosixPath(p).is_relative_to(COMPILE_CACHE)]
 
 
 def node_check(
@@ -196,8 +231,8 @@ def node_check(
 
 def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str, list[Check]]:
     """The manifest digest of ``recipe``'s latest build in store ``cache`` and every check of the
-    kit on it, on a ``compile`` host or a Neuron ``node``, in a fixed order (B12, B2, B10, B7,
-    C1, B15); ``timeout``: seconds the C1 start may run.
+    kit on it, on a ``compile`` host or a Neuron ``node``, in a fixed order (B12, R1, R2, B2,
+    B10, B7, C1, R3, B15); ``timeout``: seconds the C1 start may run.
 
     Raises:
         UserError: the recipe is invalid or not a neuron recipe, or nothing was compiled for
@@ -210,13 +245,25 @@ def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str
         )
     store = Store(cache)
     digest, manifest = latest_manifest(recipe, store)
-    checks = [check_versions(recipe.toolchain, {d: installed_version(d) for d in recipe.toolchain})]
+    installed = {d: installed_version(d) for d in {*recipe.toolchain, *RUNTIMES}}
+    rules = rules_for(recipe.toolchain)
+    checks = [
+        check_versions(recipe.toolchain, installed),
+        check_release(recipe.toolchain, installed),
+        check_route(rules, start_env.environ()),
+    ]
     with tempfile.TemporaryDirectory(prefix="neuronbuild-kit-") as tmp:
         checks += manifest_checks(recipe, store, manifest, Path(tmp) / "files")
         if host == "node":
             checks.append(node_check(recipe, store, manifest, Path(tmp), timeout))
+            try:
+                env, written = start_whole(recipe, store, manifest, Path(tmp), timeout)
+                checks.append(check_precompile_cache(rules, env, written))
+            except UserError as exc:
+                checks.append(Check("R3", R3_WHAT, "FAIL", f"serve refused this node: {exc}"))
         else:
             why = "needs a Neuron node: run the kit there with --host node"
             checks.append(skipped("C1", C1_WHAT, why))
+            checks.append(skipped("R3", R3_WHAT, why))
     checks.append(skipped("B15", "KV block count at compile equals the device's", KV_WHY))
     return digest, checks

@@ -132,10 +132,11 @@ def test_a_keyed_variable_always_changes_every_key_and_no_other_variable_does(
     classify = get_engine(engine).classify_env
     names = sorted({*env_vars(), *get_engine(engine).env_classes})
     name = data.draw(st.sampled_from(names))
-    value = data.draw(st.sampled_from(["0", "1", "/tmp/x", "a b"]))
+    value = data.draw(st.sampled_from(["0", "1", "/tmp/x", "a b", "neuron_native"]))
     before, after = keys(recipe), keys(recipe, {name: value})
     # A keyed value the platform reads as unset (a switch's "0") is the default: no change.
-    unset = get_engine(engine).normalise_env(name, value, recipe.get("target")) is None
+    pins = recipe.get("toolchain") or {}
+    unset = get_engine(engine).normalise_env(name, value, recipe.get("target"), pins) is None
     if classify(name) is EnvClass.KEYED and not unset:
         assert not set(before) & set(after), name
     else:

@@ -40,8 +40,9 @@ takes minutes, compiling one graph takes longer, so a start still running is com
 @json_option()
 def conformance(recipe_path: str, host: str, timeout: int, cache: str, as_json: bool) -> None:
     """Check what only real hardware settles about RECIPE's latest build in --cache: installed
-    versions, entry layout and markers, the optimization level, NKI binary paths and (with
-    --host node) that serve with one entry removed fails at start. Prints one row per check
+    versions and the Neuron SDK release they name, the compile route, entry layout and markers,
+    the optimization level, NKI binary paths and (with --host node) that serve with one entry
+    removed fails at start and whether a start writes the Precompile Cache. Prints one row per check
     (PASS, FAIL or SKIP with why); exits 1 when one failed.
 
     \b

@@ -57,12 +57,15 @@ def engine_for(recipe: Recipe) -> Engine:
 
 
 def installed_toolchains() -> dict[str, dict[str, str | None]]:
-    """Per engine name (in :data:`ENGINES` order), each distribution of its required toolchain
-    and the version installed here (None when it is not installed), as ``--version`` prints
+    """Per engine name (in :data:`ENGINES` order), each distribution of its required and observed
+    toolchain (for neuron, the runtime distributions whichever the release compiles through) and
+    the version installed here (None when it is not installed), as ``--version`` prints
     them."""
     from neuronbuild.engines.compiler import UnitCompiler  # the compile half: not for serve
 
     return {
-        name: UnitCompiler.installed_versions(list(get_engine(name).required_toolchain))
-        for name in ENGINE_NAMES
+        name: UnitCompiler.installed_versions(
+            list(dict.fromkeys([*engine.required_toolchain, *engine.observed_toolchain]))
+        )
+        for name, engine in ((name, get_engine(name)) for name in ENGINE_NAMES)
     }

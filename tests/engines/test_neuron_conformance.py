@@ -38,11 +38,11 @@ from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import Store
-from tests.conftest import neuron_recipe
-from tests.engines.test_neuron_engine import compiled_graphs, double  # noqa: F401 (fixture)
+from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
+from tests.engines.test_neuron_engine import compiled_graphs, double, setenv  # noqa: F401 (fixture)
 from tests.engines.test_neuron_phases import QWEN3_VL_CONFIG, serve_and_count
 from tests.lib.properties import examples
-from tests.neuron_double import SITE
+from tests.neuron_double import INSTALLS, SITE, install
 
 MODELS = {
     "text": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
@@ -117,9 +117,19 @@ def vision(draw: st.DrawFn, mml: int) -> tuple[dict[str, Any] | None, dict[str, 
     return vnc, args
 
 
+RELEASES = {
+    "2.32.0": "vision_neuron_config",
+    **{release: "encoder_neuron_config" for release in INSTALLS},
+}
+"""Each release the double is installed as, with the name it reads the encoder settings under
+(0.29's ``encoder_neuron_config``: configuration reference of v2.33.0, 2026-10-16)."""
+
+
 @st.composite
 def recipes(draw: st.DrawFn) -> dict[str, Any]:
-    """A neuron recipe's data on one of :data:`MODELS` (relative paths: run from their folder)."""
+    """A neuron recipe's data on one of :data:`MODELS` (relative paths: run from their folder),
+    pinned to one of :data:`RELEASES`."""
+    release = draw(st.sampled_from(sorted(RELEASES)))
     mml = draw(st.sampled_from([512, 1024, 2048, 4096, 8192]))
     nc, top = draw(neuron_config(mml))
     model = draw(st.sampled_from(["vl", "text", "vl", "pooling"]))
@@ -141,6 +151,9 @@ def recipes(draw: st.DrawFn) -> dict[str, Any]:
         args["kv_transfer_config"] = {"kv_connector": "NeuronNixlConnector", "kv_role": role}
     if draw(st.booleans()):
         args["runner"] = draw(st.sampled_from(["auto", "generate", "pooling"]))
+    if draw(st.integers(0, 3 if release == "2.34.0" else 9)) == 0:  # refused before 2.34
+        args["enable_lora"] = True
+        args["max_loras"] = draw(st.sampled_from([1, 4]))
     additional: dict[str, Any] = {"neuron_config": nc}
     if model == "vl":
         vnc, vision_args = draw(vision(mml))
@@ -148,11 +161,27 @@ def recipes(draw: st.DrawFn) -> dict[str, Any]:
             additional["mm_language_model_only"] = True
         args.update(vision_args)
         if vnc is not None:
-            additional["vision_neuron_config"] = vnc
+            additional[RELEASES[release]] = vnc
     args["additional_config"] = additional
     if draw(st.booleans()):
         broken(draw(st.sampled_from(sorted(BREAKS))), args, nc)
-    return neuron_recipe(**args)
+    return neuron_recipe(toolchain=dict(PINS[release]), **args)
+
+
+PINS = {"2.32.0": NEURON_TOOLCHAIN, **INSTALLS}
+"""What a recipe of each release pins: what the double reports installed."""
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[dict[str, Path]]:
+    """The double's installation as each release of :data:`RELEASES`."""
+    root = Path(tempfile.mkdtemp(prefix="nb-releases-"))
+    yield {"2.32.0": SITE, **{release: install(release, root) for release in INSTALLS}}
+    shutil.rmtree(root)
+
+
+def release_of(data: dict[str, Any]) -> str:
+    return next(r for r, pins in PINS.items() if pins == data["toolchain"])
 
 
 BREAKS: dict[str, tuple[str, Any]] = {
@@ -229,11 +258,12 @@ MODELLED = {
     "D7 num_seqs": ("num_seqs_buckets",),
     "D8 decode contexts": ("decode_context_length_buckets",),
     "D10 DCP": ("decode_context_parallel_size",),
-    "D14-D16 vision": ("vision_neuron_config",),
+    "D14-D16 vision": ("vision_neuron_config", "encoder_neuron_config"),
+    "LoRA": ("enable_lora",),
 }
 """Rule families the double refuses at start (``vllm_neuron/buckets.py``, ``platform.py``), by
 the field neuronbuild names. Every other refusal is one the double cannot model and is skipped:
-D11 (the model's head counts), LoRA, speculative decoding, "builds no graph" (checked below)."""
+D11 (the model's head counts), speculative decoding, "builds no graph" (checked below)."""
 
 DOUBLE_SAYS = {
     "D6 APC": ("Automatic Prefix Caching",),
@@ -242,6 +272,7 @@ DOUBLE_SAYS = {
     "D10 DCP": ("DCP shard stride",),
     "D5 kv segments": ("kv_segment_size_buckets", "segment size"),
     "D3-D5 prefill buckets": ("num_batched_tokens_buckets", "Single-shot", "chunked prefill"),
+    "LoRA": ("LoRA",),
     "D14-D16 vision": ("vision", "Largest bucket", "world_size"),
 }
 """The family of the double's ValueError, by its message (first match wins)."""
@@ -296,11 +327,15 @@ def resolve(
 )
 @given(data=recipes())
 def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
-    models: Path, the_double: tuple[ModuleType, ModuleType], data: dict[str, Any]
+    models: Path,
+    the_double: tuple[ModuleType, ModuleType],
+    sites: dict[str, Path],
+    data: dict[str, Any],
 ) -> None:
     platform, server = the_double
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(models)
+        mp.syspath_prepend(str(sites[release_of(data)]))  # the double's release: its metadata
         refusals: list[str] = []
         try:
             recipe = parse_recipe(data, source=str(models / "r.yaml"))
@@ -421,6 +456,7 @@ def write_recipe(folder: Path, data: dict[str, Any]) -> Recipe | None:
 @given(data=recipes())
 def test_every_compiled_manifest_serves_every_graph_from_the_cache(
     double: Path,  # noqa: F811 (the fixture)
+    sites: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     data: dict[str, Any],
@@ -430,6 +466,9 @@ def test_every_compiled_manifest_serves_every_graph_from_the_cache(
     if recipe is None or len(build_plan(recipe).graphs) > 40:
         reject()
     assert recipe is not None
+    site = str(sites[release_of(data)])  # the double installed as the recipe's release
+    monkeypatch.syspath_prepend(site)
+    setenv(monkeypatch, "PYTHONPATH", site)
     double.unlink(missing_ok=True)
     store = Store(str(folder / "store"), create=True)
     report = compile_recipe(

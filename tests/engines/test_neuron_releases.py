@@ -24,6 +24,7 @@ from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
+from neuronbuild_runtime.conformance import run_kit
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
 from tests.engines.test_neuron_engine import (
@@ -304,3 +305,30 @@ def test_a_node_that_turns_the_precompile_cache_off_traces_at_every_start(
         assert run.returncode == 0, run.stderr
     traces = (tmp_path / "traces.txt").read_text().splitlines()
     assert Counter(line.split()[0] for line in traces) == {"traced": 2 * len(planned(recipe))}
+
+
+@pytest.mark.slow
+def test_the_kit_reports_the_release_the_route_and_the_precompile_cache_on_a_node(
+    installed: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release, _ = installed
+    recipe = release_recipe(tmp_path, release)
+    store = Store(str(tmp_path / "store"), create=True)
+    assert compile_small(recipe, store, tmp_path).failed == 0
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    rows = {c.row: c for c in checks}
+    assert rows["R1"].status == "PASS" and rows["R1"].evidence["installed"] == release
+    assert rows["R2"].status == "PASS" and rows["R2"].evidence["route"] == "native"
+    assert rows["R3"].status == "PASS", rows["R3"]
+    assert rows["R3"].evidence["expected"] == "yes"
+    assert (
+        rows["R3"].evidence["written"]
+        == f"{len(planned(recipe))} files under neuron/precompile_cache"
+    )
+    # A node that turns the cache off: none expected, none written.
+    setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", "0")
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    r3 = {c.row: c for c in checks}["R3"]
+    assert (r3.status, r3.evidence["expected"], r3.evidence["written"]) == ("PASS", "no", "0 files")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from neuronbuild.engines import versions
 from neuronbuild.engines.neuron.releases import TABLE, install_fix, sdk_releases
@@ -108,33 +109,38 @@ def test_validate_accepts_both_spellings_of_a_release_pin() -> None:
 
 
 def test_an_unknown_release_warns_naming_what_is_unchecked_instead_of_refusing() -> None:
-    """Neuron 2.33/2.34 ship vllm-neuron 0.29 on torch-neuronx: not in the table."""
+    """A vllm-neuron the table does not list is planned by the nearest release's rules."""
     toolchain = {"vllm": "0.29.0", "vllm-neuron": "0.29.0.1.0.0", "torch-neuronx": "2.10.0.2.16"}
     [warning] = [w for w in warnings_of(neuron_recipe(toolchain=toolchain)) if "toolchain" in w]
     assert "0.29.0.1.0.0 is not a Neuron SDK release neuronbuild knows" in warning
-    assert "neuronx-cc, nki, libtorch-neuronx-lite not pinned: not checked" in warning
+    assert "planned by the rules of the nearest, Neuron 2.32.0" in warning
+    assert "neuronx-cc, nki not pinned: not checked" in warning
     with pytest.raises(RecipeInvalid, match=r"toolchain\.vllm\b"):
         parse_recipe(neuron_recipe(toolchain={"vllm-neuron": "0.29.0.1.0.0"}))
 
 
 def test_the_release_table_has_one_well_formed_row_per_release() -> None:
-    text = (REPO / "neuronbuild" / "data" / TABLE).read_text()
-    rows = [line for line in text.splitlines() if line and not line.startswith("#")]
+    data = yaml.safe_load((REPO / "neuronbuild" / "data" / TABLE).read_text())
     releases = sdk_releases()
-    assert len(rows) - 1 == len(releases) >= 2  # a header, then one row per release
-    for release, dists in releases.items():
-        assert {"vllm", "vllm-neuron", "neuronx-cc", "nki"} <= set(dists), release
-        for dist, shipped in dists.items():
-            for version in shipped:
+    assert [r.name for r in releases] == [row["name"] for row in data["release"]]
+    assert len(releases) >= 5
+    for release in releases:
+        assert {"vllm", "vllm-neuron", "neuronx-cc", "nki", release.runtime} <= set(
+            release.packages
+        )
+        for dist, shipped in {**release.packages, **release.optional}.items():
+            for version in shipped or ():
                 assert not versions.is_labelled(version), (release, dist, version)
                 assert versions.public_version(version) == version, (release, dist, version)
         # vLLM's version is the first three fields of vllm-neuron's (whats-new.rst line 60).
-        [plugin], [vllm] = dists["vllm-neuron"], dists["vllm"]
-        assert plugin.split(".")[:3] == vllm.split("."), release
+        plugin, vllm = release.packages["vllm-neuron"], release.packages["vllm"]
+        if plugin is not None and vllm is not None:
+            assert [p.split(".")[:3] for p in plugin] == [v.split(".") for v in vllm], release
+    named = {r.name: r for r in releases}
     # n2-manifest.json (aws-neuron-sdk @81ce03ae) lines 107-131: 2.32.0 and no torch-neuronx.
-    assert releases["2.32.0"]["neuronx-cc"] == {"2.27.5334.0"}
-    assert "torch-neuronx" not in releases["2.32.0"]
-    assert set(get_engine("neuron").required_toolchain) <= set(releases["2.32.0"])
+    assert named["2.32.0"].packages["neuronx-cc"] == {"2.27.5334.0"}
+    assert "torch-neuronx" not in named["2.32.0"].all_dists()
+    assert set(get_engine("neuron").required_toolchain) <= set(named["2.32.0"].packages)
 
 
 def test_the_neuron_install_fix_names_the_neuron_pip_repository_never_make_install() -> None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from neuronbuild.engines.neuron.coverage import complete_entries
-from neuronbuild.engines.versions import pin_matches
+from neuronbuild.engines.neuron.releases import Rules, identify, resolve
+from neuronbuild.engines.versions import pin_matches, public_version
 from neuronbuild.human import count
 
 Status = Literal["PASS", "FAIL", "SKIP"]
@@ -66,6 +67,73 @@ def check_versions(pins: Mapping[str, str], installed: Mapping[str, str | None])
         why = "; ".join(f"{d} pinned {pins[d]}, installed {evidence[d]}" for d in bad)
         return Check("B12", what, "FAIL", why, evidence)
     return Check("B12", what, "PASS", "", evidence)
+
+
+def check_release(pins: Mapping[str, str], installed: Mapping[str, str | None]) -> Check:
+    """Row R1: the Neuron SDK release the installed versions name (``releases.identify``) is the
+    one the recipe's pins name, so the host runs the rules the build was planned by. Evidence:
+    both releases and the rule set. SKIP when the pins name no release of the table (its rules
+    are the nearest release's: report the installed set to add it)."""
+    what = "the installed Neuron SDK release is the one the pins name"
+    found = resolve(pins)
+    here = identify({d: public_version(v) for d, v in installed.items() if v is not None})
+    evidence = {
+        "pinned": found.release.name if found.release else "(none of the table)",
+        "installed": here.name if here else "(none of the table)",
+        "rules": found.rules.summary,
+    }
+    if found.release is None:
+        why = (
+            f"the pins name no release neuronbuild knows; planned by Neuron {found.nearest.name}'s"
+        )
+        return Check("R1", what, "SKIP", why + " rules", evidence)
+    if here is not found.release:
+        why = f"pinned Neuron {found.release.name}, installed {evidence['installed']}"
+        return Check("R1", what, "FAIL", why, evidence)
+    return Check("R1", what, "PASS", "", evidence)
+
+
+def check_route(rules: Rules, environ: Mapping[str, str]) -> Check:
+    """Row R2: the compile route ``VLLM_NEURON_BACKEND`` selects here (unset: the release's
+    default) is one the release names. Evidence: the value and the route. SKIP for a release
+    that publishes no values (0.24: every value keyed as written)."""
+    what = "VLLM_NEURON_BACKEND selects a route the release names"
+    value = environ.get("VLLM_NEURON_BACKEND")
+    route = rules.route(value)
+    evidence = {"VLLM_NEURON_BACKEND": value or "(unset)", "route": route or "(not named)"}
+    if not rules.routes:
+        return Check("R2", what, "SKIP", "this release publishes no route values", evidence)
+    if route is None:
+        named = ", ".join(sorted(rules.routes))
+        why = f"{value} is not a value the release's pages name ({named}); keyed as written"
+        return Check("R2", what, "FAIL", why, evidence)
+    return Check("R2", what, "PASS", "", evidence)
+
+
+def check_precompile_cache(rules: Rules, env: Mapping[str, str], written: Sequence[str]) -> Check:
+    """Row R3: a node start writes a Precompile Cache exactly when the release has one and the
+    start's environment turns it on (``VLLM_NEURON_BACKEND`` naming the route, serve sets it;
+    ``TORCH_CACHING_PRECOMPILE`` not ``0``: how-to-precompile-cache.md, v2.33.0, 2026-10-13).
+    ``written``: the files the start added under the layout root outside the compile cache
+    (their layout is on no page we could read). Evidence: whether it was expected, and what."""
+    what = "a node start writes the Precompile Cache exactly when the release turns it on"
+    expected = (
+        rules.precompile_cache
+        and rules.route(env.get("VLLM_NEURON_BACKEND")) == rules.default_route
+        and bool(env.get("VLLM_NEURON_BACKEND"))
+        and env.get("TORCH_CACHING_PRECOMPILE", "1").strip() != "0"
+    )
+    folders = sorted({"/".join(p.split("/")[:2]) for p in written})
+    evidence = {
+        "expected": "yes" if expected else "no",
+        "written": count(len(written), "file")
+        + (f" under {', '.join(folders)}" if folders else ""),
+    }
+    if expected and not written:
+        return Check("R3", what, "FAIL", "the start wrote no Precompile Cache", evidence)
+    if written and not expected:
+        return Check("R3", what, "FAIL", "the start wrote files beside the compile cache", evidence)
+    return Check("R3", what, "PASS", "", evidence)
 
 
 def entry_names(paths: Sequence[str], prefix: str) -> set[str]:
