@@ -15,11 +15,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from neuronbuild import start_env
+from neuronbuild import envs, start_env
 from neuronbuild.engines.neuron.conformance import (
     Check,
     StartOutcome,
@@ -38,7 +40,7 @@ from neuronbuild.engines.neuron.engine import NEURON_OPTIMIZATION_LEVEL
 from neuronbuild.engines.neuron.nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
 from neuronbuild.engines.neuron.releases import RUNTIMES, rules_for
 from neuronbuild.engines.versions import installed_version
-from neuronbuild.errors import UserError
+from neuronbuild.errors import StoreError, UserError
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -133,13 +135,17 @@ def manifest_checks(recipe: Recipe, store: Store, manifest: Manifest, work: Path
     ]
 
 
+READY = "Application startup complete"
+"""The line vLLM's API server logs once it serves (uvicorn's startup message)."""
+
+
 def start_for(
-    argv: list[str], env: dict[str, str], cwd: Path, timeout: float
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float, ready: str | None = None
 ) -> tuple[int | None, str]:
-    """Run ``argv`` in a session of its own for at most ``timeout`` seconds; its exit status
-    (None: still running at the limit) and its stdout and stderr together. Its whole process
-    group is killed when it ends either way, so vLLM's engine and worker processes never outlive
-    the kit."""
+    """Run ``argv`` in a session of its own for at most ``timeout`` seconds, or until it logs a
+    line holding ``ready``; its exit status (None: still running, at the limit or once ready)
+    and its stdout and stderr together. Its whole process group is killed when it ends either
+    way, so vLLM's engine and worker processes never outlive the kit."""
     with subprocess.Popen(
         argv,
         env=env,
@@ -150,18 +156,30 @@ def start_for(
         errors="replace",
         start_new_session=True,
     ) as process:
-        try:
-            output, _ = process.communicate(timeout=timeout)
-            code: int | None = process.returncode
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            code = None
+        lines: list[str] = []
+        done = threading.Event()
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.append(line)
+                if ready is not None and ready in line:
+                    done.set()
+            done.set()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        done.wait(timeout)
+        if not reader.is_alive():  # its output ended: it is exiting
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        code = process.poll()
         # Whatever the start left in its session (vLLM's engine helpers) ends with it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-        return code, output
+        process.wait()
+        reader.join(5)
+        return code, "".join(lines)
 
 
 def start_without_one_entry(
@@ -187,32 +205,53 @@ def start_without_one_entry(
     return StartOutcome(code, output, time.monotonic() - start, complete[0])
 
 
+NOT_PRECOMPILE = (COMPILE_CACHE.as_posix(), "modelinfos")
+"""What a start writes under the layout root that is not a Precompile Cache: the compile
+cache's own files (``.cache_accessed``) and vLLM's model-info cache
+(``$VLLM_CACHE_ROOT/modelinfos``, ``vllm/model_executor/models/registry.py``)."""
+
+
+@dataclass(frozen=True)
+class WholeStart:
+    """A start of the whole build: its ``env``, the files it ``written`` beside the compile
+    cache (root-relative), whether it ``served`` (exited 0 or logged :data:`READY`) and the
+    ``tail`` of its output."""
+
+    env: dict[str, str]
+    written: list[str]
+    served: bool
+    tail: str
+
+
 C1_WHAT = "serve with one entry removed fails at start instead of compiling"
-R3_WHAT = "a node start writes the Precompile Cache exactly when the release turns it on"
+R3_WHAT = "a node start with the Precompile Cache on writes it"
 
 
-def start_whole(
-    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
-) -> tuple[dict[str, str], list[str]]:
-    """Lay the whole manifest out under ``work`` as serve does and start vLLM with serve's argv
-    and environment for at most ``timeout`` seconds (:func:`start_for`); the start's environment
-    and the files it added under the layout root outside the compile cache (``/``-separated,
-    relative to the root; what serve laid out before the start is not counted).
+def start_whole(recipe: Recipe, store: Store, work: Path, timeout: float) -> WholeStart:
+    """Lay the whole build out under ``work`` as serve does (through the local tier C1's start
+    filled, so nothing is fetched twice) and start vLLM with serve's argv and environment until
+    it serves (:data:`READY`), exits, or ``timeout`` seconds pass (:func:`start_for`).
 
     Raises:
         UserError: serve refuses this node before vLLM starts (the refusal says why).
+        StoreError: the store or the local tier failed (a full disk: NoRoom).
     """
-    tiers = TieredStore(Store(str(work / "local-tier-whole"), create=True), store)
+    tiers = TieredStore(Store(str(work / "local-tier"), create=True), store)
     root = work / "serve-whole"
     prepared = prepare(ServeSource(recipe=recipe.source), tiers, cache_root=root)
     before = {p for p in root.rglob("*") if p.is_file()}
-    start_for(prepared.argv, prepared.env, prepared.cwd, timeout)
+    code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout, READY)
     added = [
         path.relative_to(root).as_posix()
         for path in sorted(root.rglob("*"))
         if path.is_file() and path not in before
     ]
-    return prepared.env, [p for p in added if not PurePosixPath(p).is_relative_to(COMPILE_CACHE)]
+    written = [
+        p for p in added if not any(PurePosixPath(p).is_relative_to(o) for o in NOT_PRECOMPILE)
+    ]
+    served = code == 0 or (code is None and READY in output)
+    tail = (output.strip().splitlines() or [""])[-1]
+    return WholeStart(prepared.env, written, served, tail)
 
 
 def node_check(
@@ -232,7 +271,8 @@ def node_check(
 def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str, list[Check]]:
     """The manifest digest of ``recipe``'s latest build in store ``cache`` and every check of the
     kit on it, on a ``compile`` host or a Neuron ``node``, in a fixed order (B12, R1, R2, B2,
-    B10, B7, C1, R3, B15); ``timeout``: seconds the C1 start may run.
+    B10, B7, C1, R3, B15); ``timeout``: seconds each of the node's two starts (C1's, R3's) may
+    run.
 
     Raises:
         UserError: the recipe is invalid or not a neuron recipe, or nothing was compiled for
@@ -246,21 +286,31 @@ def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str
     store = Store(cache)
     digest, manifest = latest_manifest(recipe, store)
     installed = {d: installed_version(d) for d in {*recipe.toolchain, *RUNTIMES}}
+    keyed = manifest.units[0].factors.get("env") if manifest.units else None
+    keyed = keyed if isinstance(keyed, dict) else {}
+    node_env = start_env.environ()
     rules = rules_for(recipe.toolchain)
     checks = [
         check_versions(recipe.toolchain, installed),
         check_release(recipe.toolchain, installed),
-        check_route(rules, start_env.environ()),
+        check_route(
+            rules, keyed.get(envs.VLLM_NEURON_BACKEND), node_env.get(envs.VLLM_NEURON_BACKEND)
+        ),
     ]
     with tempfile.TemporaryDirectory(prefix="neuronbuild-kit-") as tmp:
         checks += manifest_checks(recipe, store, manifest, Path(tmp) / "files")
         if host == "node":
             checks.append(node_check(recipe, store, manifest, Path(tmp), timeout))
             try:
-                env, written = start_whole(recipe, store, manifest, Path(tmp), timeout)
-                checks.append(check_precompile_cache(rules, env, written))
-            except UserError as exc:
+                whole = start_whole(recipe, store, Path(tmp), timeout)
+            except (UserError, StoreError) as exc:
                 checks.append(Check("R3", R3_WHAT, "FAIL", f"serve refused this node: {exc}"))
+            else:
+                checks.append(
+                    check_precompile_cache(
+                        rules, whole.env, whole.written, whole.served, whole.tail
+                    )
+                )
         else:
             why = "needs a Neuron node: run the kit there with --host node"
             checks.append(skipped("C1", C1_WHAT, why))

@@ -405,9 +405,10 @@ def prepare(
         mirror = Mirror(mirrors_folder(digest) / KEPT)  # what a later command would be given
     # Serve's own variables, except where the build keyed a value (its compile route).
     served = engine.serve_env(str(mirror.path if mirror else root), recipe.toolchain)
-    env.update({k: v for k, v in served.items() if k not in keyed})
+    env.update({k: v for k, v in served.items() if not (k in keyed and engine.is_key_env(k))})
     unique = tuple(dict.fromkeys(allowed))
-    warnings = tuple(engine.env_warnings(environ, {k: str(v) for k, v in keyed.items()}))
+    built = {k: str(v) for k, v in keyed.items()}
+    warnings = tuple(engine.env_warnings(environ, built, recipe.target, recipe.toolchain))
     return Prepared(
         manifest=digest,
         cache_root=root,

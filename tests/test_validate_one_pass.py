@@ -47,7 +47,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         {
             "additional_config": "must be a mapping",
             "quantization": "leave vLLM's quantization unset",
-            "enable_lora": "no LoRA support",
+            "enable_lora": "release serves no LoRA",
             "serve.max_num_seqs": "move it to the top level",
         },
     ),
@@ -55,7 +55,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, str]]] = {
         neuron_recipe(revision="0" * 40, additional_config="{neuron_config:", enable_lora=True),
         {
             "additional_config": "is not valid JSON",
-            "enable_lora": "no LoRA support",
+            "enable_lora": "release serves no LoRA",
         },
     ),
     "a mistyped model and length, a bad dtype, an unknown cpu_isa and a range pin": (

@@ -15,8 +15,9 @@ from neuronbuild.ui.console import echo_json
 from neuronbuild.ui.options import cache_option, json_option
 
 DEFAULT_TIMEOUT_S = 900
-"""How long the node's start without one entry may run (seconds): loading a 70B model's graphs
-takes minutes, compiling one graph takes longer, so a start still running is compiling."""
+"""How long each node start may run (seconds): loading a 70B model's graphs takes minutes,
+compiling one graph takes longer, so C1's start still running is compiling; R3's start stops as
+soon as vLLM serves."""
 
 
 @click.command()
@@ -26,7 +27,7 @@ takes minutes, compiling one graph takes longer, so a start still running is com
     type=click.Choice(["compile", "node"]),
     default="compile",
     show_default=True,
-    help="Where this runs: the CPU compile host, or a Neuron node (also starts vLLM once).",
+    help="Where this runs: the CPU compile host, or a Neuron node (also starts vLLM twice).",
 )
 @click.option(
     "--timeout",
@@ -34,7 +35,8 @@ takes minutes, compiling one graph takes longer, so a start still running is com
     type=click.IntRange(1, 86400),
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
-    help="Seconds the node's start without one entry may run before it counts as compiling.",
+    help="Seconds each node start may run: C1's without one entry (still running counts as "
+    "compiling), R3's until vLLM serves.",
 )
 @cache_option
 @json_option()

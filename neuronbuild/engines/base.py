@@ -235,14 +235,21 @@ class Engine(ABC):
         return sorted(k for k in environ if self.classify_env(k) in removed)
 
     def env_warnings(
-        self, environ: Mapping[str, str], built: Mapping[str, str] | None = None
+        self,
+        environ: Mapping[str, str],
+        built: Mapping[str, str] | None = None,
+        target: str | None = None,
+        toolchain: Mapping[str, str] | None = None,
     ) -> list[str]:
         """One warning per variable of the user's ``environ`` that the engine process will not
         get as set, for compile and serve alike, naming its class and what happens to it
         (:data:`~.env_classes.AT_COMPILE_AND_SERVE`). ``built``: at serve, the keyed values the
         build was compiled with (a keyed variable is then replaced by the build's value, or
-        unset); None at compile, where the user's keyed values enter the unit key."""
+        unset, unless the platform reads both alike for ``target`` and the ``toolchain`` pins:
+        :meth:`normalise_env`); None at compile, where the user's keyed values enter the unit
+        key."""
         out = []
+        pins = toolchain or {}
         for name in sorted(environ):
             env_class = self.classify_env(name)
             if env_class in (EnvClass.DROPPED, EnvClass.REFUSED_AT_SERVE):
@@ -251,6 +258,7 @@ class Engine(ABC):
             elif (
                 env_class is EnvClass.KEYED
                 and built is not None
+                and built.get(name) != self.normalise_env(name, environ[name], target, pins)
                 and built.get(name) != environ[name]
             ):
                 value = "unset" if name not in built else repr(str(built[name]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +22,7 @@ from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
-from neuronbuild.store.tiered import TieredStore
 from neuronbuild_runtime.conformance import run_kit
-from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
 from tests.engines.test_neuron_engine import (
     compile_small,
@@ -34,6 +31,7 @@ from tests.engines.test_neuron_engine import (
     setenv,
     small_recipe,
 )
+from tests.engines.test_neuron_phases import serve_and_count
 from tests.neuron_double import INSTALLS, install
 
 PINS = {"2.32.0": NEURON_TOOLCHAIN, **INSTALLS}
@@ -97,13 +95,13 @@ def test_2_33_1_is_told_from_2_33_0_by_its_rebuilt_libtorch_neuronx_lite() -> No
 
 
 def test_an_unknown_release_gets_the_nearest_rules_and_exactly_one_warning() -> None:
-    pins = {**INSTALLS["2.34.0"], "vllm-neuron": "0.30.0.1.0.0", "nki": "0.9.0"}
+    pins = {**INSTALLS["2.34.0"], "vllm": "0.30.0", "vllm-neuron": "0.30.0.1.0.0", "nki": "0.9.0"}
     [warning] = toolchain_warnings(neuron_recipe(toolchain=pins))
     assert "0.30.0.1.0.0 is not a Neuron SDK release neuronbuild knows" in warning
     assert "nearest, Neuron 2.34.0" in warning
     # Planned by 2.34's rules: LoRA is accepted, the encoder namespace is 0.29's.
     parse_recipe(neuron_recipe(toolchain=pins, enable_lora=True))
-    older = {**NEURON_TOOLCHAIN, "vllm-neuron": "0.23.0.1.0.0"}
+    older = {**NEURON_TOOLCHAIN, "vllm": "0.23.0", "vllm-neuron": "0.23.0.1.0.0"}
     assert "nearest, Neuron 2.31.1" in toolchain_warnings(neuron_recipe(toolchain=older))[0]
 
 
@@ -113,6 +111,54 @@ def test_an_unknown_release_must_pin_the_distribution_that_compiles() -> None:
     assert error.startswith("toolchain.libtorch-neuronx-lite: ")
     assert "libtorch-neuronx-lite up to Neuron 2.34, torch-neuronx after" in error
     parse_recipe(neuron_recipe(toolchain={**pins, "torch-neuronx": "2.10.0.3.0"}))
+
+
+def test_a_plugin_of_the_0_29_generation_the_table_lacks_gets_0_29_rules() -> None:
+    """Nearest by the vLLM a plugin runs on (its first three fields), not the whole version."""
+    assert releases.nearest("0.29.0.1.0.0").rules.encoder_namespace == "encoder_neuron_config"
+    assert releases.nearest("0.25.0.1.0.0").name == "2.32.0"
+    assert releases.nearest("0.30.0.1.0.0").name == releases.nearest("garbage").name == "2.34.0"
+    assert releases.nearest("0.20.0.1.0.0").name == "2.31.1"
+
+
+def test_2_34_is_named_only_by_a_newer_plugin_beside_its_published_versions() -> None:
+    assert releases.identify(INSTALLS["2.34.0"]) == releases.release_named("2.34.0")
+    for plugin in ("0.20.0", "garbage", "0.29.0.1.2.0+abc", "0.29.0.1.1.0"):
+        found = releases.identify({**INSTALLS["2.34.0"], "vllm-neuron": plugin})
+        assert found is None or found.name != "2.34.0", plugin
+    # Its own distributions are still required, each named.
+    pins = {d: v for d, v in INSTALLS["2.34.0"].items() if d != "neuronx-cc"}
+    [error] = errors_of(neuron_recipe(toolchain=pins))
+    assert error.startswith("toolchain.neuronx-cc: ")
+    assert "(Neuron 2.34.0: unpublished); pin the one installed" in error
+
+
+def test_vllm_must_be_the_one_its_plugin_runs_on() -> None:
+    pins = {**INSTALLS["2.34.0"], "vllm": "0.24.0"}
+    [error] = errors_of(neuron_recipe(toolchain=pins))
+    assert error.startswith('toolchain.vllm="0.24.0": vllm-neuron 0.29.0.2.0.0 runs on vLLM 0.29.0')
+
+
+def test_a_missing_runtime_pin_names_every_release_of_that_plugin() -> None:
+    pins = {d: v for d, v in INSTALLS["2.33.1"].items() if d != "libtorch-neuronx-lite"}
+    [error] = errors_of(neuron_recipe(toolchain=pins))
+    assert "Neuron 2.33.1: 2.11.0.1.0.4089 or 2.12.0.1.0.4089 or 2.13.0.1.0.4089" in error
+    assert "Neuron 2.33.0: unpublished" in error
+
+
+def test_without_a_plugin_pin_no_release_rule_is_guessed() -> None:
+    toolchain = {d: v for d, v in NEURON_TOOLCHAIN.items() if d != "vllm-neuron"}
+    data = multimodal("2.32.0", "vision_neuron_config", enable_lora=True)
+    data["toolchain"] = toolchain
+    [error] = errors_of(data)
+    assert error.startswith("toolchain={") and "must pin vllm-neuron to exact versions" in error
+
+
+@pytest.mark.parametrize("value", ["abc", 0, -3, 2.5, True])
+def test_lora_slot_sizes_must_be_positive_integers(value: object) -> None:
+    for name in ("max_loras", "max_lora_rank"):
+        [error] = errors_of(recipe_for("2.34.0", enable_lora=True, **{name: value}))
+        assert error.startswith(f"{name}=") and "must be a positive integer" in error
 
 
 def test_a_known_release_must_pin_its_runtime_and_an_upgrade_of_it_is_another_key() -> None:
@@ -139,9 +185,7 @@ def test_the_runtime_distribution_comes_from_the_row_not_the_code(
     monkeypatch.setattr(releases, "sdk_releases", lambda: table)
     pins = {"vllm": "0.31.0", "vllm-neuron": "0.31.0.1.0.0", "neuronx-cc": "2", "nki": "1"}
     [error] = errors_of(neuron_recipe(toolchain=pins))
-    assert (
-        error.startswith("toolchain.torch-neuronx: ") and "runs with torch-neuronx 2.15.0" in error
-    )
+    assert error.startswith("toolchain.torch-neuronx: ") and "(Neuron 2.35.0: 2.15.0)" in error
     with_lite = {**pins, "torch-neuronx": "2.15.0", "libtorch-neuronx-lite": "2.13.0.1.0.4089"}
     [error] = errors_of(neuron_recipe(toolchain=with_lite))
     assert "ships no libtorch-neuronx-lite" in error
@@ -155,6 +199,7 @@ def test_the_runtime_distribution_comes_from_the_row_not_the_code(
         lambda d: d["release"][0].update(runtime="torch-neuronx"),
         lambda d: d["release"][0].pop("packages"),
         lambda d: d["rules"]["xla"].pop("lora"),
+        lambda d: d["rules"]["native"].update(routes={}),
     ],
 )
 def test_a_malformed_table_is_one_value_error(broken: Any) -> None:
@@ -198,7 +243,7 @@ def test_the_compile_route_is_keyed_as_the_route_its_value_selects() -> None:
 
 def test_lora_is_planned_as_slot_inputs_for_2_34_only() -> None:
     [error] = errors_of(recipe_for("2.33.1", enable_lora=True))
-    assert error.startswith("enable_lora=true: vLLM Neuron of these pins serves no LoRA")
+    assert error.startswith("enable_lora=true: the pinned vLLM Neuron release serves no LoRA")
     plan = build_plan(parse_recipe(recipe_for("2.34.0", enable_lora=True, max_loras=4)), {})
     assert {u.key.factors["lora_slots"]["slots"] for u in plan.units} == {5}
     assert {u.key.factors["lora_slots"]["rank"] for u in plan.units} == {16}
@@ -218,6 +263,12 @@ def test_a_release_with_a_precompile_cache_is_served_with_its_route_named() -> N
     env = engine.serve_env("/layout", INSTALLS["2.33.1"])
     assert env["VLLM_NEURON_BACKEND"] == "neuron_native"
     assert "VLLM_NEURON_BACKEND" not in engine.serve_env("/layout", NEURON_TOOLCHAIN)
+    # A node that sets the page's value is not told it is replaced: it is the build's route.
+    pins = INSTALLS["2.33.1"]
+    quiet = engine.env_warnings({"VLLM_NEURON_BACKEND": "neuron_native"}, {}, "trn2", pins)
+    assert quiet == []
+    [loud] = engine.env_warnings({"VLLM_NEURON_BACKEND": "xla"}, {}, "trn2", pins)
+    assert loud.startswith("VLLM_NEURON_BACKEND is replaced by the build's value (unset)")
 
 
 # End to end, against the double installed as each release.
@@ -252,14 +303,12 @@ def release_recipe(tmp_path: Path, release: str, **args: Any) -> Recipe:
     )
 
 
-def serve(
-    recipe: Recipe, store: Store, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> subprocess.CompletedProcess[str]:
-    """One start of a trn2 "node" on the latest build of ``recipe``."""
-    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
-    prepared = prepare(ServeSource(recipe=recipe.source), TieredStore(store), cache_root=root)
-    full = {**prepared.env, "NEURON_DOUBLE_DEVICE": "trn2"}
-    return subprocess.run(prepared.argv, env=full, cwd=prepared.cwd, capture_output=True, text=True)
+def compiled_for(tmp_path: Path, release: str, **args: Any) -> tuple[Recipe, Store]:
+    """:func:`release_recipe`, compiled by the double into a folder store."""
+    recipe = release_recipe(tmp_path, release, **args)
+    store = Store(str(tmp_path / "store"), create=True)
+    assert compile_small(recipe, store, tmp_path).failed == 0
+    return recipe, store
 
 
 @pytest.mark.slow
@@ -274,10 +323,7 @@ def test_a_multimodal_recipe_of_each_later_release_compiles_every_graph_and_serv
     assert report.failed == 0 and report.manifest is not None, report.units
     assert Counter(compiled_graphs(record)) == Counter(planned(recipe))
     assert len(planned(recipe)) == 3 + 4 + 2
-    # CPU compile mode never writes a Precompile Cache: nothing of it is in the build.
-    paths = [f.path for f in store.get_manifest(report.manifest).files()]
-    assert not [p for p in paths if "precompile" in p]
-    run = serve(recipe, store, tmp_path / "node", monkeypatch)
+    run = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
     assert run.returncode == 0, run.stderr
     assert f"{len(planned(recipe))} graphs loaded" in run.stdout
     # A second start on the same node takes every trace from its Precompile Cache.
@@ -285,7 +331,7 @@ def test_a_multimodal_recipe_of_each_later_release_compiles_every_graph_and_serv
     first = traces.read_text().split("\n")
     assert {line.split()[0] for line in first if line} == {"traced"}
     traces.unlink()
-    again = serve(recipe, store, tmp_path / "node", monkeypatch)
+    again = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
     assert again.returncode == 0, again.stderr
     outcomes = Counter(line.split()[0] for line in traces.read_text().splitlines())
     assert outcomes == {"reused": len(planned(recipe))}
@@ -296,12 +342,10 @@ def test_a_node_that_turns_the_precompile_cache_off_traces_at_every_start(
     installed: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release, _ = installed
-    recipe = release_recipe(tmp_path, release)
-    store = Store(str(tmp_path / "store"), create=True)
-    assert compile_small(recipe, store, tmp_path).failed == 0
+    recipe, store = compiled_for(tmp_path, release)
     setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", "0")  # the node's own choice, passed through
     for _ in range(2):
-        run = serve(recipe, store, tmp_path / "node", monkeypatch)
+        run = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
         assert run.returncode == 0, run.stderr
     traces = (tmp_path / "traces.txt").read_text().splitlines()
     assert Counter(line.split()[0] for line in traces) == {"traced": 2 * len(planned(recipe))}
@@ -312,9 +356,7 @@ def test_the_kit_reports_the_release_the_route_and_the_precompile_cache_on_a_nod
     installed: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     release, _ = installed
-    recipe = release_recipe(tmp_path, release)
-    store = Store(str(tmp_path / "store"), create=True)
-    assert compile_small(recipe, store, tmp_path).failed == 0
+    recipe, store = compiled_for(tmp_path, release)
     setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
     setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
@@ -322,13 +364,10 @@ def test_the_kit_reports_the_release_the_route_and_the_precompile_cache_on_a_nod
     assert rows["R1"].status == "PASS" and rows["R1"].evidence["installed"] == release
     assert rows["R2"].status == "PASS" and rows["R2"].evidence["route"] == "native"
     assert rows["R3"].status == "PASS", rows["R3"]
-    assert rows["R3"].evidence["expected"] == "yes"
-    assert (
-        rows["R3"].evidence["written"]
-        == f"{len(planned(recipe))} files under neuron/precompile_cache"
-    )
-    # A node that turns the cache off: none expected, none written.
+    written = f"{len(planned(recipe))} files under neuron/precompile_cache"
+    assert rows["R3"].evidence == {"on": "yes", "written": written}
+    # A node that turns the cache off: skipped, and nothing was written.
     setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", "0")
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
     r3 = {c.row: c for c in checks}["R3"]
-    assert (r3.status, r3.evidence["expected"], r3.evidence["written"]) == ("PASS", "no", "0 files")
+    assert (r3.status, r3.evidence) == ("SKIP", {"on": "no", "written": "0 files"})

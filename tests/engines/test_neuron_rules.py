@@ -88,8 +88,8 @@ def test_an_unknown_speculative_method_is_refused() -> None:
 
 def test_lora_is_refused_before_neuron_2_34() -> None:
     [error] = errors_of(neuron_recipe(enable_lora=True))
-    assert error.startswith("enable_lora=true: vLLM Neuron of these pins serves no LoRA (vLLM")
-    assert "pin Neuron 2.34" in error
+    assert error.startswith("enable_lora=true: the pinned vLLM Neuron release serves no LoRA")
+    assert "pin the Neuron 2.34 release set" in error
 
 
 def test_a_compiler_from_another_release_is_refused_with_the_right_version() -> None:
@@ -113,7 +113,8 @@ def test_the_2_31_1_release_set_needs_its_torch_neuronx() -> None:
         "libtorch-neuronx-lite": "2.11.0.1.0.696",
     }
     [error] = errors_of(neuron_recipe(toolchain=pins))
-    assert error.startswith("toolchain.torch-neuronx: Neuron 2.31.1")
+    assert error.startswith("toolchain.torch-neuronx: vllm-neuron 0.21.0.1.0.0 runs with")
+    assert "(Neuron 2.31.1: 2.9.0.2.15.32035); pin the one installed" in error
     parse_recipe(neuron_recipe(toolchain={**pins, "torch-neuronx": "2.9.0.2.15.32035"}))
 
 

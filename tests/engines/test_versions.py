@@ -113,7 +113,7 @@ def test_an_unknown_release_warns_naming_what_is_unchecked_instead_of_refusing()
     toolchain = {"vllm": "0.29.0", "vllm-neuron": "0.29.0.1.0.0", "torch-neuronx": "2.10.0.2.16"}
     [warning] = [w for w in warnings_of(neuron_recipe(toolchain=toolchain)) if "toolchain" in w]
     assert "0.29.0.1.0.0 is not a Neuron SDK release neuronbuild knows" in warning
-    assert "planned by the rules of the nearest, Neuron 2.32.0" in warning
+    assert "planned by the rules of the nearest, Neuron 2.33.1" in warning  # vLLM 0.29
     assert "neuronx-cc, nki not pinned: not checked" in warning
     with pytest.raises(RecipeInvalid, match=r"toolchain\.vllm\b"):
         parse_recipe(neuron_recipe(toolchain={"vllm-neuron": "0.29.0.1.0.0"}))

@@ -22,11 +22,15 @@ from neuronbuild.engines.neuron.conformance import (
     check_layout,
     check_nki_paths,
     check_optimization_level,
+    check_precompile_cache,
+    check_release,
     check_removed_entry,
+    check_route,
     check_versions,
     exit_code,
 )
 from neuronbuild.engines.neuron.engine import NeuronEngine
+from neuronbuild.engines.neuron.releases import release_named
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -118,6 +122,46 @@ def test_only_a_start_that_fails_on_the_miss_passes(
     check = check_removed_entry(StartOutcome(code, output, 2.0, ENTRY))
     assert check.status == status
     assert check.evidence["removed"] == ENTRY
+
+
+GA = {"vllm": "0.29.0", "vllm-neuron": "0.29.0.2.0.0", "neuronx-cc": "2.29.0.0", "nki": "0.8.0"}
+BETA = {
+    "vllm": "0.29.0",
+    "vllm-neuron": "0.29.0.1.2.0",
+    "neuronx-cc": "2.28.7631.0",
+    "nki": "0.7.0",
+}
+
+
+def test_r1_fails_a_host_of_another_release_and_skips_pins_the_table_lacks() -> None:
+    pins = {**GA, "libtorch-neuronx-lite": "2.13.0.1.0.5000"}
+    assert check_release(pins, {**pins, "nki": "0.8.0+abc"}).status == "PASS"
+    other = check_release(pins, {**BETA, "libtorch-neuronx-lite": "2.12.0.1.0.4089"})
+    assert other.status == "FAIL" and other.why == "pinned Neuron 2.34.0, installed 2.33.1"
+    unknown = check_release({**pins, "vllm-neuron": "0.31.0.1.0.0", "nki": "1.0"}, pins)
+    assert unknown.status == "SKIP" and "planned by Neuron 2.34.0's rules" in unknown.why
+
+
+def test_r2_judges_the_builds_route_not_the_hosts() -> None:
+    rules = release_named("2.33.1").rules
+    assert check_route(rules, None, "xla").status == "PASS"  # serve gives the build's value
+    assert check_route(rules, None, None).evidence["route"] == "native"
+    failed = check_route(rules, "xla", None)
+    assert failed.status == "FAIL" and "VLLM_NEURON_BACKEND=xla" in failed.why
+    assert check_route(release_named("2.32.0").rules, "xla", None).status == "SKIP"
+
+
+def test_r3_passes_only_a_start_that_wrote_the_cache_it_turned_on() -> None:
+    rules = release_named("2.33.1").rules
+    on = {"VLLM_NEURON_BACKEND": "neuron_native"}
+    trace = ["neuron/precompile_cache/k/trace.bin"]
+    assert check_precompile_cache(rules, on, trace, True, "").status == "PASS"
+    assert check_precompile_cache(rules, on, [], True, "").status == "FAIL"
+    crashed = check_precompile_cache(rules, on, trace, False, "Traceback: boom")
+    assert crashed.status == "FAIL" and crashed.why == "the start did not come up: Traceback: boom"
+    for env in ({}, {**on, "TORCH_CACHING_PRECOMPILE": "0"}, {"VLLM_NEURON_BACKEND": " "}):
+        assert check_precompile_cache(rules, env, [], True, "").status == "SKIP", env
+    assert check_precompile_cache(release_named("2.32.0").rules, on, [], True, "").status == "SKIP"
 
 
 def test_the_exit_code_is_one_only_when_a_check_failed() -> None:
@@ -238,7 +282,7 @@ def test_a_node_start_still_compiling_at_the_limit_fails_and_leaves_no_process(
     c1 = by_row(checks)["C1"]
     assert c1.status == "FAIL" and c1.evidence["exit"] == "still running", c1
     pids = [int(pid) for pid in helpers.read_text().split()]  # vLLM's engine helpers
-    assert pids  # one per start: C1's and R3's
+    assert len(pids) == 2  # one per start: C1's and R3's
     for helper in pids:
         assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == "zombie"
 

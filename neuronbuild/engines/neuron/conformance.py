@@ -93,46 +93,58 @@ def check_release(pins: Mapping[str, str], installed: Mapping[str, str | None]) 
     return Check("R1", what, "PASS", "", evidence)
 
 
-def check_route(rules: Rules, environ: Mapping[str, str]) -> Check:
-    """Row R2: the compile route ``VLLM_NEURON_BACKEND`` selects here (unset: the release's
-    default) is one the release names. Evidence: the value and the route. SKIP for a release
-    that publishes no values (0.24: every value keyed as written)."""
-    what = "VLLM_NEURON_BACKEND selects a route the release names"
-    value = environ.get("VLLM_NEURON_BACKEND")
-    route = rules.route(value)
-    evidence = {"VLLM_NEURON_BACKEND": value or "(unset)", "route": route or "(not named)"}
+def check_route(rules: Rules, built: str | None, node: str | None) -> Check:
+    """Row R2: the compile route the build was keyed with (``built``: its keyed
+    ``VLLM_NEURON_BACKEND``, None when unset or the default) is one the release names; serve
+    gives vLLM that value (or names the default route), whatever ``node`` sets. Evidence: both
+    values and the route. SKIP for a release that publishes no values (0.24)."""
+    what = "the build's compile route is one the release names"
+    route = rules.route(built)
+    evidence = {
+        "built with": built or "(default)",
+        "this host": node or "(unset)",
+        "route": route or "(not named)",
+    }
     if not rules.routes:
         return Check("R2", what, "SKIP", "this release publishes no route values", evidence)
     if route is None:
         named = ", ".join(sorted(rules.routes))
-        why = f"{value} is not a value the release's pages name ({named}); keyed as written"
+        why = f"built with VLLM_NEURON_BACKEND={built}, which the release's pages do not name"
+        why += f" ({named})"
         return Check("R2", what, "FAIL", why, evidence)
     return Check("R2", what, "PASS", "", evidence)
 
 
-def check_precompile_cache(rules: Rules, env: Mapping[str, str], written: Sequence[str]) -> Check:
-    """Row R3: a node start writes a Precompile Cache exactly when the release has one and the
-    start's environment turns it on (``VLLM_NEURON_BACKEND`` naming the route, serve sets it;
-    ``TORCH_CACHING_PRECOMPILE`` not ``0``: how-to-precompile-cache.md, v2.33.0, 2026-10-13).
-    ``written``: the files the start added under the layout root outside the compile cache
-    (their layout is on no page we could read). Evidence: whether it was expected, and what."""
-    what = "a node start writes the Precompile Cache exactly when the release turns it on"
-    expected = (
+def check_precompile_cache(
+    rules: Rules, env: Mapping[str, str], written: Sequence[str], served: bool, tail: str
+) -> Check:
+    """Row R3: a node start with the Precompile Cache on writes it. On when the release has one,
+    ``VLLM_NEURON_BACKEND`` names the default route explicitly (serve sets it) and
+    ``TORCH_CACHING_PRECOMPILE`` is not ``0`` (how-to-precompile-cache.md, v2.33.0, 2026-10-13).
+    ``written``: the files the start added under the layout root beside the compile cache (their
+    layout is on no page we could read); ``served``: whether the start came up; ``tail``: its
+    last output line. SKIP when the cache is off; evidence: whether it is on, and what was
+    written."""
+    what = "a node start with the Precompile Cache on writes it"
+    value = (env.get("VLLM_NEURON_BACKEND") or "").strip()
+    on = (
         rules.precompile_cache
-        and rules.route(env.get("VLLM_NEURON_BACKEND")) == rules.default_route
-        and bool(env.get("VLLM_NEURON_BACKEND"))
+        and bool(value)
+        and rules.route(value) == rules.default_route
         and env.get("TORCH_CACHING_PRECOMPILE", "1").strip() != "0"
     )
     folders = sorted({"/".join(p.split("/")[:2]) for p in written})
-    evidence = {
-        "expected": "yes" if expected else "no",
-        "written": count(len(written), "file")
-        + (f" under {', '.join(folders)}" if folders else ""),
-    }
-    if expected and not written:
-        return Check("R3", what, "FAIL", "the start wrote no Precompile Cache", evidence)
-    if written and not expected:
-        return Check("R3", what, "FAIL", "the start wrote files beside the compile cache", evidence)
+    where = f" under {', '.join(folders)}" if folders else ""
+    evidence = {"on": "yes" if on else "no", "written": count(len(written), "file") + where}
+    if not served:
+        return Check("R3", what, "FAIL", f"the start did not come up: {tail}", evidence)
+    if not on:
+        why = "the release has no Precompile Cache, or this start turns it off"
+        return Check("R3", what, "SKIP", why, evidence)
+    if not written:
+        return Check(
+            "R3", what, "FAIL", "the start wrote nothing beside the compile cache", evidence
+        )
     return Check("R3", what, "PASS", "", evidence)
 
 

@@ -34,6 +34,7 @@ from neuronbuild.engines.neuron.nki import lay_out_binaries
 from neuronbuild.engines.neuron.node import target_differences
 from neuronbuild.engines.neuron.releases import (
     RUNTIMES,
+    Rules,
     install_fix,
     rules_for,
     toolchain_rules,
@@ -194,7 +195,7 @@ def lora_slots(recipe: Recipe) -> dict[str, int] | None:
     args = recipe.engine_args
     if args.get("enable_lora") is not True:
         return None
-    size = {name: args.get(name) or LORA_DEFAULTS[name] for name in LORA_SHAPE_ARGS}
+    size = {name: args.get(name, LORA_DEFAULTS[name]) for name in LORA_SHAPE_ARGS}
     return {"slots": int(size["max_loras"]) + 1, "rank": int(size["max_lora_rank"])}
 
 
@@ -266,17 +267,11 @@ class NeuronEngine(Engine):
                     "quantization or a calibrated checkpoint",
                 )
             )
-        if recipe.engine_args.get("enable_lora") is True and not rules.lora:
-            # Up to 0.24: "TODO: Inherit from LoRAModelRunnerMixin to support LoRA" (S3
-            # neuron_model_runner.py @9fc042ea); multi-LoRA serving arrives with Neuron 2.34.
-            errors.append(
-                RecipeError(
-                    "enable_lora",
-                    True,
-                    f"vLLM Neuron of these pins serves no LoRA ({rules.summary}); remove it, or "
-                    "pin Neuron 2.34 (vLLM Neuron GA, multi-LoRA serving)",
-                )
-            )
+        # Rules that differ between releases apply once the pins name one (no vllm-neuron pin is
+        # already an error).
+        pinned = recipe.toolchain.get("vllm-neuron") is not None
+        if pinned:
+            errors += self._check_lora(recipe, rules)
         errors += self._check_speculative(recipe)
         additional = recipe.additional_config
         found = check_unknown_keys("additional_config", additional, ADDITIONAL_CONFIG_KEYS)
@@ -286,11 +281,11 @@ class NeuronEngine(Engine):
             RecipeError(
                 f"additional_config.{other}",
                 additional[other],
-                f"is another vLLM Neuron release's name for the encoder settings; these pins' "
-                f"release reads {rules.encoder_namespace} ({rules.summary}): rename it",
+                f"is another vLLM Neuron release's name for the encoder settings; the pinned "
+                f"release reads {rules.encoder_namespace}: rename it",
             )
             for other in ENCODER_NAMESPACES
-            if other != rules.encoder_namespace and other in additional
+            if pinned and other != rules.encoder_namespace and other in additional
         ]
         for sub, known in (
             ("neuron_config", NEURON_CONFIG_KEYS),
@@ -317,6 +312,32 @@ class NeuronEngine(Engine):
             "this engine builds no graph (a kv_consumer skips prefill, a pooling model has no "
             "decode); remove kv_transfer_config or use a generating model",
         )
+
+    @staticmethod
+    def _check_lora(recipe: Recipe, rules: Rules) -> list[RecipeError]:
+        """LoRA only where the release serves it (up to 0.24: "TODO: Inherit from
+        LoRAModelRunnerMixin to support LoRA", S3 neuron_model_runner.py @9fc042ea; multi-LoRA
+        serving from Neuron 2.34), with slot sizes that are positive integers (they shape every
+        graph's inputs: :func:`lora_slots`)."""
+        args = recipe.engine_args
+        if args.get("enable_lora") is not True:
+            return []
+        if not rules.lora:
+            return [
+                RecipeError(
+                    "enable_lora",
+                    True,
+                    "the pinned vLLM Neuron release serves no LoRA; remove it, or pin the "
+                    "Neuron 2.34 release set (vLLM Neuron GA: nki 0.8.0 with its vllm-neuron, "
+                    "neuronx-cc and libtorch-neuronx-lite)",
+                )
+            ]
+        return [
+            RecipeError(name, args[name], "must be a positive integer (adapter slots, rank)")
+            for name in LORA_SHAPE_ARGS
+            if name in args
+            and (not isinstance(args[name], int) or isinstance(args[name], bool) or args[name] < 1)
+        ]
 
     @staticmethod
     def _check_speculative(recipe: Recipe) -> list[RecipeError]:

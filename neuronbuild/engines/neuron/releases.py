@@ -12,14 +12,14 @@ what is left unchecked.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from packaging.version import InvalidVersion, Version
 
-from neuronbuild.engines.versions import pin_matches
+from neuronbuild.engines.versions import pin_matches, public_version
 from neuronbuild.errors import MISSING, RecipeError
 
 TABLE = "neuron_releases.yaml"
@@ -63,7 +63,8 @@ class Rules:
 
     def explicit_default(self) -> str:
         """The first ``VLLM_NEURON_BACKEND`` value that names the default route (``neuron_native``):
-        what a node sets so that the Precompile Cache is on. KeyError without one."""
+        what a node sets so that the Precompile Cache is on (:func:`parse_table` refuses rules
+        with a Precompile Cache and no such value)."""
         return next(v for v, route in self.routes.items() if route == self.default_route)
 
 
@@ -136,6 +137,12 @@ def parse_table(text: str) -> tuple[Release, ...]:
     data = yaml.safe_load(text)
     try:
         rules = {name: Rules(name=name, **fields) for name, fields in data["rules"].items()}
+        for name, rule in rules.items():
+            if rule.precompile_cache and rule.default_route not in rule.routes.values():
+                raise ValueError(
+                    f"{TABLE}: rules {name!r} have a Precompile Cache but no VLLM_NEURON_BACKEND "
+                    "value naming their default route"
+                )
         out = []
         for row in data["release"]:
             where = f"release {row.get('name')!r}"
@@ -170,23 +177,41 @@ def release_named(name: str) -> Release:
     return next(r for r in sdk_releases() if r.name == name)
 
 
+def _version(text: str) -> Version | None:
+    try:
+        return Version(public_version(text))
+    except InvalidVersion:
+        return None
+
+
+def _plugins(releases: Iterable[Release]) -> list[Version]:
+    """Every published vllm-neuron version of ``releases``."""
+    cells = (r.packages.get("vllm-neuron") or frozenset() for r in releases)
+    return [v for cell in cells for v in map(_version, cell) if v is not None]
+
+
 def identify(toolchain: Mapping[str, str]) -> Release | None:
-    """The release ``toolchain`` names: the one whose published vllm-neuron version is the pin
-    (or, for a release whose vllm-neuron version is unpublished, one of whose published
-    versions is pinned), the one the pins fit best where several share a vllm-neuron (2.33.0 and
-    2.33.1): fewest :meth:`Release.problems`, then most published versions pinned, then the
-    newest. None without a vllm-neuron pin or when no release fits."""
+    """The release ``toolchain`` names, or None (no vllm-neuron pin, or no release fits).
+
+    The candidates are the releases whose published vllm-neuron version is the pin; failing
+    those, a release whose vllm-neuron is unpublished (2.34.0) when the pin is a version newer
+    than every published one of the releases before it and another of its published versions is
+    pinned (``nki: 0.8.0``). Where several share a vllm-neuron (2.33.0 and 2.33.1) the pins fit
+    best: fewest :meth:`Release.problems`, then most published versions pinned, then the newest.
+    """
     pin = toolchain.get("vllm-neuron")
     if pin is None:
         return None
-    named = [r for r in sdk_releases() if r.known("vllm-neuron", pin)]
-    if not named:
+    releases = sdk_releases()
+    named = [r for r in releases if r.known("vllm-neuron", pin)]
+    wanted = _version(pin)
+    if not named and wanted is not None:
         named = [
             r
-            for r in sdk_releases()
+            for i, r in enumerate(releases)
             if r.packages.get("vllm-neuron", frozenset()) is None
+            and all(wanted > v for v in _plugins(releases[i + 1 :]))
             and any(r.known(d, v) for d, v in toolchain.items() if d not in ("vllm", "vllm-neuron"))
-            and not r.problems(toolchain)
         ]
     if not named:
         return None
@@ -195,22 +220,22 @@ def identify(toolchain: Mapping[str, str]) -> Release | None:
     return named[order[0]]
 
 
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
+def vllm_of(plugin: str) -> str:
+    """The vLLM version a vllm-neuron version runs on: its first three fields ("0.21.0.1.0.0
+    (supports vLLM version 0.21.0; vllm-neuron version is 1.0.0)", component release notes,
+    v2.31.0)."""
+    return ".".join(public_version(plugin).split(".")[:3])
 
 
 def nearest(pin: str | None) -> Release:
-    """The release whose rules plan a vllm-neuron ``pin`` the table does not know: the newest
-    release for a pin newer than every published one (a release with an unpublished vllm-neuron
-    counts as newer than the published ones after it), else the newest release whose published
-    vllm-neuron is not newer than the pin, else the oldest."""
+    """The release whose rules plan a vllm-neuron ``pin`` the table does not know, by the vLLM
+    it runs on (:func:`vllm_of`): the newest release for a vLLM newer than every published one,
+    or for a pin that is no version; else the newest release whose published vLLM is not newer
+    than the pin's (``0.29.0.1.0.0`` gets 2.33's rules); else the oldest."""
     releases = sdk_releases()
-    wanted = _version(pin) if pin else None
+    wanted = _version(vllm_of(pin)) if pin else None
     published = [
-        (release, max(v for v in map(_version, cell) if v is not None))
+        (release, max(v for v in map(_version, map(vllm_of, cell)) if v is not None))
         for release in releases
         if (cell := release.packages.get("vllm-neuron")) is not None
     ]
@@ -249,7 +274,7 @@ def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], li
     if found.release is None:
         return _unknown(toolchain, pinned, found.nearest)
     release = found.release
-    errors = []
+    errors = _vllm_mismatch(toolchain, pinned)
     for dist in release.problems(toolchain):
         have = toolchain.get(dist)
         if dist not in release.all_dists():
@@ -259,20 +284,15 @@ def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], li
                     f"toolchain.{dist}", have, f"Neuron {release.name} {fix}; remove the pin"
                 )
             )
-        elif (versions := release.shipped(dist)) is None:
+        elif have is None:
             errors.append(
-                RecipeError(
-                    f"toolchain.{dist}",
-                    MISSING,
-                    f"Neuron {release.name} ships {dist} at a version no page neuronbuild read "
-                    f"gives; pin the {dist} version installed with it",
-                )
+                RecipeError(f"toolchain.{dist}", MISSING, _pin_what(dist, pinned, release))
             )
-        else:
+        elif (versions := release.shipped(dist)) is not None and dist != "vllm":
             errors.append(
                 RecipeError(
                     f"toolchain.{dist}",
-                    have if have is not None else MISSING,
+                    have,
                     f"Neuron {release.name} (vllm-neuron {pinned}) runs with {dist} "
                     f"{' or '.join(sorted(versions))}; pin that",
                 )
@@ -280,10 +300,40 @@ def toolchain_rules(toolchain: Mapping[str, str]) -> tuple[list[RecipeError], li
     return errors, []
 
 
+def _pin_what(dist: str, pinned: str, release: Release) -> str:
+    """How to pin ``dist`` beside vllm-neuron ``pinned`` of ``release``: its versions in every
+    release that ships that plugin (2.33.0 and 2.33.1 share one), an unpublished one said so."""
+    shipping = [r for r in sdk_releases() if r.known("vllm-neuron", pinned) and dist in r.packages]
+    shipping = shipping or [release]
+    shipped = "; ".join(
+        f"Neuron {r.name}: "
+        + (" or ".join(sorted(v)) if (v := r.shipped(dist)) is not None else "unpublished")
+        for r in shipping
+    )
+    return (
+        f"vllm-neuron {pinned} runs with {dist} ({shipped or 'unpublished'}); pin the one installed"
+    )
+
+
+def _vllm_mismatch(toolchain: Mapping[str, str], pinned: str) -> list[RecipeError]:
+    """A ``vllm`` pin that is not the vLLM vllm-neuron ``pinned`` runs on (:func:`vllm_of`)."""
+    have = toolchain.get("vllm")
+    if have is None or pin_matches(vllm_of(pinned), have):
+        return []
+    return [
+        RecipeError(
+            "toolchain.vllm",
+            have,
+            f"vllm-neuron {pinned} runs on vLLM {vllm_of(pinned)} (the first three fields of its "
+            "version); pin that",
+        )
+    ]
+
+
 def _unknown(
     toolchain: Mapping[str, str], pinned: str, near: Release
 ) -> tuple[list[RecipeError], list[str]]:
-    errors = []
+    errors = _vllm_mismatch(toolchain, pinned)
     if "vllm" not in toolchain:
         errors.append(
             RecipeError(
