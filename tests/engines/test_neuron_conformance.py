@@ -118,8 +118,11 @@ def vision(draw: st.DrawFn, mml: int) -> tuple[dict[str, Any] | None, dict[str, 
 
 
 RELEASES = {
+    "2.31.1": "vision_neuron_config",
     "2.32.0": "vision_neuron_config",
-    **{release: "encoder_neuron_config" for release in INSTALLS},
+    "2.33.0": "encoder_neuron_config",
+    "2.33.1": "encoder_neuron_config",
+    "2.34.0": "encoder_neuron_config",
 }
 """Each release the double is installed as, with the name it reads the encoder settings under
 (0.29's ``encoder_neuron_config``: configuration reference of v2.33.0, 2026-10-16)."""

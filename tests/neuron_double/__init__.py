@@ -59,6 +59,24 @@ SITE = Path(__file__).resolve().parent / "site"
 """The folder to put first on ``PYTHONPATH`` and ``sys.path`` (the Neuron SDK 2.32.0 installation)."""
 
 INSTALLS: dict[str, dict[str, str]] = {
+    # aws-neuron-sdk @81ce03ae src/helperscripts/n2-manifest.json lines 134-163.
+    "2.31.1": {
+        "vllm": "0.21.0",
+        "vllm-neuron": "0.21.0.1.0.0",
+        "neuronx-cc": "2.26.6360.0",
+        "nki": "0.5.0",
+        "libtorch-neuronx-lite": "2.11.0.1.0.696",
+        "torch-neuronx": "2.9.0.2.15.32035",
+    },
+    # Component release notes index of v2.33.0; its libtorch-neuronx-lite build is on no page we
+    # could read: the one below is a stand-in older than 2.33.1's rebuild.
+    "2.33.0": {
+        "vllm": "0.29.0",
+        "vllm-neuron": "0.29.0.1.2.0",
+        "neuronx-cc": "2.28.7631.0",
+        "nki": "0.7.0",
+        "libtorch-neuronx-lite": "2.12.0.1.0.3000",
+    },
     # Component release notes index of v2.33.0 (vLLM Neuron 0.29.0.1.2.0, Neuron Compiler
     # 2.28.7631.0, NKI 0.7.0) and release notes 2.33.1 (2026-11-11: libtorch_neuronx_lite
     # 2.12.0.1.0.4089); vLLM's version is the first three fields of vllm-neuron's.
@@ -80,7 +98,7 @@ INSTALLS: dict[str, dict[str, str]] = {
         "libtorch-neuronx-lite": "2.13.0.1.0.5000",
     },
 }
-"""The versions each later SDK release installs, as the double reports them."""
+"""The versions each other SDK release installs, as the double reports them (``SITE`` is 2.32.0)."""
 
 
 def install(release: str, into: Path) -> Path:
