@@ -12,6 +12,7 @@ what is left unchecked.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -245,7 +246,16 @@ def nearest(pin: str | None) -> Release:
 
 
 def resolve(toolchain: Mapping[str, str]) -> Resolution:
-    """The release ``toolchain`` names and the rules a recipe pinning it is planned by."""
+    """The release ``toolchain`` names and the rules a recipe pinning it is planned by (worked
+    out once per set of pins: planning asks for every environment variable)."""
+    return _resolve(tuple(sorted(toolchain.items())), id(sdk_releases()))
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve(pins: tuple[tuple[str, str], ...], table: int) -> Resolution:
+    """:func:`resolve` of ``pins`` against the table whose ``id`` is ``table`` (a test may plan
+    against another table)."""
+    toolchain = dict(pins)
     release = identify(toolchain)
     return Resolution(release, release or nearest(toolchain.get("vllm-neuron")))
 
