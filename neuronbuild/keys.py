@@ -133,6 +133,9 @@ FACTOR_MEANINGS = {
     "same value (or unset it)",
     "cpu_isa": "another CPU instruction set",
     "graph": "another graph (bucket)",
+    "phase": "another phase of the run (prefill, decode, vision)",
+    "lora_slots": "another number of LoRA adapter slots (max_loras + 1) or max_lora_rank: the "
+    "slot weights are graph inputs",
 }
 """Why each unit key factor makes a miss, as ``doctor`` explains it."""
 

@@ -19,6 +19,7 @@ import yaml
 from neuronbuild.engines.neuron import releases
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import RecipeInvalid
+from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
@@ -248,6 +249,8 @@ def test_lora_is_planned_as_slot_inputs_for_2_34_only() -> None:
     plan = build_plan(parse_recipe(recipe_for("2.34.0", enable_lora=True, max_loras=4)), {})
     assert {u.key.factors["lora_slots"]["slots"] for u in plan.units} == {5}
     assert {u.key.factors["lora_slots"]["rank"] for u in plan.units} == {16}
+    [why] = explain_differences(["lora_slots.slots"])
+    assert why.startswith("lora_slots: another number of LoRA adapter slots")
     base = key(recipe_for("2.34.0", enable_lora=True))
     assert key(recipe_for("2.34.0", enable_lora=True, max_loras=1, max_lora_rank=16)) == base
     assert key(recipe_for("2.34.0", enable_lora=True, max_lora_rank=32)).isdisjoint(base)
