@@ -66,7 +66,8 @@ MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild
 	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine \
 	neuronbuild.engines.neuron.engine neuronbuild.engines.neuron.buckets \
-	neuronbuild.orchestrate.compile neuronbuild.orchestrate.scheduler
+	neuronbuild.engines.neuron.releases neuronbuild.orchestrate.compile \
+	neuronbuild.orchestrate.scheduler
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \
