@@ -139,13 +139,28 @@ def test_vllm_must_be_the_one_its_plugin_runs_on() -> None:
     pins = {**INSTALLS["2.34.0"], "vllm": "0.24.0"}
     [error] = errors_of(neuron_recipe(toolchain=pins))
     assert error.startswith('toolchain.vllm="0.24.0": vllm-neuron 0.29.0.2.0.0 runs on vLLM 0.29.0')
+    # A release that publishes its vLLM says so once, not once per rule.
+    [error] = errors_of(neuron_recipe(toolchain={**INSTALLS["2.33.1"], "vllm": "0.24.0"}))
+    assert error.startswith('toolchain.vllm="0.24.0": vllm-neuron 0.29.0.1.2.0 runs on vLLM 0.29.0')
+
+
+def test_a_pin_of_another_build_names_the_builds_the_release_ships() -> None:
+    pins = {**NEURON_TOOLCHAIN, "libtorch-neuronx-lite": "2.13.0.1.0.4089"}
+    [error] = errors_of(neuron_recipe(toolchain=pins))
+    assert error == (
+        'toolchain.libtorch-neuronx-lite="2.13.0.1.0.4089": Neuron 2.32.0 (vllm-neuron '
+        "0.24.0.1.1.0) runs with libtorch-neuronx-lite 2.11.0.1.0.1284 or 2.12.0.1.0.1284; pin that"
+    )
 
 
 def test_a_missing_runtime_pin_names_every_release_of_that_plugin() -> None:
     pins = {d: v for d, v in INSTALLS["2.33.1"].items() if d != "libtorch-neuronx-lite"}
     [error] = errors_of(neuron_recipe(toolchain=pins))
-    assert "Neuron 2.33.1: 2.11.0.1.0.4089 or 2.12.0.1.0.4089 or 2.13.0.1.0.4089" in error
-    assert "Neuron 2.33.0: unpublished" in error
+    assert error.endswith(
+        ": vllm-neuron 0.29.0.1.2.0 runs with libtorch-neuronx-lite (Neuron 2.33.1: "
+        "2.11.0.1.0.4089 or 2.12.0.1.0.4089 or 2.13.0.1.0.4089; Neuron 2.33.0: unpublished); pin "
+        "the one installed"
+    )
 
 
 def test_without_a_plugin_pin_no_release_rule_is_guessed() -> None:
@@ -202,6 +217,7 @@ def test_the_runtime_distribution_comes_from_the_row_not_the_code(
         lambda d: d["release"][0].pop("packages"),
         lambda d: d["rules"]["xla"].pop("lora"),
         lambda d: d["rules"]["native"].update(routes={}),
+        lambda d: d["release"][0]["packages"].pop("vllm-neuron"),
     ],
 )
 def test_a_malformed_table_is_one_value_error(broken: Any) -> None:

@@ -149,6 +149,8 @@ def parse_table(text: str) -> tuple[Release, ...]:
             where = f"release {row.get('name')!r}"
             if row["rules"] not in rules:
                 raise ValueError(f"{TABLE}: {where} names rules {row['rules']!r}, not defined")
+            if not {"vllm", "vllm-neuron"} <= set(row["packages"]):
+                raise ValueError(f"{TABLE}: {where} must list vllm and vllm-neuron in packages")
             if row["runtime"] not in row["packages"]:
                 raise ValueError(f"{TABLE}: {where}: runtime {row['runtime']!r} is not a package")
             out.append(
@@ -198,7 +200,7 @@ def identify(toolchain: Mapping[str, str]) -> Release | None:
     those, a release whose vllm-neuron is unpublished (2.34.0) when the pin is a version newer
     than every published one of the releases before it and another of its published versions is
     pinned (``nki: 0.8.0``). Where several share a vllm-neuron (2.33.0 and 2.33.1) the pins fit
-    best: fewest :meth:`Release.problems`, then most published versions pinned, then the newest.
+    best: fewest :meth:`Release.problems`, then the newest (a later rebuild publishes more).
     """
     pin = toolchain.get("vllm-neuron")
     if pin is None:
@@ -210,15 +212,13 @@ def identify(toolchain: Mapping[str, str]) -> Release | None:
         named = [
             r
             for i, r in enumerate(releases)
-            if r.packages.get("vllm-neuron", frozenset()) is None
+            if r.packages["vllm-neuron"] is None
             and all(wanted > v for v in _plugins(releases[i + 1 :]))
             and any(r.known(d, v) for d, v in toolchain.items() if d not in ("vllm", "vllm-neuron"))
         ]
     if not named:
         return None
-    exact = [sum(r.known(d, v) for d, v in toolchain.items()) for r in named]
-    order = sorted(range(len(named)), key=lambda i: (len(named[i].problems(toolchain)), -exact[i]))
-    return named[order[0]]
+    return min(named, key=lambda r: len(r.problems(toolchain)))  # the first (newest) of a tie
 
 
 def vllm_of(plugin: str) -> str:
@@ -240,7 +240,7 @@ def nearest(pin: str | None) -> Release:
         for release in releases
         if (cell := release.packages.get("vllm-neuron")) is not None
     ]
-    if wanted is None or (published and wanted > published[0][1]):
+    if wanted is None or (published and wanted > max(v for _, v in published)):
         return releases[0]
     return next((release for release, v in published if wanted >= v), releases[-1])
 
@@ -320,9 +320,7 @@ def _pin_what(dist: str, pinned: str, release: Release) -> str:
         + (" or ".join(sorted(v)) if (v := r.shipped(dist)) is not None else "unpublished")
         for r in shipping
     )
-    return (
-        f"vllm-neuron {pinned} runs with {dist} ({shipped or 'unpublished'}); pin the one installed"
-    )
+    return f"vllm-neuron {pinned} runs with {dist} ({shipped}); pin the one installed"
 
 
 def _vllm_mismatch(toolchain: Mapping[str, str], pinned: str) -> list[RecipeError]:
