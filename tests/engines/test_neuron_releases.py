@@ -331,8 +331,17 @@ def compiled_for(tmp_path: Path, release: str, **args: Any) -> tuple[Recipe, Sto
     """:func:`release_recipe`, compiled by the double into a folder store."""
     recipe = release_recipe(tmp_path, release, **args)
     store = Store(str(tmp_path / "store"), create=True)
-    assert compile_small(recipe, store, tmp_path).failed == 0
+    report = compile_small(recipe, store, tmp_path)
+    assert report.failed == 0 and report.manifest is not None, report.units
     return recipe, store
+
+
+def traces(tmp_path: Path) -> Counter[str]:
+    """How many graphs the node's starts traced and reused (``NEURON_DOUBLE_TRACES``), emptied."""
+    path = tmp_path / "traces.txt"
+    found = Counter(line.split()[0] for line in path.read_text().splitlines())
+    path.unlink()
+    return found
 
 
 @pytest.mark.slow
@@ -341,46 +350,42 @@ def test_a_multimodal_recipe_of_each_later_release_compiles_every_graph_and_serv
 ) -> None:
     release, record = installed
     extra = {"enable_lora": True, "max_loras": 3} if release == "2.34.0" else {}
-    recipe = release_recipe(tmp_path, release, **extra)
-    store = Store(str(tmp_path / "store"), create=True)
-    report = compile_small(recipe, store, tmp_path)
-    assert report.failed == 0 and report.manifest is not None, report.units
-    assert Counter(compiled_graphs(record)) == Counter(planned(recipe))
-    assert len(planned(recipe)) == 3 + 4 + 2
+    recipe, store = compiled_for(tmp_path, release, **extra)
+    graphs = len(planned(recipe))
+    assert Counter(compiled_graphs(record)) == Counter(planned(recipe)) and graphs == 3 + 4 + 2
     run = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
     assert run.returncode == 0, run.stderr
-    assert f"{len(planned(recipe))} graphs loaded" in run.stdout
+    assert f"{graphs} graphs loaded" in run.stdout
+    assert traces(tmp_path) == {"traced": graphs}
     # A second start on the same node takes every trace from its Precompile Cache.
-    traces = tmp_path / "traces.txt"
-    first = traces.read_text().split("\n")
-    assert {line.split()[0] for line in first if line} == {"traced"}
-    traces.unlink()
     again = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
     assert again.returncode == 0, again.stderr
-    outcomes = Counter(line.split()[0] for line in traces.read_text().splitlines())
-    assert outcomes == {"reused": len(planned(recipe))}
+    assert traces(tmp_path) == {"reused": graphs}
+
+
+@pytest.fixture
+def built(installed: tuple[str, Path], tmp_path: Path) -> tuple[Recipe, Store]:
+    """:func:`compiled_for` the release the double is installed as."""
+    return compiled_for(tmp_path, installed[0])
 
 
 @pytest.mark.slow
 def test_a_node_that_turns_the_precompile_cache_off_traces_at_every_start(
-    installed: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    built: tuple[Recipe, Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    release, _ = installed
-    recipe, store = compiled_for(tmp_path, release)
+    recipe, store = built
     setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", "0")  # the node's own choice, passed through
     for _ in range(2):
         run = serve_and_count(recipe, store, tmp_path / "node", monkeypatch)
         assert run.returncode == 0, run.stderr
-    traces = (tmp_path / "traces.txt").read_text().splitlines()
-    assert Counter(line.split()[0] for line in traces) == {"traced": 2 * len(planned(recipe))}
+    assert traces(tmp_path) == {"traced": 2 * len(planned(recipe))}
 
 
 @pytest.mark.slow
 def test_the_kit_reports_the_release_the_route_and_the_precompile_cache_on_a_node(
-    installed: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    installed: tuple[str, Path], built: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    release, _ = installed
-    recipe, store = compiled_for(tmp_path, release)
+    release, (recipe, store) = installed[0], built
     setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
     setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
