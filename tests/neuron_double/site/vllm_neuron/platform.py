@@ -92,7 +92,8 @@ def precompile_cache_on(serving: bool) -> bool:
 def lora_inputs(args: dict[str, Any]) -> list[int] | None:
     """The adapter slot inputs ``--enable-lora`` adds to every graph: A weights ``[max_loras + 1,
     in, max_lora_rank]`` (slot 0 zeros for the base model: multi-LoRA design page, 2026-11-18),
-    as ``[slots, rank]``; None without LoRA. Before the GA the runner loads the base model without
+    as ``[slots, rank]`` (unset sizes: vLLM's ``EngineArgs`` defaults, ``max_loras`` 1 and
+    ``max_lora_rank`` 16, ``vllm/engine/arg_utils.py``); None without LoRA. Before the GA the runner loads the base model without
     LoRA ("TODO: Inherit from LoRAModelRunnerMixin", vllm-project/vllm-neuron
     neuron_model_runner.py @9fc042ea): refused at start."""
     if not args.get("enable_lora"):
