@@ -199,8 +199,9 @@ def identify(toolchain: Mapping[str, str]) -> Release | None:
     The candidates are the releases whose published vllm-neuron version is the pin; failing
     those, a release whose vllm-neuron is unpublished (2.34.0) when the pin is a version newer
     than every published one of the older releases (those after it in the table) and another of
-    its published versions is pinned (``nki: 0.8.0``). Where several share a vllm-neuron (2.33.0 and 2.33.1) the pins fit
-    best: fewest :meth:`Release.problems`, then the newest (a later rebuild publishes more).
+    its published versions is pinned (``nki: 0.8.0``). Where several share a vllm-neuron (2.33.0
+    and 2.33.1) the pins fit best: fewest :meth:`Release.problems`, then the newest (a later
+    rebuild publishes more).
     """
     pin = toolchain.get("vllm-neuron")
     if pin is None:
