@@ -307,3 +307,95 @@ def echo_command(prepared: Prepared, dry_run: bool) -> None:
             "of --dry-run):"
         )
     click.echo(prepared.command())
+
+
+@click.command(cls=ServeCommand, context_settings=HELP)
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("--ref", help="Capture for the manifest a ref points at: <name>/<tag> or <name>.")
+@click.option(
+    "--manifest",
+    "manifest_digest",
+    help="Capture for one manifest: sha256:<64 hex>, or a unique prefix.",
+)
+@cache_option
+@local_cache_option(
+    "blobs are fetched into it first (default: none for a --cache folder, else "
+    "~/.cache/neuronbuild/store)."
+)
+@click.option(
+    "--key",
+    "key_ref",
+    metavar="KEY_REF",
+    help="The node's signing key: file:PATH or PATH of a PEM private key (Ed25519 or ECDSA "
+    "P-256), or awskms:ARN; without it the addition is unsigned (a node under a trust policy "
+    "lays out only additions signed by a signer its additions entry names).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=1800.0,
+    show_default=True,
+    help="Seconds vLLM may take to serve before the capture is refused.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True),
+    help="Folder vLLM runs in (as serve --workdir).",
+)
+@policy_option
+@json_option()
+def capture(
+    recipe: str | None,
+    ref: str | None,
+    manifest_digest: str | None,
+    cache: str,
+    local_cache: str | None,
+    key_ref: str | None,
+    timeout: float,
+    workdir: str | None,
+    policy: str | None,
+    as_json: bool,
+) -> None:
+    """On the first node that serves a build, start it once as serve would, on a fresh
+    lay-out, and give back to the store what that start wrote that no compile host can (vLLM
+    Neuron 0.29's Precompile Cache: traced graphs) as an addition to its manifest. Later nodes
+    with the same target and installed builds lay it out at serve and skip tracing.
+
+    Nothing is published unless every check of serve passes (no --allow-mismatch) and vLLM
+    served within --timeout. Exits 2 when the build's release writes nothing to give back,
+    when vLLM did not serve, or when the start wrote nothing; 3 when the store failed.
+
+    \b
+    Examples:
+      neuronbuild capture --ref app/prod --cache s3://bucket/store --key node.key
+      neuronbuild capture recipe.yaml --timeout 3600
+    """
+    if sum(x is not None for x in (recipe, ref, manifest_digest)) != 1:
+        raise UserError("give exactly one of RECIPE, --ref NAME[/TAG] or --manifest DIGEST")
+    from neuronbuild.attest.keyless_sign import KeylessSigner
+    from neuronbuild.attest.keys import load_signer
+    from neuronbuild.attest.trust import policy_from
+
+    from .capture import capture as capture_addition
+
+    trusted = policy_from(policy)  # a bad policy or key is refused before the store is read
+    signer = load_signer(key_ref, "--key") if key_ref else None
+    if isinstance(signer, KeylessSigner):
+        raise UserError(
+            f"--key {key_ref}: an addition is signed with a key file or awskms:ARN, not keyless"
+        )
+    tiers = node_tiers(cache, local_cache, dry_run=False)
+    captured = capture_addition(
+        ServeSource(recipe, ref, manifest_digest),
+        tiers,
+        signer=signer,
+        timeout=timeout,
+        policy=trusted,
+        serving_args=list(click.get_current_context().meta.get("vllm_options", [])),
+        workdir=Path(workdir).resolve() if workdir else None,
+    )
+    echo_notes(tiers.notes)
+    if as_json:
+        echo_json("capture", {"store": (tiers.remote or tiers.local).url, **captured.to_json()})
+    else:
+        click.echo(captured.line())

@@ -26,6 +26,7 @@ from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
 from neuronbuild.model_files import check_model_present
+from neuronbuild.node.additions import add_to_layout, node_builds
 from neuronbuild.node.image_stamp import check_image
 from neuronbuild.node.materialize import check_apart, laid_out, lay_out, register
 from neuronbuild.node.mirrors import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
@@ -81,6 +82,10 @@ class Prepared:
     env_warnings: tuple[str, ...] = ()
     laid_out: bool = True
     mirror: Mirror | None = None
+    addition: str | None = None
+    """The addition laid out beside the manifest's files (:mod:`neuronbuild.node.additions`)."""
+    recipe: Recipe | None = None
+    """The recipe served (the file's, else the manifest's own)."""
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -109,6 +114,7 @@ class Prepared:
             "unset": removed,
             "command": self.command(),
             "laid_out": self.laid_out,
+            "addition": self.addition,
             "allowed_mismatches": [vars(m) for m in self.allowed],
             "notes": self.notes,
         }
@@ -315,6 +321,7 @@ def prepare(
     check_address: bool = True,
     layout_only: bool = False,
     policy: Policy | None = None,
+    additions: bool = True,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
@@ -330,7 +337,10 @@ def prepare(
     check that vLLM can bind the address its options give (off when nothing starts now);
     ``layout_only``: vLLM is started later, by the printed command, so a node image's mirror is
     the one kept for such commands, not one held by this process (:mod:`neuronbuild.node.mirrors`);
-    ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`).
+    ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`),
+    and an addition before it is laid out; ``additions``: lay out the newest addition nodes gave
+    back to the build that this node may use (:mod:`neuronbuild.node.additions`; never into a
+    node image, never in a dry run).
 
     Every check of the node's own configuration comes before the first blob is fetched
     (:mod:`.node_config`): the layout root and, when it lacks blobs, the local tier must be
@@ -390,6 +400,13 @@ def prepare(
         register(tiers, digest, root)
         files, size = laid.files, laid.bytes
         ready = True
+    kind = engine.addition_kind(recipe.toolchain)
+    added = None
+    if additions and kind is not None and not dry_run and not image:
+        here = (recipe.target, node_builds(engine))
+        paths = {f.path for f in manifest.files()}
+        added, found = add_to_layout(tiers, root, digest, paths, kind, here, policy)
+        tiers.notes.extend(found)
     # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
     keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
     if not isinstance(keyed, dict):
@@ -423,6 +440,8 @@ def prepare(
         env_warnings=warnings,
         laid_out=ready,
         mirror=mirror,
+        addition=added,
+        recipe=recipe,
     )
 
 

@@ -16,11 +16,15 @@ The file (YAML), paths relative to its own folder::
           - identity: https://github.com/org/repo/.github/workflows/build.yml@refs/heads/main
             issuer: https://token.actions.githubusercontent.com
             trusted_root: sigstore/trusted_root.json   # optional: Sigstore's public-good root
+      nodes:
+        keys: [keys/node.pub]   # the key `neuronbuild capture --sign` uses on serving nodes
     refs:                       # first match wins; a pattern is matched over <name>/<tag>
       - match: app/prod
         signers: [release]
       - match: "*/*"
         signers: [ci, builds]
+    additions:                  # optional: who may sign what nodes give back to a build
+      precompile-cache: [nodes]
 
 A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
 securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private
@@ -39,6 +43,11 @@ or ``app``). A manifest served by digest is matched as
 a policy, ``serve``, ``pull`` and ``verify`` refuse a ref no rule matches (fail closed); ``tag``
 refuses an unsigned move only onto a ref a rule matches (a *protected* name).
 
+``additions`` names, per kind of addition (:mod:`neuronbuild.attest.additions`), the signers
+whose additions ``serve`` lays out; without it a node under a policy lays out no addition. A
+signer named there may not be named by any ``refs`` rule (the policy is refused): a serving
+node's key signs what its start wrote, never a build.
+
 The file is read as a regular file of at most :data:`MAX_POLICY_BYTES` (a FIFO is refused, not
 waited on) and a key given twice in one mapping is refused, naming it and its lines: YAML would
 keep the last silently, so a signer edited in two places would trust what nobody reads.
@@ -48,13 +57,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from securesystemslib.signer import Key
 
+from neuronbuild.attest.additions import KINDS, Addition
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
@@ -118,11 +128,39 @@ class Rule:
 
 @dataclass(frozen=True)
 class Policy:
-    """A loaded policy: its ``source`` file, every named signer, and its rules in order."""
+    """A loaded policy: its ``source`` file, every named signer, its rules in order, and the
+    signers of each kind of addition (``additions``)."""
 
     source: str
     signers: Mapping[str, Signer]
     rules: tuple[Rule, ...]
+    additions: Mapping[str, tuple[Signer, ...]] = field(default_factory=dict)
+
+    def addition_refusal(self, addition: Addition) -> str | None:
+        """None when a signer the policy names for ``addition``'s kind signed it; else the
+        one-line reason it is not laid out (unsigned, signed by another key, a signature that
+        does not verify, or no signer named for that kind)."""
+        kind = addition.kind
+        head = (
+            f"policy {self.source} does not trust addition {short(addition.name)} ({kind}, "
+            f"captured on {addition.node.host})"
+        )
+        signers = self.additions.get(kind, ())
+        if not signers:
+            return f"{head}: it names no signer of {kind}; add additions: {{{kind}: [SIGNER]}}"
+        keys = [k for s in signers for k in s.keys]
+        if addition.verified_by(keys) is not None:
+            return None
+        ours = {k.keyid for k in keys}
+        if not addition.keyids:
+            found = "it is unsigned"
+        elif ours & set(addition.keyids):
+            found = f"a signature by {self._signer_of(min(ours & set(addition.keyids)))} that "
+            found += "does not verify"
+        else:
+            found = f"a signature by {', '.join(map(self._signer_of, addition.keyids))}"
+        expected = " or ".join(s.describe() for s in signers)
+        return f"{head}: found {found}; expected a signature by {expected}"
 
     def rule_for(self, ref: str) -> Rule | None:
         """The first rule whose pattern matches ``ref`` (``<name>/<tag>``), or None."""
@@ -270,8 +308,12 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         PolicyInvalid: the first problem, naming its field (``signers.ci.keys[0]``, ...).
     """
     where = f"policy {source}"
-    if not isinstance(data, dict) or set(data) != {"signers", "refs"}:
-        raise PolicyInvalid(f"{where}: expected exactly the fields signers and refs")
+    if not isinstance(data, dict) or not {"signers", "refs"} <= set(data) <= {
+        "signers",
+        "refs",
+        "additions",
+    }:
+        raise PolicyInvalid(f"{where}: expected the fields signers and refs (and additions)")
     raw_signers = data["signers"]
     if not isinstance(raw_signers, dict) or not raw_signers:
         raise PolicyInvalid(f"{where}: signers: expected a mapping of names to {{keys: [...]}}")
@@ -297,7 +339,42 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
                 raise PolicyInvalid(f"{field}.signers: {name!r} is not a signer (known: {known})")
             named.append(signers[str(name)])
         rules.append(Rule(entry["match"], tuple(named), pattern))
-    return Policy(source, signers, tuple(rules))
+    additions = _additions(data.get("additions"), signers, rules, where)
+    return Policy(source, signers, tuple(rules), additions)
+
+
+def _additions(
+    data: Any, signers: Mapping[str, Signer], rules: list[Rule], where: str
+) -> dict[str, tuple[Signer, ...]]:
+    """The ``additions`` entry: kind -> signers.
+
+    Raises:
+        PolicyInvalid: not a mapping of known kinds to signer names, an unknown signer, or a
+            signer a ``refs`` rule also names.
+    """
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not data:
+        raise PolicyInvalid(f"{where}: additions: expected a mapping of kinds to signer names")
+    out = {}
+    for kind, names in data.items():
+        field_ = f"{where}: additions.{kind}"
+        if kind not in KINDS:
+            raise PolicyInvalid(f"{field_}: not a kind of addition (known: {', '.join(KINDS)})")
+        named = []
+        for name in _list(names, field_, "signer names"):
+            signer = signers.get(str(name))
+            if signer is None:
+                known = ", ".join(sorted(signers))
+                raise PolicyInvalid(f"{field_}: {name!r} is not a signer (known: {known})")
+            if any(signer.name == s.name for rule in rules for s in rule.signers):
+                raise PolicyInvalid(
+                    f"{field_}: {name} also signs builds (a refs rule names it); a node's key "
+                    "signs additions only: give it a signer of its own"
+                )
+            named.append(signer)
+        out[str(kind)] = tuple(named)
+    return out
 
 
 def _yaml(text: bytes, where: str) -> Any:

@@ -3,7 +3,7 @@
 The group and its global options live here; the commands, by what they work on, in
 :mod:`~neuronbuild.cli.build` (recipes to sealed manifests), :mod:`~neuronbuild.cli.store` (what a
 store holds), :mod:`~neuronbuild.cli.diagnose` (why a unit misses, the host's ISA) and
-``neuronbuild_runtime.cli`` (``serve``, ``pull``: the node side).
+``neuronbuild_runtime.cli`` (``serve``, ``pull``, ``capture``: the node side).
 
 Exit codes (DESIGN.md): 0 done; 1 some units failed; 2 bad input; 3 store or network failure.
 """
@@ -21,6 +21,11 @@ from neuronbuild.ui.options import QUIET_HELP, VERBOSE_HELP, check_verbosity, ve
 from neuronbuild.ui.verbosity import set_verbosity
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "capture": (
+        "neuronbuild_runtime.cli",
+        "capture",
+        "Give back what a node's first start wrote.",
+    ),
     "compile": (
         "neuronbuild.cli.build",
         "compile_",

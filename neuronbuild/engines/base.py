@@ -287,6 +287,13 @@ class Engine(ABC):
         artifacts under ``cache_root`` (the ``VLLM_CACHE_ROOT``) and fail at start, never
         compile, when one is missing."""
 
+    def addition_kind(self, toolchain: Mapping[str, str]) -> str | None:
+        """The kind of addition (:mod:`neuronbuild.attest.additions`) a node of the release
+        ``toolchain`` pins writes at its first start and a compile host cannot, which
+        ``capture`` gives back to the build; None (the default) when a start writes nothing
+        the build lacks."""
+        return None
+
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """One line per graph of ``needed`` (per unit: phase, graphs) that the unit records
         ``held`` do not cover (:func:`~.coverage.check_coverage`). By default a graph is covered

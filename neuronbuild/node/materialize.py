@@ -146,8 +146,14 @@ def _link(tiers: TieredStore, file: FileRecord, dest: Path, deep: bool) -> bool:
     return True
 
 
-def _place(tiers: TieredStore, root: Path, file: FileRecord, deep: bool) -> bool:
-    """Lay one file out under ``root``: kept when intact, else linked (True) or copied."""
+def place(tiers: TieredStore, root: Path, file: FileRecord, deep: bool) -> bool:
+    """Lay one file out under ``root``, its blob verified: kept when intact, else linked from
+    the local tier (True) or copied (False).
+
+    Raises:
+        StoreDataInvalid: the path escapes ``root``, or the blob is missing or corrupt in every
+            tier. OSError: ``root`` cannot be written.
+    """
     dest = inside(root, file.path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     linked = False
@@ -225,7 +231,7 @@ def lay_out(
             with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(tasks)))) as pool:
                 linked += sum(
                     pool.map(
-                        lambda same: sum(_place(tiers, root, f, deep) for f in same), tasks.values()
+                        lambda same: sum(place(tiers, root, f, deep) for f in same), tasks.values()
                     )
                 )
         _write_stamp(root, manifest, digest)

@@ -36,6 +36,7 @@ from neuronbuild.notices import retrying
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
 from neuronbuild.store.layout import (
     LATEST,
+    MAX_ADDITIONS,
     MAX_ATTESTATION_BYTES,
     MAX_ATTESTATIONS,
     MAX_RECORD_BYTES,
@@ -672,20 +673,30 @@ class Store:
                 symbolic link where an attestation or its folder should be.
         """
         folder = self.layout.attestations(manifest)
+        return self._beside(manifest, folder, self.layout.attestation_of, "attestations")
+
+    def _beside(
+        self,
+        manifest: str,
+        folder: str,
+        named: Callable[[str], tuple[str, str] | None],
+        what: str,
+    ) -> dict[str, str]:
+        """The objects of ``manifest`` in its ``folder`` (attestations or additions), by the name
+        ``named`` reads from each path; at most :data:`MAX_ATTESTATIONS` (MAX_ADDITIONS)."""
         if self.is_folder and os.path.islink(folder):
             raise StoreDataInvalid(f"{self.url_of(folder)}: a symbolic link, not a folder")
         found: dict[str, str] = {}
         for path in self.backend.find(folder):
-            named = self.layout.attestation_of(path)
-            if named is None or named[0] != manifest:
+            pair = named(path)
+            if pair is None or pair[0] != manifest:
                 continue
             if self.is_folder and os.path.islink(path):
                 raise StoreDataInvalid(f"{self.url_of(path)}: a symbolic link, not a file")
-            found[named[1]] = path
-        if len(found) > MAX_ATTESTATIONS:
-            raise StoreDataInvalid(
-                f"{self.url_of(folder)}: {len(found)} attestations, over {MAX_ATTESTATIONS}"
-            )
+            found[pair[1]] = path
+        most = MAX_ATTESTATIONS if what == "attestations" else MAX_ADDITIONS
+        if len(found) > most:
+            raise StoreDataInvalid(f"{self.url_of(folder)}: {len(found)} {what}, over {most}")
         return found
 
     def get_attestations(self, manifest: str) -> dict[str, bytes]:
@@ -697,12 +708,47 @@ class Store:
                 regular file (a FIFO is opened without blocking, then refused) or is over
                 :data:`MAX_ATTESTATION_BYTES`.
         """
+        return self._read_all(self.attestation_paths(manifest))
+
+    def _read_all(self, paths: dict[str, str]) -> dict[str, bytes]:
         out = {}
-        for keyid, path in self.attestation_paths(manifest).items():
+        for name, path in paths.items():
             data = self.backend.read(path, MAX_ATTESTATION_BYTES)
             if data is not None:
-                out[keyid] = data
+                out[name] = data
         return out
+
+    # Additions (neuronbuild.attest.additions).
+
+    def put_addition(self, manifest: str, name: str, data: bytes) -> None:
+        """Store ``data`` (an addition's DSSE envelope) as addition ``name`` of ``manifest``,
+        atomically. Its files' blobs must be stored first: a reader takes the object for a
+        complete addition.
+
+        Raises:
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, or the manifest is not in
+                this store. StoreError: the write failed.
+        """
+        if len(data) > MAX_ATTESTATION_BYTES:
+            raise UserError(
+                f"the addition to {manifest} is {len(data)} bytes, over the "
+                f"{MAX_ATTESTATION_BYTES} a store's readers take; nothing was published"
+            )
+        if not self.has_manifest(manifest):
+            raise UserError(f"{self.url}: no manifest {manifest} to add to")
+        self.backend.put(self.layout.addition(manifest, name), data)
+
+    def get_additions(self, manifest: str) -> dict[str, bytes]:
+        """The bytes of each addition of ``manifest``, by the name its path claims (unparsed
+        and untrusted: :func:`neuronbuild.attest.additions.read_addition` parses).
+
+        Raises:
+            StoreDataInvalid: over :data:`MAX_ADDITIONS` of them, a symbolic link (folder
+                stores), an object that is not a regular file or is over
+                :data:`MAX_ATTESTATION_BYTES`.
+        """
+        folder = self.layout.additions(manifest)
+        return self._read_all(self._beside(manifest, folder, self.layout.addition_of, "additions"))
 
     # Refs.
 

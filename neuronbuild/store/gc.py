@@ -51,6 +51,7 @@ KIND_NOUNS = {
     "manifests": ("manifest",),
     "history": ("ref history entry", "ref history entries"),
     "attestations": ("attestation",),
+    "additions": ("addition",),
     "layouts": ("node layout record",),
     "tmp": ("temporary file",),
     "locks": ("stale lock",),
@@ -111,7 +112,23 @@ class _Sweep:
             manifest = self.store.get_manifest(digest)
             units.update(u.key for u in manifest.units)
             blobs.update(f.digest for f in manifest.files())
+            blobs.update(self.added(digest))
         return units, blobs
+
+    def added(self, manifest: str) -> set[str]:
+        """The blobs of the additions of ``manifest`` (:mod:`neuronbuild.attest.additions`) a
+        node could lay out; a malformed one is never laid out, so its blobs are not kept for
+        it."""
+        from neuronbuild.attest.additions import read_addition
+
+        blobs: set[str] = set()
+        for name, data in self.store.get_additions(manifest).items():
+            try:
+                addition = read_addition(data, f"addition {name}", manifest, name)
+            except StoreDataInvalid:
+                continue
+            blobs.update(f.digest for f in addition.files)
+        return blobs
 
 
 def in_flight(store: Store, since: float) -> set[str]:
@@ -245,11 +262,15 @@ def collect_garbage(
         for path in off_chain:
             if sweep.old(path):
                 sweep.delete("history", path)
-    # An attestation lives while its manifest does (issue 22).
+    # An attestation lives while its manifest does (issue 22), as does an addition.
     for path in store.backend.find(layout.folder("attestations")):
         attested = layout.attestation_of(path)
         if (attested is None or attested[0] not in kept) and sweep.old(path):
             sweep.delete("attestations", path)
+    for path in store.backend.find(layout.folder("additions")):
+        added = layout.addition_of(path)
+        if (added is None or added[0] not in kept) and sweep.old(path):
+            sweep.delete("additions", path)
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:

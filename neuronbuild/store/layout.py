@@ -7,6 +7,8 @@
 <root>/refs/<name>/<tag>                        manifest digest (a mutable name)
 <root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
 <root>/attestations/<manifest hex>/<keyid>.json a signed statement of that manifest (DSSE)
+<root>/additions/<manifest hex>/<hex>.json      what a node gave back to that manifest (DSSE),
+                                                named by the hash of its Statement
 <root>/layouts/<manifest hex>.json              a node-local folder `serve` laid out (local tiers)
 <root>/timings/<shape hex>/<unit key hex>.json  UnitTiming: how long a unit took to compile
 <root>/leases/<unit key hex>.json               a builder compiling that unit now (advice only)
@@ -40,6 +42,9 @@ MAX_ATTESTATION_BYTES = 4 << 20
 recipe, so 4 MiB holds tens of thousands of units; a bigger object is hostile."""
 MAX_ATTESTATIONS = 64
 """Most attestations one manifest may have in a store; more is hostile (each is read)."""
+MAX_ADDITIONS = 64
+"""Most additions one manifest may have in a store (:mod:`neuronbuild.attest.additions`); more is
+hostile (each is read)."""
 
 NODE_STAMP = ".neuronbuild/layout.json"
 """In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
@@ -51,6 +56,7 @@ KINDS = (
     "refs",
     "history",
     "attestations",
+    "additions",
     "layouts",
     "timings",
     "leases",
@@ -148,6 +154,18 @@ class Layout:
             return None
         return "sha256:" + manifest, name.removesuffix(".json")
 
+    def additions(self, manifest: str) -> str:
+        """The folder of the additions nodes gave back to manifest ``manifest``."""
+        return f"{self.root}/additions/{hex_of(manifest)}"
+
+    def addition(self, manifest: str, name: str) -> str:
+        """The addition ``name`` (the ``sha256:`` digest of its Statement) of ``manifest``."""
+        return f"{self.additions(manifest)}/{hex_of(name)}.json"
+
+    def addition_of(self, path: str) -> tuple[str, str] | None:
+        """``(manifest digest, addition name)`` an addition path names; None for a stray object."""
+        return self._pair_of("additions", path)
+
     def layout_record(self, manifest: str) -> str:
         """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""
         return f"{self.root}/layouts/{hex_of(manifest)}.json"
@@ -159,13 +177,17 @@ class Layout:
 
     def timing_of(self, path: str) -> tuple[str, str] | None:
         """``(shape, key)`` digests a path under ``timings/`` names; None for a stray object."""
-        rest = path.removeprefix(self.folder("timings") + "/")
-        shape, _, name = rest.partition("/")
-        if not re.fullmatch(r"[0-9a-f]{64}", shape) or not re.fullmatch(
+        return self._pair_of("timings", path)
+
+    def _pair_of(self, kind: str, path: str) -> tuple[str, str] | None:
+        """The two digests a ``<kind>/<64 hex>/<64 hex>.json`` path names; None for any other."""
+        rest = path.removeprefix(self.folder(kind) + "/")
+        first, _, name = rest.partition("/")
+        if not re.fullmatch(r"[0-9a-f]{64}", first) or not re.fullmatch(
             r"[0-9a-f]{64}\.json", name
         ):
             return None
-        return "sha256:" + shape, "sha256:" + name.removesuffix(".json")
+        return "sha256:" + first, "sha256:" + name.removesuffix(".json")
 
     def lease(self, key: str) -> str:
         """The lease of unit key ``key``: which builder compiles it now

@@ -91,13 +91,14 @@ HASHED = {
     "refs": ("ref", 3),
     "history": ("history", 4),
     "attestations": ("attestation", 3),
+    "additions": ("addition", 3),
     "timings": ("timing", 3),
     "tmp": ("tmp", 0),
 }
 """Kinds whose tag is hashed: tag prefix and the depth of their objects' paths (0: any)."""
 
 OUR_TAG = re.compile(
-    r"^(unit|manifest|layout|lease)-([0-9a-f]{64})$|^(ref|history|attestation|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
+    r"^(unit|manifest|layout|lease)-([0-9a-f]{64})$|^(ref|history|attestation|addition|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
 )
 
 

@@ -116,6 +116,37 @@ class TieredStore:
             found += self.remote.get_attestations(digest).items()
         return found
 
+    def get_additions(self, digest: str) -> dict[str, bytes]:
+        """The additions of manifest ``digest`` in every tier, by name (one copy of each: the
+        name is the hash of its Statement, so either tier's is the same addition; signatures
+        may differ, and the remote's, the one nodes publish to, wins).
+
+        Raises:
+            StoreDataInvalid: see :meth:`Store.get_additions`.
+        """
+        found = self.local.get_additions(digest)
+        if self.remote is not None:
+            found.update(self.remote.get_additions(digest))
+        return found
+
+    def fill_blobs(self, files: list[FileRecord]) -> None:
+        """Copy, verified, the blobs of ``files`` the local tier lacks from the remote (the
+        files of an addition, which no manifest fill fetches).
+
+        Raises:
+            StoreDataInvalid: a blob no tier holds, or whose bytes do not match.
+        """
+        missing = self.local.missing_blobs(files)
+        if not missing:
+            return
+        if self.remote is None:
+            raise StoreDataInvalid(
+                f"{self.local.url}: {count(len(missing), 'blob')} missing, e.g. {missing[0].digest}"
+            )
+        with scratch_folder(self.local) as scratch:
+            for file in missing:
+                copy_blob(self.remote, self.local, file, Path(scratch))
+
     def check_complete(self, manifest: Manifest, digest: str) -> None:
         """What a dry run checks, writing nothing: every blob of ``manifest`` (named ``digest``)
         is in the local tier or, failing that, in the remote (from which a fill would fetch it).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,10 @@ from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from neuronbuild.store.cas import Store
+from neuronbuild.store.tiered import TieredStore
+from neuronbuild_runtime.capture import capture
 from neuronbuild_runtime.conformance import run_kit
+from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
 from tests.engines.test_neuron_engine import (
     compile_small,
@@ -400,3 +404,32 @@ def test_the_kit_reports_the_release_the_route_and_the_precompile_cache_on_a_nod
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
     r3 = {c.row: c for c in checks}["R3"]
     assert (r3.status, r3.evidence) == ("SKIP", {"on": "no", "written": "0 files"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installed", ["2.33.1"], indirect=True)
+def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_second_node_with_no_tracing(
+    built: tuple[Recipe, Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe, store = built
+    graphs = len(planned(recipe))
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
+    setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn2")
+    setenv(monkeypatch, "XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    source = ServeSource(recipe=recipe.source)
+    # Before any capture, a fresh node traces every graph.
+    first = serve_and_count(recipe, store, tmp_path / "node-a", monkeypatch)
+    assert first.returncode == 0, first.stderr
+    assert traces(tmp_path) == {"traced": graphs}
+    captured = capture(source, TieredStore(store), timeout=60)
+    assert traces(tmp_path) == {"traced": graphs}  # the capture's own start, on a fresh lay-out
+    assert (captured.kind, captured.files) == ("precompile-cache", graphs)
+    assert list((tmp_path / "xdg" / "neuronbuild" / "captures").iterdir()) == []
+    # A second node lays the addition out and takes every trace from it.
+    prepared = prepare(source, TieredStore(store), cache_root=tmp_path / "node-b")
+    assert prepared.addition == captured.name
+    assert any("laid out addition" in n for n in prepared.notes), prepared.notes
+    env = {**prepared.env, "NEURON_DOUBLE_DEVICE": "trn2"}
+    run = subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert traces(tmp_path) == {"reused": graphs}

@@ -478,6 +478,12 @@ class NeuronEngine(Engine):
             env[envs.VLLM_NEURON_BACKEND] = rules.explicit_default()
         return env
 
+    def addition_kind(self, toolchain: Mapping[str, str]) -> str | None:
+        # The native route's Precompile Cache: written only on a device start, never in CPU
+        # compile mode (how-to-precompile-cache.md, v2.33.0, 2026-10-13).
+        # (neuronbuild.attest.additions.PRECOMPILE_CACHE, not imported: signing code is heavy).
+        return "precompile-cache" if rules_for(toolchain).precompile_cache else None
+
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """By phase: every graph listed by a held record of its phase, and one complete entry
         per graph (:func:`~.coverage.phase_gaps`)."""
