@@ -313,7 +313,9 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         "refs",
         "additions",
     }:
-        raise PolicyInvalid(f"{where}: expected the fields signers and refs (and additions)")
+        raise PolicyInvalid(
+            f"{where}: expected the fields signers and refs, and at most additions besides"
+        )
     raw_signers = data["signers"]
     if not isinstance(raw_signers, dict) or not raw_signers:
         raise PolicyInvalid(f"{where}: signers: expected a mapping of names to {{keys: [...]}}")

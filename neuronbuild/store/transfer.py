@@ -225,6 +225,7 @@ def _copy(
     if not dst.has_manifest(digest):
         dst.put_manifest(manifest)
     copy_attestations(src, dst, digest)
+    notes += copy_additions(src, dst, digest)
     return CopyReport(
         digest,
         len(missing),
@@ -256,6 +257,43 @@ def copy_attestations(src: Store, dst: Store, digest: str) -> int:
             dst.put_attestation(digest, keyid, data)
             written += 1
     return written
+
+
+def copy_additions(src: Store, dst: Store, digest: str) -> list[str]:
+    """Copy the additions of manifest ``digest`` (:mod:`neuronbuild.attest.additions`) that
+    ``dst`` lacks or holds other bytes of from ``src``, each after its blobs, so a pulled node
+    lays them out offline; returns a note per addition skipped (malformed: no node would lay it
+    out) or whose signatures ``dst``'s copy replaced.
+
+    Raises:
+        StoreDataInvalid: ``src`` holds more additions than a reader takes, or a blob's bytes do
+            not match (nothing of that addition is written).
+    """
+    from neuronbuild.attest.additions import read_addition
+
+    wanted = src.get_additions(digest)
+    if not wanted:
+        return []
+    try:
+        held = dst.get_additions(digest)
+    except StoreDataInvalid:
+        held = {}
+    notes = []
+    for name, data in sorted(wanted.items()):
+        if held.get(name) == data:
+            continue
+        try:
+            addition = read_addition(data, f"{src.url}: addition {name}", digest, name)
+        except StoreDataInvalid as exc:
+            notes.append(f"{exc}; not copied")
+            continue
+        missing = dst.missing_blobs(addition.files)
+        if missing:
+            with scratch_folder(dst) as scratch:
+                for file in missing:
+                    copy_blob(src, dst, file, Path(scratch))
+        dst.put_addition(digest, name, data)
+    return notes
 
 
 def _copy_blobs(

@@ -193,7 +193,22 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
         ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*'}]\n", "refs[0]: expected exactly"),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n",
-            "expected exactly the fields signers and refs",
+            "expected the fields signers and refs, and at most additions besides",
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n"
+            "additions: {precompile-cache: [ci]}\n",
+            "additions.precompile-cache: ci also signs builds (a refs rule names it)",
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\n  node: {keys: [ci.pub]}\n"
+            "refs: [{match: '*/*', signers: [ci]}]\nadditions: {weights: [node]}\n",
+            "additions.weights: not a kind of addition (known: precompile-cache)",
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n"
+            "additions: {precompile-cache: [nodes]}\n",
+            "additions.precompile-cache: 'nodes' is not a signer (known: ci)",
         ),
         ("signers: [\n", "not YAML at line"),
     ],

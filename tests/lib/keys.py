@@ -34,10 +34,13 @@ def write_key(path: Path, kind: str = "ed25519") -> Path:
 
 
 def write_policy(
-    path: Path, signers: dict[str, list[Path]], refs: list[tuple[str, list[str]]]
+    path: Path,
+    signers: dict[str, list[Path]],
+    refs: list[tuple[str, list[str]]],
+    additions: dict[str, list[str]] | None = None,
 ) -> Path:
-    """Write a trust policy naming ``signers`` (name -> public key files) and ``refs``
-    (pattern, signer names), in order; returns ``path``."""
+    """Write a trust policy naming ``signers`` (name -> public key files), ``refs`` (pattern,
+    signer names), in order, and ``additions`` (kind -> signer names); returns ``path``."""
     lines = ["signers:"]
     for name, keys in signers.items():
         lines.append(f"  {name}:")
@@ -46,5 +49,8 @@ def write_policy(
     for match, names in refs:
         lines.append(f"  - match: {match!r}")
         lines.append(f"    signers: [{', '.join(names)}]")
+    if additions:
+        lines.append("additions:")
+        lines += [f"  {kind}: [{', '.join(names)}]" for kind, names in additions.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
