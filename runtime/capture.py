@@ -38,7 +38,7 @@ from neuronbuild.store.records import FileRecord
 from neuronbuild.store.tiered import TieredStore
 
 from .conformance import READY, start_for
-from .serve import ServeSource, prepare
+from .serve import ServeSource, prepare, resolve
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
@@ -128,32 +128,28 @@ def capture(
             release; vLLM did not serve within ``timeout``; the start wrote nothing to give back.
         StoreError: the store failed (blobs stored before it stay, unreferenced, for ``gc``).
     """
+    recipe, manifest, digest = resolve(source, tiers, policy)
+    engine = engine_for(recipe)
+    kind = engine.addition_kind(recipe.toolchain)
+    if kind is None:
+        raise UserError(
+            f"a node of {recipe.name}'s release writes nothing at start that its build lacks "
+            "(only vLLM Neuron releases with a Precompile Cache do); nothing to capture"
+        )
     parent = envs.user_cache() / "captures"
     parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="capture-", dir=parent))
     try:
         prepared = prepare(
-            source,
+            ServeSource(manifest=digest),
             tiers,
             cache_root=root,
             serving_args=serving_args,
-            workdir=workdir,
-            policy=policy,
+            workdir=workdir or recipe.workdir,
             additions=False,
         )
-        recipe = prepared.recipe
-        assert recipe is not None  # prepare always names it
-        engine = engine_for(recipe)
-        kind = engine.addition_kind(recipe.toolchain)
-        if kind is None:
-            raise UserError(
-                f"a node of {recipe.name}'s release writes nothing at start that its build lacks "
-                "(only vLLM Neuron releases with a Precompile Cache do); nothing to capture"
-            )
-        digest = prepared.manifest
-        manifest = tiers.get_manifest(digest)
         paths = {f.path for f in manifest.files()}
-        before = {p for p in root.rglob("*")}
+        before = set(root.rglob("*"))
         code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout, READY)
         tail = (output.strip().splitlines() or ["(no output)"])[-1][:200]
         if not (code == 0 or (code is None and READY in output)):

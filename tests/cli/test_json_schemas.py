@@ -25,9 +25,10 @@ from neuronbuild.store.cas import Store
 from neuronbuild.ui.console import run
 from tests.conftest import NKI_INTERMEDIATE_VARS
 from tests.engines.test_neuron_engine import small_recipe
+from tests.engines.test_neuron_releases import release_recipe
 from tests.lib.keys import write_key
 from tests.lib.registry import registry
-from tests.neuron_double import SITE
+from tests.neuron_double import SITE, install
 from tests.orchestrate.test_shards import double_env, double_recipe, write_recipes
 
 
@@ -43,6 +44,7 @@ class Case:
     code: int = 0
     process: bool = False
     neuron: bool = False
+    node: bool = False
 
 
 def case(
@@ -52,9 +54,11 @@ def case(
     code: int = 0,
     process: bool = False,
     neuron: bool = False,
+    node: bool = False,
 ) -> Case:
-    """``neuron``: run in a process of its own with the neuron test double installed."""
-    return Case(command, args, shape or command, code, process or neuron, neuron)
+    """``neuron``: run in a process of its own with the neuron test double installed; ``node``:
+    installed as Neuron 2.33.1, on a trn2 node."""
+    return Case(command, args, shape or command, code, process or neuron or node, neuron, node)
 
 
 ERROR = schemas.ERROR
@@ -107,6 +111,8 @@ CASES = [
         "serve", "--manifest", "{short}", "--cache", "{store}", "--dry-run", "--workdir", "{root}"
     ),
     case("serve", "--manifest", "sha256:f", "--cache", "{store}", "--dry-run", shape=ERROR, code=2),
+    case("capture", "{n33}", "--cache", "{store}", "--timeout", "60", node=True),
+    case("capture", "--ref", "a", "--cache", "{store}", shape=ERROR, code=2),  # nothing to give
     case("conformance", "{n}", "--cache", "{store}", neuron=True),  # neuron recipe {n}'s build
     case("conformance", "{a}", "--cache", "{store}", shape=ERROR, code=2),  # not a neuron recipe
     case("image", "a", "--cache", "{store}", "--to", "oci+http://{registry}/json/a:v1"),
@@ -126,10 +132,11 @@ class Ran:
     stderr: str
 
 
-def neuron_env(root: Path) -> dict[str, str]:
-    """The environment of a process that finds the neuron test double (and no real /var/tmp)."""
+def neuron_env(root: Path, site: Path = SITE) -> dict[str, str]:
+    """The environment of a process that finds the neuron test double installed in ``site``
+    (and no real /var/tmp)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(SITE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["NEURONBUILD_NEURON_COMPILE_GIB"] = "0.5"
     env["XDG_CACHE_HOME"] = str(root / "xdg")
     for name in NKI_INTERMEDIATE_VARS:
@@ -137,10 +144,22 @@ def neuron_env(root: Path) -> dict[str, str]:
     return env
 
 
+def node_env(root: Path) -> dict[str, str]:
+    """:func:`neuron_env` of the double installed as Neuron 2.33.1 (under ``root``), on a trn2
+    node."""
+    site = root / "site-2.33.1"
+    if not site.exists():
+        install("2.33.1", root)
+    env = neuron_env(root, site)
+    return {**env, "NEURONBUILD_NODE_TARGET": "trn2", "NEURON_DOUBLE_DEVICE": "trn2"}
+
+
 def run_case(c: Case, places: dict[str, str], env: dict[str, str]) -> Ran:
     args = [a.format(**places) for a in (c.command, *c.args)] + ["--json"]
     if c.neuron:
         env = neuron_env(Path(places["root"]))
+    if c.node:
+        env = node_env(Path(places["root"]))
     if c.process:
         done = subprocess.run(
             [sys.executable, "-m", "neuronbuild", *args],
@@ -188,12 +207,22 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
         env=neuron_env(root),
     )
     assert done.returncode == 0, done.stderr
+    (root / "n33").mkdir()
+    n33 = release_recipe(root / "n33", "2.33.1").source
+    done = subprocess.run(
+        [sys.executable, "-m", "neuronbuild", "compile", n33, "--cache", str(store)],
+        capture_output=True,
+        text=True,
+        env=node_env(root),
+    )
+    assert done.returncode == 0, done.stderr
     (root / "bad.yaml.txt").write_text("name: [\n")
     write_key(root / "ci.key")
     places = {
         "root": str(root),
         "a": a,
         "n": neuron,
+        "n33": n33,
         "bad": bad,
         "bad_yaml": str(root / "bad.yaml.txt"),
         "store": str(store),
