@@ -19,7 +19,7 @@ import yaml
 
 from neuronbuild.engines.neuron import releases
 from neuronbuild.engines.registry import get_engine
-from neuronbuild.errors import RecipeInvalid
+from neuronbuild.errors import RecipeInvalid, UserError
 from neuronbuild.keys import explain_differences
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
@@ -421,6 +421,13 @@ def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_s
     first = serve_and_count(recipe, store, tmp_path / "node-a", monkeypatch)
     assert first.returncode == 0, first.stderr
     assert traces(tmp_path) == {"traced": graphs}
+    # A node that turns the cache off has nothing to give back: one line, nothing published.
+    setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", "0")
+    with pytest.raises(UserError, match=r"wrote no precompile-cache .* nothing was published"):
+        capture(source, TieredStore(store), timeout=60)
+    assert store.get_additions(store.resolve(recipe.name)) == {}
+    traces(tmp_path)
+    setenv(monkeypatch, "TORCH_CACHING_PRECOMPILE", None)
     captured = capture(source, TieredStore(store), timeout=60)
     assert traces(tmp_path) == {"traced": graphs}  # the capture's own start, on a fresh lay-out
     assert (captured.kind, captured.files) == ("precompile-cache", graphs)
