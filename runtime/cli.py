@@ -206,6 +206,12 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     help="Fetch, verify and lay the artifacts out, print the vLLM command, start nothing (for an "
     "image build, or before running that command by hand).",
 )
+@click.option(
+    "--no-additions",
+    is_flag=True,
+    help="Lay out no addition nodes gave back to the build (neuronbuild capture): its own files "
+    "alone.",
+)
 @policy_option
 @json_option(" (with --dry-run or --layout-only)")
 def serve(
@@ -220,6 +226,7 @@ def serve(
     allow_mismatch: tuple[str, ...],
     dry_run: bool,
     layout_only: bool,
+    no_additions: bool,
     policy: str | None,
     as_json: bool,
 ) -> None:
@@ -233,7 +240,9 @@ def serve(
     option would change what was compiled, or when the layout root is inside a store (or holds
     one), or, under a trust policy (--policy, $NEURONBUILD_POLICY), when the manifest has no
     attestation by a signer the policy names for the ref, checked before any blob is fetched;
-    exits 3 when the layout root or the local tier has no room.
+    exits 3 when the layout root or the local tier has no room. The newest addition a node
+    gave back to the build (neuronbuild capture) that this node may use is laid out beside its
+    files (under a policy, only one its additions entry trusts).
 
     \b
     Examples:
@@ -263,6 +272,7 @@ def serve(
         check_address=not layout_only,
         layout_only=layout_only,
         policy=trusted,
+        additions=not no_additions,
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:

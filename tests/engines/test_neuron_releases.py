@@ -440,3 +440,9 @@ def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_s
     run = subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert traces(tmp_path) == {"reused": graphs}
+    # serve --no-additions: the build's own files alone.
+    alone = prepare(source, TieredStore(store), cache_root=tmp_path / "node-c", additions=False)
+    assert (
+        alone.addition is None
+        and not (tmp_path / "node-c" / "neuron" / "precompile_cache").exists()
+    )
