@@ -67,7 +67,8 @@ MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine \
 	neuronbuild.engines.neuron.engine neuronbuild.engines.neuron.buckets \
 	neuronbuild.engines.neuron.releases neuronbuild.orchestrate.compile \
-	neuronbuild.orchestrate.scheduler neuronbuild.attest.additions neuronbuild.node.additions
+	neuronbuild.orchestrate.scheduler neuronbuild.store.additions neuronbuild.attest.additions \
+	neuronbuild.node.additions
 MUTATION_TIMEOUT ?= 1800
 mutation: install
 	for module in $(MUTATION_MODULES); do \

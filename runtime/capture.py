@@ -178,7 +178,8 @@ def _publish(
     signer: Signer | None,
 ) -> Captured:
     """Store ``found`` (under ``root``) as blobs, then the addition's object (record last)."""
-    from neuronbuild.attest.additions import NodeIdentity, addition_statement, seal_addition
+    from neuronbuild.attest.additions import seal_addition
+    from neuronbuild.store.additions import NodeIdentity, addition_statement
 
     store = tiers.remote or tiers.local
     hashed = store.put_files([root / p for p in found])

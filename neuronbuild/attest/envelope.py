@@ -108,17 +108,18 @@ printable names or empty; anything else (control bytes, escapes) is refused, sin
 print it."""
 
 
-def read_envelope(data: bytes, what: str, least: int = 1) -> tuple[Envelope, tuple[str, ...]]:
-    """A stored DSSE envelope of an in-toto Statement, unverified, and the keyids its signatures
-    claim; ``least``: fewest signatures accepted (an addition may carry none,
-    :mod:`neuronbuild.attest.additions`).
+def read_attestation(data: bytes, what: str) -> Attestation:
+    """Parse a stored DSSE envelope of an in-toto Statement, or a Sigstore bundle of one
+    (keyless, told apart by its ``mediaType``), unverified.
 
     Raises:
         StoreDataInvalid: malformed, huge-nested or duplicate-keyed JSON, other fields than
-            DSSE's, a payload type other than :data:`PAYLOAD_TYPE`, bad base64, fewer than
-            ``least`` signatures or over :data:`MAX_SIGNATURES`.
+            DSSE's, a payload type other than :data:`PAYLOAD_TYPE`, bad base64, no signature or
+            over :data:`MAX_SIGNATURES`, or a payload that is no Statement v1 of one manifest.
     """
     raw = parse_json(data, what)
+    if is_bundle(raw):
+        return _read_bundle(data, what)
     if not isinstance(raw, dict) or set(raw) != {"payload", "payloadType", "signatures"}:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope (payload, payloadType, signatures)")
     if raw["payloadType"] != PAYLOAD_TYPE:
@@ -127,14 +128,14 @@ def read_envelope(data: bytes, what: str, least: int = 1) -> tuple[Envelope, tup
     signatures = raw["signatures"]
     if not isinstance(raw["payload"], str) or not isinstance(signatures, list):
         raise StoreDataInvalid(f"{what}: payload must be a string and signatures a list")
-    if not least <= len(signatures) <= MAX_SIGNATURES or not all(
+    if not 1 <= len(signatures) <= MAX_SIGNATURES or not all(
         isinstance(s, dict)
         and set(s) == {"keyid", "sig"}
         and all(isinstance(v, str) for v in s.values())
         for s in signatures
     ):
         raise StoreDataInvalid(
-            f"{what}: expected {least} to {MAX_SIGNATURES} signatures, each {{keyid, sig}} strings"
+            f"{what}: expected 1 to {MAX_SIGNATURES} signatures, each {{keyid, sig}} strings"
         )
     keyids = tuple(str(s["keyid"]) for s in signatures)
     if not all(KEYID.fullmatch(k) for k in keyids):  # printed in refusals: no control bytes
@@ -143,21 +144,6 @@ def read_envelope(data: bytes, what: str, least: int = 1) -> tuple[Envelope, tup
         envelope = Envelope.from_dict({**raw, "signatures": [dict(s) for s in signatures]})
     except (KeyError, ValueError, TypeError, FormatError, binascii.Error) as exc:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope ({ascii(str(exc))[:80]})") from None
-    return envelope, keyids
-
-
-def read_attestation(data: bytes, what: str) -> Attestation:
-    """Parse a stored DSSE envelope of an in-toto Statement (:func:`read_envelope`, at least one
-    signature), or a Sigstore bundle of one (keyless, told apart by its ``mediaType``),
-    unverified.
-
-    Raises:
-        StoreDataInvalid: see :func:`read_envelope`; or a payload that is no Statement v1 of a
-            SLSA provenance predicate over one manifest.
-    """
-    if is_bundle(parse_json(data, what)):
-        return _read_bundle(data, what)
-    envelope, keyids = read_envelope(data, what)
     subject, predicate = statement_subject(parse_json(envelope.payload, f"{what}: payload"), what)
     return Attestation(envelope, keyids, subject, predicate)
 

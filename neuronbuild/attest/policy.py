@@ -64,7 +64,7 @@ from typing import Any
 import yaml
 from securesystemslib.signer import Key
 
-from neuronbuild.attest.additions import KINDS, Addition
+from neuronbuild.attest.additions import verified_by
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
@@ -72,6 +72,7 @@ from neuronbuild.attest.ref_patterns import compile_pattern
 from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.store.additions import KINDS, Addition
 
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read (bytes)."""
@@ -149,7 +150,7 @@ class Policy:
         if not signers:
             return f"{head}: it names no signer of {kind}; add additions: {{{kind}: [SIGNER]}}"
         keys = [k for s in signers for k in s.keys]
-        if addition.verified_by(keys) is not None:
+        if verified_by(addition, keys) is not None:
             return None
         ours = {k.keyid for k in keys}
         if not addition.keyids:

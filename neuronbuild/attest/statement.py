@@ -79,22 +79,19 @@ def statement(manifest: Manifest, digest: str, builder: Builder) -> dict[str, An
     }
 
 
-def statement_subject(
-    data: Any, what: str, predicate_type: str = PREDICATE_TYPE
-) -> tuple[str, dict[str, Any]]:
-    """``(subject manifest digest, predicate)`` of a parsed Statement whose predicate is of
-    ``predicate_type`` (default SLSA v1 provenance).
+def statement_subject(data: Any, what: str) -> tuple[str, dict[str, Any]]:
+    """``(subject manifest digest, predicate)`` of a parsed Statement.
 
     Raises:
-        StoreDataInvalid: not a Statement v1 of a ``predicate_type`` predicate, or not exactly
-            one subject with a sha256 digest (``what`` names the attestation).
+        StoreDataInvalid: not a Statement v1 of a SLSA v1 predicate, or not exactly one subject
+            with a sha256 digest (``what`` names the attestation).
     """
     if not isinstance(data, dict) or data.get("_type") != STATEMENT_TYPE:
         found = data.get("_type") if isinstance(data, dict) else type(data).__name__
         raise StoreDataInvalid(f"{what}: not an in-toto Statement v1 ({ascii(found)[:60]})")
-    if data.get("predicateType") != predicate_type:
+    if data.get("predicateType") != PREDICATE_TYPE:
         found = ascii(data.get("predicateType"))[:80]
-        raise StoreDataInvalid(f"{what}: predicate type {found}, expected {predicate_type}")
+        raise StoreDataInvalid(f"{what}: predicate type {found}, expected {PREDICATE_TYPE}")
     subjects, predicate = data.get("subject"), data.get("predicate")
     if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):
         raise StoreDataInvalid(f"{what}: expected exactly one subject")

@@ -20,10 +20,10 @@ from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.human import count, size
 from neuronbuild.node.materialize import place
 from neuronbuild.paths import inside
+from neuronbuild.store.additions import Addition, NodeIdentity, read_addition
 from neuronbuild.store.tiered import TieredStore
 
 if TYPE_CHECKING:
-    from neuronbuild.attest.additions import Addition, NodeIdentity
     from neuronbuild.attest.policy import Policy
     from neuronbuild.engines.base import Engine
 
@@ -71,8 +71,6 @@ def choose_addition(
     ``manifest``) to lay out, and one note per addition skipped. ``here``: this node's target and
     installed builds; ``policy``: the node's trust policy (None: an unsigned addition is laid out,
     as an unsigned manifest is served)."""
-    from neuronbuild.attest.additions import read_addition
-
     notes: list[str] = []
     found: list[Addition] = []
     for name, data in sorted(raw.items()):

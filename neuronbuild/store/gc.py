@@ -119,7 +119,7 @@ class _Sweep:
         """The blobs of the additions of ``manifest`` (:mod:`neuronbuild.attest.additions`) a
         node could lay out; a malformed one is never laid out, so its blobs are not kept for
         it."""
-        from neuronbuild.attest.additions import read_addition
+        from neuronbuild.store.additions import read_addition
 
         blobs: set[str] = set()
         for name, data in self.store.get_additions(manifest).items():

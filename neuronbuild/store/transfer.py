@@ -269,7 +269,7 @@ def copy_additions(src: Store, dst: Store, digest: str) -> list[str]:
         StoreDataInvalid: ``src`` holds more additions than a reader takes, or a blob's bytes do
             not match (nothing of that addition is written).
     """
-    from neuronbuild.attest.additions import read_addition
+    from neuronbuild.store.additions import read_addition
 
     wanted = src.get_additions(digest)
     if not wanted:

@@ -12,18 +12,14 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.attest.additions import (
-    NodeIdentity,
-    addition_statement,
-    read_addition,
-    seal_addition,
-)
+from neuronbuild.attest.additions import seal_addition
 from neuronbuild.attest.envelope import read_attestation
 from neuronbuild.attest.keys import load_signer
 from neuronbuild.attest.policy import Policy, load_policy
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.node.additions import choose_addition
+from neuronbuild.store.additions import NodeIdentity, addition_statement, read_addition
 from neuronbuild.store.records import FileRecord
 from tests.lib.keys import write_key, write_policy
 
@@ -82,7 +78,7 @@ def _set(path: list[str], value: Any) -> Any:
         (_set(["predicateType"], "https://slsa.dev/provenance/v1"), "predicate type"),
         (_set(["predicate", "kind"], "weights"), "kind 'weights'"),
         (_set(["predicate", "extra"], 1), "expected exactly kind, node, files"),
-        (_set(["predicate", "files"], []), "expected 1 to"),
+        (_set(["predicate", "files"], []), "expected a list of 1 to"),
         (_set(["predicate", "node", "host"], "a\nb"), "node.host"),
         (_set(["predicate", "node", "installed"], {"vllm": 3}), "node.installed"),
         (

@@ -67,6 +67,8 @@ OURS = {
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
     "neuronbuild.node.materialize",
+    "neuronbuild.node.additions",  # what nodes gave back to a build, laid out beside it
+    "neuronbuild.store.additions",  # an addition read as store data (gc, copies, serve)
     "neuronbuild.node.image_stamp",  # a node image's stamp, checked on its read-only mount
     "neuronbuild.node.mirrors",  # the mirrors vLLM is given over a node image
     "neuronbuild.store.oci",  # oci:// stores (imported when the URL is one)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from neuronbuild.attest.additions import NodeIdentity, addition_statement, seal_addition
+from neuronbuild.attest.additions import seal_addition
+from neuronbuild.store.additions import NodeIdentity, addition_statement
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import FileRecord

@@ -481,7 +481,7 @@ class NeuronEngine(Engine):
     def addition_kind(self, toolchain: Mapping[str, str]) -> str | None:
         # The native route's Precompile Cache: written only on a device start, never in CPU
         # compile mode (how-to-precompile-cache.md, v2.33.0, 2026-10-13).
-        # (neuronbuild.attest.additions.PRECOMPILE_CACHE, not imported: signing code is heavy).
+        # (neuronbuild.store.additions.PRECOMPILE_CACHE; the engines do not read the store).
         return "precompile-cache" if rules_for(toolchain).precompile_cache else None
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
