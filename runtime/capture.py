@@ -1,6 +1,6 @@
 """``neuronbuild capture``: on the first node that serves a build, start it once and give back to
 the store what that start wrote and no compile host could (vLLM Neuron 0.29's Precompile Cache),
-as an addition to the manifest (:mod:`neuronbuild.attest.additions`), so later nodes skip it.
+as an addition to the manifest (:mod:`neuronbuild.store.additions`), so later nodes skip it.
 
 What the node proves before anything is published:
 
@@ -14,7 +14,7 @@ What the node proves before anything is published:
 
 Then the files that start wrote (not the manifest's, nor neuronbuild's own, nor vLLM's per-node
 caches of :data:`NODE_LOCAL`, nor the bookkeeping files it adds inside an entry of the manifest)
-are stored as blobs, and the addition's object last, signed with ``--sign``'s key when given.
+are stored as blobs, and the addition's object last, signed with ``--key``'s key when given.
 The fresh lay-out is removed either way.
 """
 
@@ -37,7 +37,7 @@ from neuronbuild.node.additions import node_builds
 from neuronbuild.store.records import FileRecord
 from neuronbuild.store.tiered import TieredStore
 
-from .conformance import READY, start_for
+from .conformance import NODE_LOCAL, READY, start_for
 from .serve import ServeSource, prepare, resolve
 
 if TYPE_CHECKING:
@@ -46,11 +46,6 @@ if TYPE_CHECKING:
     from neuronbuild.attest.policy import Policy
     from neuronbuild.engines.base import Engine
     from neuronbuild.recipe import Recipe
-
-NODE_LOCAL = ("modelinfos",)
-"""Folders under ``VLLM_CACHE_ROOT`` a start writes for this node alone: vLLM's model-info cache
-(``vllm/model_executor/models/registry.py``), rebuilt at every fresh start."""
-
 
 @dataclass(frozen=True)
 class Captured:
@@ -147,6 +142,7 @@ def capture(
             serving_args=serving_args,
             workdir=workdir or recipe.workdir,
             additions=False,
+            record=False,
         )
         paths = {f.path for f in manifest.files()}
         before = set(root.rglob("*"))

@@ -205,10 +205,13 @@ def start_without_one_entry(
     return StartOutcome(code, output, time.monotonic() - start, complete[0])
 
 
-NOT_PRECOMPILE = (COMPILE_CACHE.as_posix(), "modelinfos")
+NODE_LOCAL = ("modelinfos",)
+"""Folders under ``VLLM_CACHE_ROOT`` a start writes for this node alone: vLLM's model-info cache
+(``vllm/model_executor/models/registry.py``), rebuilt at every fresh start."""
+
+NOT_PRECOMPILE = (COMPILE_CACHE.as_posix(), *NODE_LOCAL)
 """What a start writes under the layout root that is not a Precompile Cache: the compile
-cache's own files (``.cache_accessed``) and vLLM's model-info cache
-(``$VLLM_CACHE_ROOT/modelinfos``, ``vllm/model_executor/models/registry.py``)."""
+cache's own files (``.cache_accessed``) and :data:`NODE_LOCAL`."""
 
 
 @dataclass(frozen=True)

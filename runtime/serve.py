@@ -322,6 +322,7 @@ def prepare(
     layout_only: bool = False,
     policy: Policy | None = None,
     additions: bool = True,
+    record: bool = True,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
@@ -340,7 +341,9 @@ def prepare(
     ``policy``: the trust policy the manifest must pass before anything else (:func:`resolve`),
     and an addition before it is laid out; ``additions``: lay out the newest addition nodes gave
     back to the build that this node may use (:mod:`neuronbuild.node.additions`; never into a
-    node image, never in a dry run).
+    node image, never in a dry run); ``record``: note the lay-out in the local tier for ``ls``,
+    ``status`` and ``gc`` (False for a throwaway one, ``capture``'s, which must not replace the
+    record of the node's own).
 
     Every check of the node's own configuration comes before the first blob is fetched
     (:mod:`.node_config`): the layout root and, when it lacks blobs, the local tier must be
@@ -397,7 +400,8 @@ def prepare(
             tiers.fill(digest)  # read-through: the node keeps what it fetched
         laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
         engine.lay_out_beside(root, [f.path for f in manifest.files()])
-        register(tiers, digest, root)
+        if record:
+            register(tiers, digest, root)
         files, size = laid.files, laid.bytes
         ready = True
     kind = engine.addition_kind(recipe.toolchain)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -432,6 +433,8 @@ def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_s
     assert traces(tmp_path) == {"traced": graphs}  # the capture's own start, on a fresh lay-out
     assert (captured.kind, captured.files) == ("precompile-cache", graphs)
     assert list((tmp_path / "xdg" / "neuronbuild" / "captures").iterdir()) == []
+    record = Path(store.layout.layout_record(captured.manifest)).read_text()
+    assert json.loads(record)["root"] == str(tmp_path / "node-a")  # the node's own lay-out
     # A second node lays the addition out and takes every trace from it.
     prepared = prepare(source, TieredStore(store), cache_root=tmp_path / "node-b")
     assert prepared.addition == captured.name
