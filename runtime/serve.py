@@ -406,7 +406,10 @@ def prepare(
         ready = True
     kind = engine.addition_kind(recipe.toolchain)
     added = None
-    if additions and kind is not None and not dry_run and not image:
+    if additions and kind is not None and not dry_run and not image and allowed:
+        # What a matching node traced is no evidence for one that differs from the build.
+        tiers.notes.append("no addition laid out: this node differs from the build (allowed)")
+    elif additions and kind is not None and not dry_run and not image:
         here = (recipe.target, node_builds(engine))
         paths = {f.path for f in manifest.files()}
         added, found = add_to_layout(tiers, root, digest, paths, kind, here, policy)

@@ -443,6 +443,13 @@ def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_s
     run = subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert traces(tmp_path) == {"reused": graphs}
+    # A node that differs from the build, allowed by its operator, lays out no addition.
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn1")
+    other = prepare(
+        source, TieredStore(store), cache_root=tmp_path / "node-d", allow_mismatch=("target",)
+    )
+    assert other.addition is None and any("differs from the build" in n for n in other.notes)
+    setenv(monkeypatch, "NEURONBUILD_NODE_TARGET", "trn2")
     # serve --no-additions: the build's own files alone.
     alone = prepare(source, TieredStore(store), cache_root=tmp_path / "node-c", additions=False)
     assert (
