@@ -15,10 +15,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from filelock import FileLock
+
 from neuronbuild.digest import short
-from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.errors import NoRoom, StoreDataInvalid
 from neuronbuild.human import count, size
-from neuronbuild.node.materialize import place
+from neuronbuild.node.materialize import LAY_OUT_LOCK, place
 from neuronbuild.paths import inside
 from neuronbuild.store.additions import Addition, NodeIdentity, read_addition
 from neuronbuild.store.tiered import TieredStore
@@ -110,12 +112,13 @@ def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
     """
     tiers.fill_blobs(list(addition.files))
     laid = 0
-    for file in addition.files:
-        dest = inside(root, file.path)
-        if dest.exists() or dest.is_symlink():
-            continue
-        place(tiers, root, file, deep=False)
-        laid += 1
+    with FileLock(root / LAY_OUT_LOCK):  # a lay-out of this root sweeps temporary files
+        for file in addition.files:
+            dest = inside(root, file.path)
+            if dest.exists() or dest.is_symlink():
+                continue
+            place(tiers, root, file, deep=False)
+            laid += 1
     return laid
 
 
@@ -145,6 +148,11 @@ def add_to_layout(
     try:
         laid = lay_out_addition(tiers, root, chosen)
     except StoreDataInvalid as exc:
+        return None, [*notes, f"addition {short(chosen.name)}: {exc}; not laid out"]
+    except OSError as exc:  # a full disk is the node's condition; anything else skips it
+        room = NoRoom.of(exc, exc.filename or root, "cannot lay out an addition")
+        if room is not None:
+            raise room from None
         return None, [*notes, f"addition {short(chosen.name)}: {exc}; not laid out"]
     node = chosen.node
     notes.append(

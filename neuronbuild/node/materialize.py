@@ -11,11 +11,14 @@ sweep.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from filelock import FileLock
 
 from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
@@ -114,7 +117,7 @@ def _write_stamp(root: Path, manifest: Manifest, digest: str) -> None:
     files = {e.path: _stat_of(root / e.path) for e in manifest.files()}
     stamp = root / NODE_STAMP
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    tmp = stamp.with_name(f".{uuid.uuid4().hex}.part")
+    tmp = stamp.with_name(f".{stamp.name}.{uuid.uuid4().hex}.part")
     tmp.write_bytes(canonical_json({"manifest": digest, "files": files}))
     tmp.replace(stamp)
 
@@ -219,6 +222,20 @@ def lay_out(
         )
     try:
         root.mkdir(parents=True, exist_ok=True)
+        (root / NODE_STAMP).parent.mkdir(exist_ok=True)
+        lock = FileLock(root / LAY_OUT_LOCK)
+        lock.acquire()
+    except PermissionError as exc:
+        raise UserError(
+            f"cannot lay out under {root}: {exc.strerror}; pass --vllm-cache-root with a "
+            "folder this user may write"
+        ) from None
+    except OSError as exc:
+        raise StoreError(f"cannot lay out under {root}: {exc}") from None
+    try:
+        if not deep and laid_out(root, manifest, digest):  # another serve laid it out meanwhile
+            return LaidOut(root, len(files), total, 0, True)
+        sweep_temporaries(root)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
         # One task per blob (its files one after another: a corrupt blob is fetched again
@@ -250,7 +267,29 @@ def lay_out(
         if room is not None:
             raise blame(room, {tiers.local.root: "local tier"}, LAYOUT_ROOT) from None
         raise StoreError(f"cannot lay out under {root}: {exc}") from None
+    finally:
+        lock.release()
     return LaidOut(root, len(files), total, linked, False)
+
+
+LAY_OUT_LOCK = ".neuronbuild/lay-out.lock"
+"""Held (filelock) by the one ``serve`` laying a folder out: two serves of one layout root take
+turns, and whatever temporary file the holder finds is a dead lay-out's."""
+
+TEMPORARY = re.compile(r"^\..*\.[0-9a-f]{32}\.(part|link|copy)$")
+"""The names of a lay-out's temporary files (a blob being fetched, linked or copied into place,
+the stamp being written): ``.<name>.<uuid hex>.<part|link|copy>``."""
+
+
+def sweep_temporaries(root: Path) -> int:
+    """Remove the temporary files (:data:`TEMPORARY`) a killed lay-out left under ``root``
+    (call it holding :data:`LAY_OUT_LOCK`); returns how many."""
+    swept = 0
+    for path in root.rglob(".*"):
+        if TEMPORARY.match(path.name) and (path.is_file() or path.is_symlink()):
+            path.unlink(missing_ok=True)
+            swept += 1
+    return swept
 
 
 def register(tiers: TieredStore, digest: str, root: Path) -> None:

@@ -20,7 +20,7 @@ from neuronbuild.node.materialize import lay_out, register
 from neuronbuild.store import cas
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.layout import node_layout_root
+from neuronbuild.store.layout import NODE_STAMP, node_layout_root
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 from tests.lib.builders import stored_unit
@@ -355,3 +355,30 @@ def test_a_lay_out_record_the_local_tier_refuses_is_a_note_naming_it_not_a_failu
         f"{store.url}: layout of {manifest.digest[:19]} not recorded "
         "([Errno 30] Read-only file system)"
     ]
+
+
+def test_the_next_lay_out_removes_what_a_killed_one_left_and_nothing_else(tmp_path: Path) -> None:
+    """A lay-out killed mid-way (SIGKILL: no cleanup) leaves its temporary files and no stamp;
+    the next lay-out of that root, holding its lock, removes them (issue 46, item 15), and keeps
+    every other file, dotted ones included."""
+    store = Store(str(tmp_path / "store"), create=True)
+    manifest = one_file(store, tmp_path, b"neff bytes")
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    graph = root / GRAPH
+    left = [
+        graph.with_name(f".{graph.name}.{'a' * 32}.part"),  # a blob being fetched
+        graph.with_name(f".{graph.name}.{'b' * 32}.link"),  # being hard-linked into place
+        graph.with_name(f".{graph.name}.{'c' * 32}.copy"),  # being copied to chmod it
+        root / ".neuronbuild" / f".layout.json.{'d' * 32}.part",  # the stamp being written
+    ]
+    for path in left:
+        path.write_bytes(b"half")
+    kept = [graph.with_name(".cache_accessed"), root / f".keep.{'e' * 32}.part.txt"]
+    for path in kept:
+        path.write_bytes(b"theirs")
+    (root / NODE_STAMP).unlink()  # the killed lay-out removed it first
+    again = lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not again.cheap
+    assert [p for p in left if p.exists()] == []
+    assert all(p.read_bytes() == b"theirs" for p in kept)
