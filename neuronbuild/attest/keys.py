@@ -56,9 +56,12 @@ def key_path(key_ref: str, option: str = "--sign") -> Path:
     """The file a ``--sign``/``--key`` KEY_REF names: ``file:PATH`` or a bare ``PATH``.
 
     Raises:
-        UserError: another scheme (``awskms:`` and ``sigstore:`` are :func:`load_signer`'s).
+        UserError: no path (``file:``, an empty value: ``Path("")`` would read as ``.``), or
+            another scheme (``awskms:`` and ``sigstore:`` are :func:`load_signer`'s).
     """
     scheme, sep, rest = key_ref.partition(":")
+    if not key_ref or (sep and scheme == "file" and not rest):
+        raise UserError(f"{option} {key_ref!r}: names no file; give {KEY_REF_HELP}")
     if sep and scheme == "file":
         return Path(rest)
     if sep and len(scheme) > 1 and "/" not in scheme:

@@ -404,8 +404,9 @@ def _yaml(text: bytes, where: str) -> Any:
         loader.dispose()
 
 
-def load_policy(path: str | Path) -> Policy:
-    """The policy in YAML file ``path``.
+def load_policy(path: str | Path, what: str = "--policy") -> Policy:
+    """The policy in YAML file ``path``, named ``what`` in messages (the option, or
+    ``$NEURONBUILD_POLICY`` when the environment gave it).
 
     Raises:
         PolicyInvalid: unreadable, not a regular file (a FIFO is refused, not waited on), over
@@ -413,7 +414,7 @@ def load_policy(path: str | Path) -> Policy:
     """
     path = Path(path)
     try:
-        text = read_small_file(path, MAX_POLICY_BYTES, "--policy", "a policy file (YAML)")
+        text = read_small_file(path, MAX_POLICY_BYTES, what, "a policy file (YAML)")
     except UserError as exc:
         raise PolicyInvalid(str(exc)) from None
-    return parse_policy(_yaml(text, f"--policy {path}"), str(path), path.parent)
+    return parse_policy(_yaml(text, f"{what} {path}"), str(path), path.parent)

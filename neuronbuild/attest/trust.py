@@ -49,4 +49,4 @@ def policy_from(option: str | None) -> Policy | None:
     _policy_module_without_boto3()
     from neuronbuild.attest.policy import load_policy
 
-    return load_policy(path)
+    return load_policy(path, "--policy" if option is not None else f"${envs.POLICY.name}")

@@ -254,3 +254,21 @@ def test_a_kms_key_names_its_arn_in_the_refusal(tmp_path: Path) -> None:
     keyid = load_public_key(public, "k").keyid
     line = policy.refusal("a/prod", DIGEST, [])
     assert line is not None and f"expected a signature by ci (key {keyid[:16]} at {ARN})" in line
+
+
+def test_a_policy_or_key_is_named_where_the_user_gave_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46 item 13: a bad ``$NEURONBUILD_POLICY`` is named as the variable, not as an
+    option the user never passed; ``--key file:`` names no file, not ``.``."""
+    from neuronbuild.attest.trust import policy_from
+
+    missing = tmp_path / "nope.yaml"
+    monkeypatch.setenv("NEURONBUILD_POLICY", str(missing))
+    with pytest.raises(PolicyInvalid, match=rf"^\$NEURONBUILD_POLICY {missing}: cannot read"):
+        policy_from(None)
+    with pytest.raises(PolicyInvalid, match=rf"^--policy {missing}: cannot read"):
+        policy_from(str(missing))
+    for ref in ("file:", ""):
+        with pytest.raises(UserError, match=rf"^--key '{ref}': names no file; give file:PATH"):
+            load_signer(ref, "--key")
