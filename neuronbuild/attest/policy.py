@@ -301,6 +301,30 @@ def _signer(name: str, entry: Any, folder: Path, field: str) -> Signer:
     return Signer(name, tuple(trusted), tuple(identities))
 
 
+def _check_listed_once(signers: Mapping[str, Signer], where: str) -> None:
+    """Refuse a key, or a keyless identity under one trusted root, listed twice in the policy:
+    within one signer it means less than it seems (two entries, one key), across signers it
+    makes the two one (a node's key that also signs builds, :func:`_additions`). One identity
+    under two roots (a root being rotated) is two entries.
+
+    Raises:
+        PolicyInvalid: naming the signers and the key or identity.
+    """
+    seen: dict[str, str] = {}
+    for name, signer in signers.items():
+        listed = [f"key {str(t.key.keyid)[:16]}" for t in signer.trusted]
+        listed += [
+            i.name() + (f" under {i.root.name}" if i.root else "") for i in signer.identities
+        ]
+        for what in listed:
+            if what in seen:
+                also = "twice" if seen[what] == name else f"as signers.{seen[what]} does"
+                raise PolicyInvalid(
+                    f"{where}: signers.{name} lists {what} {also}; list each key once"
+                )
+            seen[what] = name
+
+
 def parse_policy(data: Any, source: str, folder: Path) -> Policy:
     """A :class:`Policy` from the YAML value ``data`` of file ``source`` (key paths relative to
     ``folder``).
@@ -324,6 +348,7 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         str(name): _signer(str(name), entry, folder, f"{where}: signers.{name}")
         for name, entry in raw_signers.items()
     }
+    _check_listed_once(signers, where)
     rules = []
     for i, entry in enumerate(_list(data["refs"], f"{where}: refs", "{match, signers}")):
         field = f"{where}: refs[{i}]"

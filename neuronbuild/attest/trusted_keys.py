@@ -65,6 +65,12 @@ class TrustedKey:
         return f"{head} at {self.kms}" if self.kms else head
 
 
+PATTERN_CHARACTERS = frozenset("*^$[]()|\\")
+"""Characters of a regular expression or glob that no certificate identity (an email or a
+workflow URI) holds: an identity written with them never matches (cosign's
+``--certificate-identity-regexp`` is another flag; a policy compares exactly)."""
+
+
 def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> KeylessIdentity:
     """The keyless signer ``entry`` names (``identity``, ``issuer``, ``trusted_root``).
 
@@ -82,8 +88,19 @@ def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> Keyless
     identity, issuer, root = entry["identity"], entry["issuer"], entry.get("trusted_root")
     if not isinstance(identity, str) or not identity.strip():
         raise UserError(f"{field}.identity: expected the certificate's email or URI")
+    if PATTERN_CHARACTERS & set(identity):
+        raise UserError(
+            f"{field}.identity {identity!r}: compared exactly, not as a pattern; give the whole "
+            "identity the certificate names (e.g. https://github.com/ORG/REPO/.github/workflows/"
+            "build.yml@refs/heads/main)"
+        )
     if not isinstance(issuer, str) or not issuer.startswith("https://"):
         raise UserError(f"{field}.issuer: expected the OIDC issuer's https:// URL")
+    if issuer.endswith("/"):
+        raise UserError(
+            f"{field}.issuer {issuer!r}: compared exactly, and issuers are named without a "
+            f"trailing /; write {issuer.rstrip('/')}"
+        )
     if root is not None and not isinstance(root, str):
         raise UserError(f"{field}.trusted_root: expected the PATH of a trusted_root.json")
     path = None if root is None else folder / root

@@ -423,3 +423,29 @@ def test_a_bare_sigstore_key_ref_names_the_colon(tmp_path: Path) -> None:
 
     with pytest.raises(UserError, match="write sigstore: \\(with the colon\\)"):
         load_signer("sigstore", "--sign")
+
+
+@pytest.mark.parametrize(
+    ("identity", "issuer", "problem"),
+    [
+        (WORKFLOW, GITHUB + "/", "named without a trailing /; write " + GITHUB),
+        ("https://github.com/org/repo/.*", GITHUB, "compared exactly, not as a pattern"),
+        ("^ci@example.com$", GITHUB, "compared exactly, not as a pattern"),
+    ],
+)
+def test_a_keyless_entry_that_can_never_match_is_refused_in_one_line(
+    tmp_path: Path, identity: str, issuer: str, problem: str
+) -> None:
+    """Issue 46 item 12: an issuer with a trailing ``/`` and an identity written as a pattern
+    are compared exactly with a certificate's, so they never match: refused, not accepted."""
+    from neuronbuild.attest.policy import PolicyInvalid, load_policy
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "signers:\n  ci:\n    keys:\n"
+        f"      - identity: {json.dumps(identity)}\n        issuer: {issuer}\n"
+        "refs: [{match: '**', signers: [ci]}]\n"
+    )
+    with pytest.raises(PolicyInvalid) as raised:
+        load_policy(policy)
+    assert problem in str(raised.value) and "signers.ci.keys[0]" in str(raised.value)

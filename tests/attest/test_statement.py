@@ -201,14 +201,23 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
             "additions.precompile-cache: ci also signs builds (a refs rule names it)",
         ),
         (
-            "signers:\n  ci: {keys: [ci.pub]}\n  node: {keys: [ci.pub]}\n"
-            "refs: [{match: '*/*', signers: [ci]}]\nadditions: {weights: [node]}\n",
+            "signers:\n  ci: {keys: [ci.pub]}\n"
+            "refs: [{match: '*/*', signers: [ci]}]\nadditions: {weights: [ci]}\n",
             "additions.weights: not a kind of addition (known: precompile-cache)",
         ),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n"
             "additions: {precompile-cache: [nodes]}\n",
             "additions.precompile-cache: 'nodes' is not a signer (known: ci)",
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\n  nodes: {keys: [ci.pub]}\n"
+            "refs: [{match: '*/*', signers: [ci]}]\nadditions: {precompile-cache: [nodes]}\n",
+            "signers.nodes lists key ",  # one key under two names: a node key signing builds
+        ),
+        (
+            "signers:\n  ci: {keys: [ci.pub, ci.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n",
+            "twice",
         ),
         ("signers: [\n", "not YAML at line"),
     ],
