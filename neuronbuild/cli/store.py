@@ -4,7 +4,7 @@ holds, and moving it between stores and refs)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,23 @@ from neuronbuild.ui.options import (
     ref_move_options,
 )
 from neuronbuild.ui.verbosity import key_text
+
+if TYPE_CHECKING:
+    from neuronbuild.store.records import Manifest
+
+
+def hollow_files(manifest: Manifest) -> list[str]:
+    """One problem per file of ``manifest`` its engine's content rule says must hold bytes and
+    that is empty (:meth:`~neuronbuild.engines.base.Engine.hollow`): present with its size and
+    digest, so no blob check sees it, yet every node fails to load it."""
+    from neuronbuild.engines.registry import ENGINE_NAMES, get_engine
+
+    names = {str(u.factors.get("engine")) for u in manifest.units} & set(ENGINE_NAMES)
+    return [
+        f"{path}: empty (the compile's save failed); compile {manifest.name} again"
+        for name in sorted(names)
+        for path in get_engine(name).hollow((f.path, f.size) for f in manifest.files())
+    ]
 
 
 @click.command()
@@ -48,6 +65,7 @@ def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: boo
     store = Store(cache)
     found = store.resolve_target(target)
     report = verify_manifest(store, found.digest, deep=deep)
+    report.problems += hollow_files(store.get_manifest(found.digest))
     attestations = list(store.get_attestations(found.digest).items())
     entries, problems = describe_attestations(found.digest, attestations, trusted)
     report.problems += problems

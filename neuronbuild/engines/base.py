@@ -9,8 +9,9 @@ artifacts (its serve half).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -93,6 +94,10 @@ class Engine(ABC):
     presence here enters the ``installed`` factor (and serve compares it)."""
     written_last: ClassVar[tuple[str, ...]] = ()
     """File names that mark a cache entry complete: laid out after every other file at serve."""
+    content_files: ClassVar[tuple[str, ...]] = ()
+    """Patterns (:func:`fnmatch.fnmatchcase`, over a path relative to ``VLLM_CACHE_ROOT``) of
+    the files that hold an entry's compiled content: one of them empty makes its entry
+    incomplete, whatever markers it has (:meth:`hollow`)."""
     note: ClassVar[str] = ""
     graph_seconds: ClassVar[float] = 60.0
     unit_cpus: ClassVar[float] = 1.0
@@ -287,6 +292,22 @@ class Engine(ABC):
         artifacts under ``cache_root`` (the ``VLLM_CACHE_ROOT``) and fail at start, never
         compile, when one is missing."""
 
+    def hollow(self, files: Iterable[tuple[str, int]]) -> list[str]:
+        """The paths of ``files`` (``(path, size in bytes)``) that must hold an entry's compiled
+        content (:attr:`content_files`) and are empty: vLLM can leave its AOT artifact at 0 bytes
+        when its save fails after compiling (vllm-project/vllm#35061), beside a complete-looking
+        entry. Compile refuses to publish such a unit, reuses no record holding one (it is
+        compiled again and its record replaced), and serve and verify name it."""
+        return [
+            path
+            for path, size in files
+            if size == 0 and any(fnmatchcase(path, p) for p in self.content_files)
+        ]
+
+    def sound(self, record: UnitRecord) -> bool:
+        """Whether unit record ``record`` holds no :meth:`hollow` file (what compile may reuse)."""
+        return not self.hollow((f.path, f.size) for f in record.files)
+
     def addition_kind(self, toolchain: Mapping[str, str]) -> str | None:
         """The kind of addition (:mod:`neuronbuild.attest.additions`) a node of the release
         ``toolchain`` pins writes at its first start and a compile host cannot, which
@@ -299,9 +320,17 @@ class Engine(ABC):
         ``held`` do not cover (:func:`~.coverage.check_coverage`). By default a graph is covered
         when a held record lists it and has files: a unit of such an engine is one engine
         configuration whose entries serve all its graphs (the CPU engine's one dynamic graph)."""
-        have = {g.identity for u in held if u.files for g in u.graphs}
+        have = {g.identity for u in held if u.files and self.sound(u) for g in u.graphs}
+        empty = {
+            g.identity: self.hollow((f.path, f.size) for f in u.files)[0]
+            for u in held
+            if not self.sound(u)
+            for g in u.graphs
+        }
         return [
-            f"graph {g.label()} missing"
+            f"graph {g.label()}: {empty[g.identity]} is empty (the compile's save failed)"
+            if g.identity in empty
+            else f"graph {g.label()} missing"
             for _, graphs in needed
             for g in graphs
             if g.identity not in have

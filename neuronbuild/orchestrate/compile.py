@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from neuronbuild import envs
+from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.versions import pin_matches
@@ -93,18 +94,39 @@ def check_toolchain(recipe: Recipe, compiler: UnitCompiler) -> dict[str, str]:
 
 def cached_records(store: Store, plan: Plan) -> dict[str, UnitRecord]:
     """The records of the plan's units the store has cached, by key; compile compiles the
-    others, an unreadable record's unit included (:meth:`~neuronbuild.store.cas.Store.cached_units`
-    repairing)."""
-    return store.cached_units((u.key.digest for u in plan.units), repairing=True)
+    others, an unreadable record's unit included, and one holding an empty artifact
+    (:meth:`~neuronbuild.store.cas.Store.cached_units` repairing, with the engine's
+    :meth:`~neuronbuild.engines.base.Engine.sound`)."""
+    keys = (u.key.digest for u in plan.units)
+    return store.cached_units(keys, repairing=True, sound=plan.engine.sound)
 
 
 def ingest(
-    store: Store, unit: CompileUnit, cache_root: Path, files: list[Path], toolchain: dict[str, str]
+    store: Store,
+    unit: CompileUnit,
+    cache_root: Path,
+    files: list[Path],
+    toolchain: dict[str, str],
+    engine: Engine | None = None,
 ) -> UnitRecord:
     """Publish a compiled unit: the blobs the store lacks (batched presence check, parallel
-    uploads), then its unit record (the first record for a key wins; the stored one is
-    returned)."""
+    uploads), then its unit record (the first record for a key wins, unless it holds an empty
+    artifact; the stored one is returned). ``engine``: whose content rule the files must pass
+    (None: tests' hand-made records).
+
+    Raises:
+        RuntimeError: a file the entry's content is in is empty (``engine``'s
+            :meth:`~neuronbuild.engines.base.Engine.hollow`: vLLM's save failed after
+            compiling); nothing of the unit is published.
+    """
     paths = [cache_root / rel for rel in files]
+    sizes = ((rel.as_posix(), path.stat().st_size) for rel, path in zip(files, paths, strict=True))
+    empty = engine.hollow(sizes) if engine is not None else []
+    if empty:
+        raise RuntimeError(
+            f"the engine left {empty[0]} empty (its save failed after compiling, "
+            "vllm-project/vllm#35061); nothing of this unit was published"
+        )
     records = [
         FileRecord(rel.as_posix(), digest, size, bool(path.stat().st_mode & 0o111))
         for rel, path, (digest, size) in zip(files, paths, store.put_files(paths), strict=True)
@@ -116,7 +138,7 @@ def ingest(
         files=tuple(records),
         toolchain=toolchain,
     )
-    return store.put_unit(record)
+    return store.put_unit(record, engine.sound if engine is not None else None)
 
 
 def seed_scratch(
@@ -311,7 +333,7 @@ def prepare_recipe(
             compiler.settle_seeded(cache_root, unit, seeded)
             files = compiler.harvest(cache_root)
             carried = files + compiler.start_files(cache_root)
-            record = ingest(store, unit, cache_root, carried, toolchain)
+            record = ingest(store, unit, cache_root, carried, toolchain, plan.engine)
         except (StoreError, StoreDataInvalid) as exc:
             outages.append(exc)
             raise
@@ -412,8 +434,9 @@ def compile_recipes(
     if reuse is not None:
         for run in runs:
             lacking = [u.key.digest for u in run.plan.units if u.key.digest not in run.records]
-            for key, record in reuse.cached_units(lacking, repairing=True).items():
-                run.records[key] = record if dry_run else store.put_unit(record)
+            sound = run.plan.engine.sound
+            for key, record in reuse.cached_units(lacking, repairing=True, sound=sound).items():
+                run.records[key] = record if dry_run else store.put_unit(record, sound)
     union: dict[str, PlannedUnit] = {}
     works: dict[str, Work] = {}
     logs: dict[str, Path] = {}  # where the heartbeats read each unit's last compiler line

