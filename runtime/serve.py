@@ -384,7 +384,7 @@ def prepare(
     )
     if missing:
         check_local_tier(tiers.local)
-    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(recipe.engine_args)]
+    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine.start_args(recipe))]
     argv += vllm_cli_args(recipe.serve, first=())
     argv += serving_args or []
     if check_address:

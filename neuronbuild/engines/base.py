@@ -292,6 +292,12 @@ class Engine(ABC):
         artifacts under ``cache_root`` (the ``VLLM_CACHE_ROOT``) and fail at start, never
         compile, when one is missing."""
 
+    def start_args(self, recipe: Recipe) -> dict[str, Any]:
+        """The engine arguments vLLM is started with at compile and at serve: the recipe's, plus
+        any value the plan resolved that vLLM would resolve otherwise when it is left out (its
+        offline ``LLM`` and its API server default some differently). The recipe's by default."""
+        return dict(recipe.engine_args)
+
     def hollow(self, files: Iterable[tuple[str, int]]) -> list[str]:
         """The paths of ``files`` (``(path, size in bytes)``) that must hold an entry's compiled
         content (:attr:`content_files`) and are empty: vLLM can leave its AOT artifact at 0 bytes

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from neuronbuild import envs
 from neuronbuild.engines import arg_sources
 from neuronbuild.engines.neuron.engine import PHASE_OF_KIND
+from neuronbuild.engines.registry import get_engine
 from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.graph import Graph
@@ -318,14 +319,33 @@ def extracted(
     return Counter(f"{k} {' '.join(map(str, dims))}" for g in phases.values() for k, dims in g)
 
 
+def as_started(args: dict[str, Any]) -> dict[str, Any]:
+    """A refused recipe's arguments as compile would pass them were it otherwise valid:
+    ``max_num_batched_tokens`` left out becomes the last listed prefill bucket (or kv segment)
+    the plan takes (:meth:`NeuronEngine.start_args`, fidelity row D23), so the double's refusal
+    is compared for the recipe's other rules, not for the API server's default."""
+    nc = (args.get("additional_config") or {}).get("neuron_config") or {}
+    listed = nc.get("num_batched_tokens_buckets") or nc.get("kv_segment_size_buckets")
+    if args.get("max_num_batched_tokens") is None and isinstance(listed, list) and listed:
+        return {**args, "max_num_batched_tokens": listed[-1]}
+    return args
+
+
 def resolve(
-    platform: ModuleType, server: ModuleType, args: dict[str, Any], mp: pytest.MonkeyPatch
+    platform: ModuleType,
+    server: ModuleType,
+    args: dict[str, Any],
+    mp: pytest.MonkeyPatch,
+    target: str = "trn2",
 ) -> dict[str, Any]:
-    """The double's configuration of ``args``, reached as the compile worker and serve reach
-    it: the API server's command line, parsed by the server, resolved by the platform."""
+    """The double's configuration of ``args`` (for a valid recipe: the engine's
+    :meth:`~neuronbuild.engines.base.Engine.start_args`), reached as the compile worker and serve
+    reach it on a ``target`` device: the API server's command line, parsed by the server,
+    resolved by the platform."""
     argv = vllm_cli_args(args)
     mp.setattr(sys, "argv", ["api_server", *argv])
-    resolved: dict[str, Any] = platform.resolve_config(server.parse(argv))
+    parsed = server.parse(argv)
+    resolved: dict[str, Any] = platform.resolve_config(parsed, platform.HBM_GIB[target])
     return resolved
 
 
@@ -352,7 +372,8 @@ def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
             recipe, refusals = None, [str(e) for e in exc.errors]
         try:
             args = {k: v for k, v in data.items() if k not in ("name", "target", "toolchain")}
-            resolved = resolve(platform, server, recipe.engine_args if recipe else args, mp)
+            started = get_engine("neuron").start_args(recipe) if recipe else as_started(args)
+            resolved = resolve(platform, server, started, mp, data["target"])
             everything = extracted(platform, resolved, set(), mp)
         except (ValueError, KeyError, TypeError) as error:
             # The plugin refuses it at start: neuronbuild must refuse it before compiling, for

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import RecipeInvalid
@@ -90,6 +91,32 @@ def test_an_explicit_optimization_level_2_is_compiled_as_served(
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
     assert report.failed == 0, report.units
+    run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
+    assert run.returncode == 0, run.stderr
+    assert f"{len(planned(recipe))} graphs loaded" in run.stdout
+
+
+@pytest.mark.slow
+def test_listed_prefill_buckets_without_max_num_batched_tokens_compile_and_serve(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fidelity row D23: left out, vLLM's API server sets max_num_batched_tokens to 8192 on a
+    96 GiB trn2 (2048 on a smaller device), not to the last listed bucket; the plugin would then
+    refuse the list at start. The plan's value (16384) reaches vLLM at compile and at serve."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    nc = {"num_batched_tokens_buckets": [4096, 16384], "num_seqs_buckets": [1, 4]}
+    nc["decode_context_length_buckets"] = [512]
+    data = neuron_recipe(
+        nc, name="d23", model="./model", max_model_len=16384, max_num_seqs=4,
+        tensor_parallel_size=1, max_num_batched_tokens=None,
+    )  # fmt: skip
+    (tmp_path / "d23.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_recipe(tmp_path / "d23.yaml")
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_small(recipe, store, tmp_path)
+    assert report.failed == 0, report.units
+    assert sorted(compiled_graphs(double)) == sorted(planned(recipe))
     run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
     assert run.returncode == 0, run.stderr
     assert f"{len(planned(recipe))} graphs loaded" in run.stdout

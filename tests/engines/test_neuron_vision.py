@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from neuronbuild.engines.registry import get_engine
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
@@ -148,7 +149,8 @@ def test_the_double_extracts_the_vision_graphs_neuronbuild_plans(
     importlib.invalidate_caches()
     platform = importlib.import_module("vllm_neuron.platform")
     monkeypatch.chdir(recipe.workdir)
-    resolved = platform.resolve_config(copy.deepcopy(recipe.engine_args))
+    started = get_engine("neuron").start_args(recipe)  # what compile and serve pass
+    resolved = platform.resolve_config(copy.deepcopy(started), platform.HBM_GIB[recipe.target])
     extracted = [
         f"{kind} {' '.join(map(str, dims))}"
         for graphs in platform.plan(resolved, honour_skips=False).values()
@@ -177,7 +179,7 @@ def test_the_double_refuses_at_start_what_the_plan_refuses(
     platform = importlib.import_module("vllm_neuron.platform")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError):
-        platform.resolve_config(args)
+        platform.resolve_config(args, platform.HBM_GIB["trn2"])
 
 
 def test_a_vision_config_for_a_local_model_without_a_vision_section_is_refused(

@@ -198,8 +198,11 @@ COMPILATION_TIMEOUTS = ("NEURON_LIBTORCH_COMPILATION_TIMEOUT", "VLLM_NEURON_COMP
 def compile_argv(recipe: Recipe) -> list[str]:
     """The worker's command: the API server arguments serve passes for ``recipe``'s engine
     arguments (:func:`neuronbuild.engines.vllm_args.vllm_cli_args`, the one function both use),
-    so vLLM-Neuron resolves one configuration at compile and at serve (rows A5, B10)."""
-    args = json.dumps(vllm_cli_args(recipe.engine_args))
+    so vLLM-Neuron resolves one configuration at compile and at serve (rows A5, B10), the
+    values the plan resolved included (:meth:`~neuronbuild.engines.base.Engine.start_args`)."""
+    from neuronbuild.engines.registry import engine_for
+
+    args = json.dumps(vllm_cli_args(engine_for(recipe).start_args(recipe)))
     return [sys.executable, "-m", "neuronbuild.engines.neuron.compile_worker", args]
 
 

@@ -523,6 +523,17 @@ class NeuronEngine(Engine):
 
         return NeuronCompiler(self)
 
+    def start_args(self, recipe: Recipe) -> dict[str, Any]:
+        # Left out, max_num_batched_tokens is what vLLM's API server defaults it to (2048, or 8192
+        # on a device of 70 GiB or more: vllm/engine/arg_utils.py), not the last listed bucket
+        # the plan took (buckets.py, get_max_num_batched_tokens): the plugin would then refuse
+        # "Last bucket ... must equal max_num_batched_tokens" at start (fidelity row D23). The
+        # plan's value goes on the command line, at compile and at serve alike.
+        args = dict(recipe.engine_args)
+        if args.get("max_num_batched_tokens") is None:
+            args["max_num_batched_tokens"] = self.buckets(recipe).max_num_batched_tokens
+        return args
+
     def key_engine_args(self, recipe: Recipe) -> dict[str, Any]:
         """The full resolved configuration: the engine arguments with every bucket list and
         ``max_num_batched_tokens`` as vLLM-Neuron resolves them, so equivalent spellings give one

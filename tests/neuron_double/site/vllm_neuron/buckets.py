@@ -11,7 +11,9 @@ explicit kv segments first, "Auto-setting num_batched_tokens_buckets to match
 kv_segment_size_buckets", then the APC check); the DCP alignment as the scheduler's ``__init__``
 (``NeuronAsyncScheduler``, index copy without a path) calls ``resolve_num_batched_tokens_buckets``
 with ``dcp_stride = dcp * block_size`` only when ``dcp > 1``. Messages are the plugin's where the source shows
-them. Not modelled: D11 (needs the model's head counts).
+them. ``max_num_batched_tokens`` arrives set: the API server defaults it when the command line
+leaves it out (``platform.resolve_config``, row D23). Not modelled: D11 (needs the model's head
+counts).
 """
 
 from __future__ import annotations
@@ -155,8 +157,8 @@ def resolve_buckets(args: dict[str, Any]) -> dict[str, Any]:
     nc = (args.get("additional_config") or {}).get("neuron_config") or {}
     mml = int(args["max_model_len"])
     nbt, kv = nc.get("num_batched_tokens_buckets"), nc.get("kv_segment_size_buckets")
-    # vLLM's own default when unset is not modelled: the double takes the last listed bucket.
-    mnbt = min(int(args.get("max_num_batched_tokens") or (nbt or kv)[-1]), mml)
+    # Set by the API server when the command line leaves it out (platform.resolve_config).
+    mnbt = min(int(args["max_num_batched_tokens"]), mml)
     auto = None if "kv_segment_size_buckets" in nc else segmented_default(mnbt, mml)
     explicit = "num_batched_tokens_buckets" in nc
     if explicit:

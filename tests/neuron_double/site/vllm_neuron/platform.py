@@ -217,12 +217,21 @@ def is_pooling(args: dict[str, Any], config: dict[str, Any]) -> bool:
     return next((pool for suffix, pool in POOLING_SUFFIXES if arch.endswith(suffix)), False)
 
 
-def resolve_config(args: dict[str, Any]) -> dict[str, Any]:
-    """The engine arguments as the platform leaves them (``check_and_update_config``): the O-level
-    of ``apply_config_platform_defaults`` (vLLM's default O2 becomes O1 unless
-    ``--optimization-level`` is in ``sys.argv``: the offline ``LLM()`` never has it) and the
-    vision config every model with a ``vision_config`` gets."""
+SERVER_MNBT = ((70, 8192), (0, 2048))
+"""vLLM's API server's ``max_num_batched_tokens`` when it is left out, by device memory (GiB, at
+least): 8192 on a device of 70 GiB or more, else 2048 (``EngineArgs`` usage-context defaults,
+``vllm/engine/arg_utils.py``; fidelity row D23, source V); the platform leaves it alone."""
+
+
+def resolve_config(args: dict[str, Any], device_gib: int) -> dict[str, Any]:
+    """The engine arguments as the API server and the platform leave them
+    (``check_and_update_config``): ``max_num_batched_tokens`` defaulted by the server for a device
+    of ``device_gib`` (:data:`SERVER_MNBT`), the O-level of ``apply_config_platform_defaults``
+    (vLLM's default O2 becomes O1 unless ``--optimization-level`` is in ``sys.argv``: the offline
+    ``LLM()`` never has it) and the vision config every model with a ``vision_config`` gets."""
     args = json.loads(json.dumps(args))
+    if args.get("max_num_batched_tokens") is None:
+        args["max_num_batched_tokens"] = next(n for gib, n in SERVER_MNBT if device_gib >= gib)
     level = int(args.get("optimization_level", 2))
     explicit = any(a.startswith("--optimization-level") for a in sys.argv)
     args["optimization_level"] = 1 if level == 2 and not explicit else level
@@ -536,7 +545,7 @@ class NeuronPlatform:
         root = compile_cache_dir()
         root.mkdir(parents=True, exist_ok=True)
         serving = flag("VLLM_NEURON_DISABLE_WARMUP_COMPILE")
-        args = resolve_config(args)
+        args = resolve_config(args, HBM_GIB[target])
         if not serving and capture_backend_disabled():
             print("Model warmup completed", flush=True)
             return 0
