@@ -15,12 +15,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from filelock import FileLock
-
 from neuronbuild.digest import short
 from neuronbuild.errors import NoRoom, StoreDataInvalid
 from neuronbuild.human import count, size
-from neuronbuild.node.materialize import LAY_OUT_LOCK, place
+from neuronbuild.node.materialize import lay_out_lock, place
 from neuronbuild.paths import inside
 from neuronbuild.store.additions import Addition, NodeIdentity, read_addition
 from neuronbuild.store.tiered import TieredStore
@@ -112,13 +110,17 @@ def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
     """
     tiers.fill_blobs(list(addition.files))
     laid = 0
-    with FileLock(root / LAY_OUT_LOCK):  # a lay-out of this root sweeps temporary files
+    lock = lay_out_lock(root)  # a lay-out of this root sweeps temporary files
+    try:
         for file in addition.files:
             dest = inside(root, file.path)
             if dest.exists() or dest.is_symlink():
                 continue
             place(tiers, root, file, deep=False)
             laid += 1
+    finally:
+        if lock is not None:
+            lock.release()
     return laid
 
 

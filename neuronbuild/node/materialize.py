@@ -10,6 +10,7 @@ sweep.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
+from neuronbuild import envs
 from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
@@ -220,22 +222,13 @@ def lay_out(
             f"manifest {digest} is incomplete in {tiers.local.url}: {count(len(missing), 'blob')} "
             f"missing, e.g. {names}; publish it again (neuronbuild compile) before serving"
         )
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        (root / NODE_STAMP).parent.mkdir(exist_ok=True)
-        lock = FileLock(root / LAY_OUT_LOCK)
-        lock.acquire()
-    except PermissionError as exc:
-        raise UserError(
-            f"cannot lay out under {root}: {exc.strerror}; pass --vllm-cache-root with a "
-            "folder this user may write"
-        ) from None
-    except OSError as exc:
-        raise StoreError(f"cannot lay out under {root}: {exc}") from None
+    lock = lay_out_lock(root)
     try:
         if not deep and laid_out(root, manifest, digest):  # another serve laid it out meanwhile
             return LaidOut(root, len(files), total, 0, True)
-        sweep_temporaries(root)
+        root.mkdir(parents=True, exist_ok=True)
+        if lock is not None:
+            sweep_temporaries(root)
         (root / NODE_STAMP).unlink(missing_ok=True)
         linked = 0
         # One task per blob (its files one after another: a corrupt blob is fetched again
@@ -268,13 +261,27 @@ def lay_out(
             raise blame(room, {tiers.local.root: "local tier"}, LAYOUT_ROOT) from None
         raise StoreError(f"cannot lay out under {root}: {exc}") from None
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     return LaidOut(root, len(files), total, linked, False)
 
 
-LAY_OUT_LOCK = ".neuronbuild/lay-out.lock"
-"""Held (filelock) by the one ``serve`` laying a folder out: two serves of one layout root take
-turns, and whatever temporary file the holder finds is a dead lay-out's."""
+def lay_out_lock(root: Path) -> FileLock | None:
+    """The lock of layout root ``root``, taken (filelock): held by the one process laying it out,
+    so two serves of one root take turns and whatever temporary file the holder finds is a dead
+    lay-out's. Kept in the node's user cache (``locks/lay-out-<hash of the resolved root>.lock``),
+    never in the tree vLLM is given. None, and nothing swept, when that folder cannot be
+    written."""
+    folder = envs.user_cache() / "locks"
+    name = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(folder / f"lay-out-{name}.lock")
+        lock.acquire()
+    except OSError:
+        return None
+    return lock
+
 
 TEMPORARY = re.compile(r"^\..*\.[0-9a-f]{32}\.(part|link|copy)$")
 """The names of a lay-out's temporary files (a blob being fetched, linked or copied into place,
@@ -283,7 +290,7 @@ the stamp being written): ``.<name>.<uuid hex>.<part|link|copy>``."""
 
 def sweep_temporaries(root: Path) -> int:
     """Remove the temporary files (:data:`TEMPORARY`) a killed lay-out left under ``root``
-    (call it holding :data:`LAY_OUT_LOCK`); returns how many."""
+    (call it holding :func:`lay_out_lock`); returns how many."""
     swept = 0
     for path in root.rglob(".*"):
         if TEMPORARY.match(path.name) and (path.is_file() or path.is_symlink()):
