@@ -14,7 +14,8 @@ refuses the held token (expired, or scoped for pulls only); a registry that asks
 (the distribution registry's ``htpasswd`` auth, Artifactory, Nexus) gets the credentials.
 
 Errors: a refused connection, a timeout, HTTP 429 and 5xx are retried (:data:`.retry.ATTEMPTS`
-attempts, :func:`.retry.backoff` apart, each said by :func:`~neuronbuild.notices.retrying`), then
+attempts, :func:`.retry.backoff` apart or as long as a ``Retry-After`` asks, up to
+:data:`.retry.MAX_RETRY_AFTER`, each said by :func:`~neuronbuild.notices.retrying`), then
 a :class:`~neuronbuild.errors.StoreError` (exit code 3), as are 401/403 after authenticating and
 any other unexpected status. 404 is reported as absent (None) to the caller.
 """
@@ -446,8 +447,9 @@ class Registry:
             urllib3.exceptions.HTTPError,  # a body cut short, reset or timed out while read
             OSError,
         )
+        waited = 0.0
         for attempt in range(1, attempts + 1):
-            fault = None
+            fault, asked = None, None
             try:
                 response = self._send(method, url, headers or {}, body, stream or bool(read))
                 if read is not None and response.status_code in ok:
@@ -482,15 +484,22 @@ class Registry:
                             "~/.docker/config.json, $DOCKER_CONFIG or $REGISTRY_AUTH_FILE"
                         )
                     raise StoreError(f"{what}: HTTP {status} {message}")
+                asked = retry.retry_after(response.headers.get("Retry-After"))
                 fault = f"HTTP {status} {_error_text(response)}".strip()
+                if asked is not None:
+                    fault += f" (Retry-After: {asked:g} s)"
             if attempt == attempts:
-                tried = f" (tried {attempts} times)" if attempts > 1 else ""
+                tried = f" (tried {attempts} times over {waited:.0f} s)" if attempts > 1 else ""
                 raise Transient(
                     f"{what}: registry {self.where.host} unreachable or failing: {fault}{tried}"
                 )
-            seconds = retry.backoff(attempt + 1)
+            try:
+                seconds = retry.wait_for(attempt + 1, asked)
+            except ValueError as exc:
+                raise Transient(f"{what}: registry {self.where.host} {exc} ({fault})") from None
             retrying(attempt + 1, attempts, seconds, f"{what}: {fault}")
             time.sleep(seconds)
+            waited += seconds
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def must(self, method: str, path: str, **options: Any) -> Any:

@@ -41,6 +41,10 @@ BASE_SECONDS = 1.0
 MAX_SECONDS = 20.0
 """The longest wait between two attempts (botocore's standard mode caps at 20 s too)."""
 
+MAX_RETRY_AFTER = 60.0
+"""The longest ``Retry-After`` honoured (seconds): a server that asks for a longer wait is given up
+on at once, naming what it asked; so one request waits at most :data:`ATTEMPTS` - 1 times this."""
+
 S3_RETRIES = {"total_max_attempts": 1, "mode": "standard"}
 """botocore's own retries: none; :func:`needs_retry` decides."""
 
@@ -105,6 +109,38 @@ def backoff(attempt: int) -> float:
     return min(MAX_SECONDS, BASE_SECONDS * 2.0 ** (attempt - 2)) * random.uniform(0.5, 1.0)
 
 
+def retry_after(value: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks a client to wait: delta-seconds or an HTTP-date
+    (RFC 9110, section 10.2.3), never negative; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when.tzinfo else None
+
+
+def wait_for(attempt: int, asked: float | None) -> float:
+    """Seconds to wait before ``attempt``: :func:`backoff`, or the server's ``Retry-After``
+    (``asked``, seconds) when it asks for longer.
+
+    Raises:
+        ValueError: ``asked`` is over :data:`MAX_RETRY_AFTER` (the caller gives up, saying so).
+    """
+    if asked is not None and asked > MAX_RETRY_AFTER:
+        raise ValueError(
+            f"asked to retry after {asked:.0f} s, over the {MAX_RETRY_AFTER:.0f} s neuronbuild "
+            "waits; try again later"
+        )
+    return max(backoff(attempt), asked or 0.0)
+
+
 def s3_fault(response: Any, caught_exception: BaseException | None) -> str | None:
     """Why an S3 request's outcome is worth another attempt, or None when it is not (success,
     a missing object, a refused precondition, bad credentials: retrying cannot help).
@@ -150,9 +186,15 @@ def needs_retry(
     fault = s3_fault(response, caught_exception)
     if fault is None or attempts >= ATTEMPTS:
         return False
-    seconds = backoff(attempts + 1)
+    headers = getattr(response[0], "headers", None) or {} if response else {}
+    asked = retry_after(headers.get("Retry-After") or headers.get("retry-after"))
+    try:
+        seconds = wait_for(attempts + 1, asked)
+    except ValueError:
+        return False  # botocore raises the throttling error as it is: exit 3, one line
     name = getattr(operation, "name", None)
-    retrying(attempts + 1, ATTEMPTS, seconds, f"{name}: {fault}" if name else fault)
+    why = f"{name}: {fault}" if name else fault
+    retrying(attempts + 1, ATTEMPTS, seconds, f"{why} (Retry-After: {asked:g} s)" if asked else why)
     return seconds
 
 

@@ -50,7 +50,8 @@ class FaultyProxy:
     address to listen on (``::1`` for IPv6); ``max_body``: a PUT or PATCH whose body is larger
     (bytes) is answered 413, as nginx answers past its ``client_max_body_size``, unforwarded;
     ``bodies`` lists each forwarded PUT's and PATCH's method and body length, ``too_large``
-    counts those refused."""
+    counts those refused; ``throttle``: the first that many requests are answered 429 with
+    ``Retry-After: retry_after``, unforwarded (``throttled`` counts them)."""
 
     def __init__(
         self,
@@ -70,8 +71,11 @@ class FaultyProxy:
         corrupt_uploads: str | None = None,
         listen: str = "127.0.0.1",
         max_body: int = 0,
+        throttle: int = 0,
+        retry_after: str = "",
     ) -> None:
         self.max_body = max_body
+        self.throttle, self.retry_after, self.throttled = throttle, retry_after, 0
         self.bodies: list[tuple[str, int]] = []
         self.max_cuts, self.ignore_range, self.repeat_link = max_cuts, ignore_range, repeat_link
         self.corrupt_uploads = corrupt_uploads
@@ -114,6 +118,18 @@ class FaultyProxy:
                 if stall:
                     time.sleep(proxy.stall_seconds)
                     return  # the client has given up on this request
+                with proxy._lock:
+                    throttled = proxy.throttled < proxy.throttle
+                    proxy.throttled += throttled
+                if throttled:  # 429 Too Many Requests, with the wait the registry asks for
+                    payload = b'{"errors": [{"code": "TOOMANYREQUESTS", "message": "slow down"}]}'
+                    self.send_response(429)
+                    self.send_header("Retry-After", proxy.retry_after)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+                    return
                 if self.command in ("PUT", "PATCH"):
                     if proxy.max_body and length > proxy.max_body:
                         payload = b"<html><center><h1>413 Request Entity Too Large</h1></center>"

@@ -17,6 +17,7 @@ import pytest
 
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.notices import set_retry_listener
 from neuronbuild.store.cas import Store
 from neuronbuild.store.oci import BlobReader
 from neuronbuild.transports import oci_registry
@@ -247,3 +248,29 @@ def test_an_ipv6_registry_is_a_store(registry_root: str, tmp_path: Path) -> None
     assert bare.host == "[fd00::2]"
     with pytest.raises(UserError, match="not a registry host"):
         parse_registry_url("oci://[::1]:99999/team/image", "--to")
+
+
+def test_a_registry_that_throttles_is_waited_for_as_long_as_it_asks(
+    oci_url: str, fast_retries: list[str]
+) -> None:
+    """Issue 46 item 16: a 429 with ``Retry-After: 1`` is retried after a second, not after the
+    backoff (here a hundredth of one), and the retry line says what was asked; a registry that
+    asks for longer than neuronbuild waits is one line at once, exit 3."""
+    waits: list[tuple[float, str]] = []
+    previous = set_retry_listener(lambda attempt, attempts, s, why: waits.append((s, why)))
+    try:
+        # The ping's first GET (its answer unread), then two retried, then answered.
+        with FaultyProxy(registry_port(oci_url), throttle=3, retry_after="1") as proxy:
+            Store(proxied(oci_url, proxy))
+        assert proxy.throttled == 3 and len(waits) == 2
+        assert all(
+            s >= 1.0 and "HTTP 429" in why and "(Retry-After: 1 s)" in why for s, why in waits
+        )
+        proxy = FaultyProxy(registry_port(oci_url), throttle=2, retry_after="3600")
+        with proxy, pytest.raises(StoreError) as raised:
+            Store(proxied(oci_url, proxy))
+        message = str(raised.value)
+        assert "asked to retry after 3600 s, over the 60 s neuronbuild waits" in message
+        assert "\n" not in message and proxy.throttled == proxy.requests == 2
+    finally:
+        set_retry_listener(previous)
