@@ -17,7 +17,7 @@ The file (YAML), paths relative to its own folder::
             issuer: https://token.actions.githubusercontent.com
             trusted_root: sigstore/trusted_root.json   # optional: Sigstore's public-good root
       nodes:
-        keys: [keys/node.pub]   # the key `neuronbuild capture --sign` uses on serving nodes
+        keys: [keys/node.pub]   # the key `neuronbuild capture --key` uses on serving nodes
     refs:                       # first match wins; a pattern is matched over <name>/<tag>
       - match: app/prod
         signers: [release]
@@ -43,7 +43,7 @@ or ``app``). A manifest served by digest is matched as
 a policy, ``serve``, ``pull`` and ``verify`` refuse a ref no rule matches (fail closed); ``tag``
 refuses an unsigned move only onto a ref a rule matches (a *protected* name).
 
-``additions`` names, per kind of addition (:mod:`neuronbuild.attest.additions`), the signers
+``additions`` names, per kind of addition (:mod:`neuronbuild.store.additions`), the signers
 whose additions ``serve`` lays out; without it a node under a policy lays out no addition. A
 signer named there may not be named by any ``refs`` rule (the policy is refused): a serving
 node's key signs what its start wrote, never a build.

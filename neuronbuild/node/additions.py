@@ -1,4 +1,4 @@
-"""Serve's half of additions (:mod:`neuronbuild.attest.additions`): choose the one addition a
+"""Serve's half of additions (:mod:`neuronbuild.store.additions`): choose the one addition a
 node lays out beside a manifest's files, and lay it out.
 
 An addition is laid out when it is well formed, of the kind the build's engine gives back, was

@@ -148,7 +148,8 @@ def _node(data: Any, what: str) -> NodeIdentity:
         raise StoreDataInvalid(f"{what}: node: expected exactly target, installed, host, captured")
     installed = data["installed"]
     if not isinstance(installed, dict) or not all(
-        isinstance(v, str | None) and (v is None or len(v) <= 255) for v in installed.values()
+        v is None or (isinstance(v, str) and len(v) <= 255 and v.isprintable())
+        for v in installed.values()
     ):
         raise StoreDataInvalid(f"{what}: node.installed: expected distribution -> build or null")
     return NodeIdentity(
