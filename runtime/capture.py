@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from neuronbuild.engines.base import Engine
     from neuronbuild.recipe import Recipe
 
+
 @dataclass(frozen=True)
 class Captured:
     """One addition published: its ``name``, the ``manifest`` it adds to, its ``kind``, how many

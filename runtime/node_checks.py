@@ -23,6 +23,9 @@ from neuronbuild.human import format_table
 from neuronbuild.model_files import content_digest, local_folder
 from neuronbuild.recipe import Recipe
 
+NOT_INSTALLED = "(not installed)"
+"""What the node check's table says of a distribution this node lacks."""
+
 MISMATCH_NAMES = ("target", "cpu_isa", "model_files")
 """What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module docstring)."""
 
@@ -59,7 +62,7 @@ def installed_differences(built: Any, skip: set[str]) -> list[Mismatch]:
 def _build_text(build: Any) -> str:
     """An installed build as a table cell: its version and the short RECORD digest."""
     if not isinstance(build, str):
-        return "(not installed)"
+        return NOT_INSTALLED
     version, _, digest = build.partition(" ")
     return f"{version} {short(digest)}" if digest else version
 
@@ -73,7 +76,7 @@ def node_mismatches(
     (:meth:`Engine.node_differences`) and the model folder's content (when ``model`` is a local
     folder)."""
     found = [
-        Mismatch(dist, pin, installed or "(not installed)")
+        Mismatch(dist, pin, installed or NOT_INSTALLED)
         for dist, pin in sorted(recipe.toolchain.items())
         if not pin_matches(pin, installed := installed_version(dist))
     ]
@@ -130,15 +133,19 @@ def check_node(
     found = list(
         dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
     )
+    # A distribution this node lacks is installed, not allowed: vLLM would start without it.
+    absent = {m.name for m in found if m.node == NOT_INSTALLED and m.name not in MISMATCH_NAMES}
     refusing = [m for m in found if m.name not in allowed]
     if refusing:
         rows = [["NAME", "BUILT FOR", "THIS NODE"]] + [[m.name, m.built_for, m.node] for m in found]
         table = "\n".join(format_table(rows, indent="  "))
-        names = " ".join(f"--allow-mismatch {n}" for n in dict.fromkeys(m.name for m in refusing))
+        # Only where following it can succeed: a missing distribution is installed, not allowed.
+        allowable = dict.fromkeys(m.name for m in refusing if m.name not in absent)
+        names = " ".join(f"--allow-mismatch {n}" for n in allowable)
+        hint = f"; if you know the artifacts still run here, pass {names}" if names else ""
         raise NodeMismatch(
             f"this node differs from the build of {recipe.name}:\n{table}\n"
             "serve on a node that matches, or compile for this one (for a distribution: "
-            f"{engine.toolchain_fix(recipe.toolchain)}); if you know the artifacts "
-            f"still run here, pass {names}"
+            f"{engine.toolchain_fix(recipe.toolchain)}){hint}"
         )
     return found

