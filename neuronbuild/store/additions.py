@@ -218,7 +218,10 @@ def read_addition(data: bytes, what: str, manifest: str, name: str) -> Addition:
         "predicate",
     }:
         raise StoreDataInvalid(f"{what}: not an in-toto Statement v1")
-    if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != ADDITION_TYPE:
+    if statement["_type"] != STATEMENT_TYPE:
+        found = ascii(statement["_type"])[:80]
+        raise StoreDataInvalid(f"{what}: _type {found}, expected {STATEMENT_TYPE}")
+    if statement["predicateType"] != ADDITION_TYPE:
         found = ascii(statement["predicateType"])[:80]
         raise StoreDataInvalid(f"{what}: predicate type {found}, expected {ADDITION_TYPE}")
     subjects = statement["subject"]

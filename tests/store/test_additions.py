@@ -4,10 +4,17 @@ pulled node lays it out offline."""
 
 from __future__ import annotations
 
+import json
+from base64 import b64encode
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from neuronbuild.attest.additions import seal_addition
-from neuronbuild.store.additions import NodeIdentity, addition_statement
+from neuronbuild.digest import canonical_json, sha256_digest
+from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.store.additions import NodeIdentity, addition_statement, read_addition
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import FileRecord
@@ -55,3 +62,132 @@ def test_a_pull_carries_the_additions_and_their_blobs(tmp_path: Path) -> None:
     assert node.get_additions(digest)[name] == shared.get_additions(digest)[name]
     assert node.check_blob(trace) is None
     assert any("not a DSSE envelope" in note and "not copied" in note for note in report.notes)
+
+
+MANIFEST = "sha256:" + "a" * 64
+
+
+def sealed_object() -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A good unsigned addition to :data:`MANIFEST`: its name, envelope and Statement."""
+    trace = FileRecord("neuron/precompile_cache/k/trace.bin", "sha256:" + "b" * 64, 8)
+    statement = addition_statement("app", MANIFEST, "precompile-cache", NODE, [trace])
+    name, data = seal_addition(statement, None)
+    return name, json.loads(data), statement
+
+
+def envelope_of(statement: dict[str, Any]) -> tuple[str, bytes]:
+    payload = canonical_json(statement)
+    envelope = {"payload": b64encode(payload).decode(), "payloadType": PAYLOAD, "signatures": []}
+    return sha256_digest(payload), canonical_json(envelope)
+
+
+PAYLOAD = "application/vnd.in-toto+json"
+SIG = {"keyid": "k" * 64, "sig": "c2ln"}
+
+
+def edited_envelope(change: Any) -> Any:
+    def make() -> tuple[str, bytes]:
+        name, envelope, _ = sealed_object()
+        return name, canonical_json(change(envelope))
+
+    return make
+
+
+def edited_statement(change: Any) -> Any:
+    def make() -> tuple[str, bytes]:
+        _, _, statement = sealed_object()
+        return envelope_of(change(statement))
+
+    return make
+
+
+def _node(**edit: Any) -> Any:
+    return edited_statement(
+        lambda s: {**s, "predicate": {**s["predicate"], "node": {**s["predicate"]["node"], **edit}}}
+    )
+
+
+HOSTILE = {
+    "not canonical": (
+        lambda: (sealed_object()[0], json.dumps(sealed_object()[1], indent=1).encode()),
+        "not in canonical form",
+    ),
+    "a list": (edited_envelope(lambda e: [e]), "not a DSSE envelope (payload, payloadType, "),
+    "another field": (edited_envelope(lambda e: {**e, "x": 1}), "not a DSSE envelope"),
+    "payload type": (
+        edited_envelope(lambda e: {**e, "payloadType": "text/plain"}),
+        "payload type 'text/plain', expected application/vnd.in-toto+json",
+    ),
+    "signatures not a list": (
+        edited_envelope(lambda e: {**e, "signatures": {}}),
+        "expected at most 16 signatures",
+    ),
+    "17 signatures": (
+        edited_envelope(lambda e: {**e, "signatures": [SIG] * 17}),
+        "expected at most 16 signatures",
+    ),
+    "a bare signature": (
+        edited_envelope(lambda e: {**e, "signatures": [{"keyid": "k"}]}),
+        "a signature that is not {keyid, sig}",
+    ),
+    "a keyid with a newline": (
+        edited_envelope(lambda e: {**e, "signatures": [{**SIG, "keyid": "a\nb"}]}),
+        "keyid: expected a printable string of at most 128 characters",
+    ),
+    "a payload not base64": (
+        edited_envelope(lambda e: {**e, "payload": "%%%"}),
+        "its payload is not base64",
+    ),
+    "another name": (
+        edited_statement(lambda s: {**s, "extra": 1}),
+        "not an in-toto Statement v1",
+    ),
+    "a _type": (
+        edited_statement(lambda s: {**s, "_type": "x"}),
+        "_type 'x', expected https://in-toto.io/Statement/v1",
+    ),
+    "two subjects": (
+        edited_statement(lambda s: {**s, "subject": s["subject"] * 2}),
+        "expected exactly one subject with a digest",
+    ),
+    "a subject without a digest": (
+        edited_statement(lambda s: {**s, "subject": [{"name": "app"}]}),
+        "expected exactly one subject with a digest",
+    ),
+    "a node field": (_node(extra=1), "node: expected exactly target, installed, host, captured"),
+    "a long target": (
+        _node(target="t" * 33),
+        "node.target: expected a printable string of at most 32 characters",
+    ),
+    "an empty host": (_node(host=""), "node.host: expected a printable string of at most 255"),
+    "a long capture time": (_node(captured="2" * 41), "node.captured: expected a printable"),
+    "an installed name": (_node(installed={"": "1"}), "node.installed: expected a printable"),
+    "an installed build": (
+        _node(installed={"vllm": "1\n2"}),
+        "node.installed: expected distribution -> build or null",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_addition_object_is_one_line_naming_it(case: str) -> None:
+    """Each check of the object's reader (issue 41 item 3), by its message: an addition is
+    store data, read as a record is."""
+    make, problem = HOSTILE[case]
+    name, data = make()
+    with pytest.raises(StoreDataInvalid) as raised:
+        read_addition(data, "addition X", MANIFEST, name)
+    message = str(raised.value)
+    assert message.startswith("addition X") and problem in message, message
+    assert "\n" not in message
+
+
+def test_an_addition_reads_back_whole() -> None:
+    name, envelope, statement = sealed_object()
+    assert statement["subject"] == [{"name": "app", "digest": {"sha256": "a" * 64}}]
+    signed = canonical_json({**envelope, "signatures": [SIG]})
+    addition = read_addition(signed, "addition", MANIFEST, name)
+    assert (addition.name, addition.manifest, addition.kind) == (name, MANIFEST, "precompile-cache")
+    assert addition.node == NODE and addition.keyids == ("k" * 64,)
+    assert addition.signatures == (("k" * 64, "c2ln"),) and addition.size() == 8
+    assert addition.payload == canonical_json(statement)
