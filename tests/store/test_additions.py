@@ -191,3 +191,57 @@ def test_an_addition_reads_back_whole() -> None:
     assert addition.node == NODE and addition.keyids == ("k" * 64,)
     assert addition.signatures == (("k" * 64, "c2ln"),) and addition.size() == 8
     assert addition.payload == canonical_json(statement)
+
+
+def test_the_limits_are_inclusive_and_the_name_does_not_depend_on_file_order() -> None:
+    """The boundaries of the reader's bounds (a value of exactly the limit is read, one more is
+    not), and an addition's name, which the same files in another order do not change."""
+    at_limit = NodeIdentity("t" * 32, {"d" * 128: "v" * 255}, "h", "c" * 40)
+    statement = addition_statement(
+        "app", MANIFEST, "precompile-cache", at_limit, [FileRecord("a", "sha256:" + "b" * 64, 1)]
+    )
+    name, data = seal_addition(statement, None)
+    sixteen = [{"keyid": "k" * 128, "sig": "s" * 1024}] * 16
+    signed = canonical_json({**json.loads(data), "signatures": sixteen})
+    assert read_addition(signed, "addition", MANIFEST, name).node == at_limit
+    for edit, what in [
+        ({"host": "h" * 256}, "node.host"),
+        ({"installed": {"d" * 129: "v"}}, "node.installed: expected a printable"),
+        ({"installed": {"d": "v" * 256}}, "node.installed: expected distribution"),
+    ]:
+        name, data = _node(**edit)()
+        with pytest.raises(StoreDataInvalid, match=f"^addition: {what}"):
+            read_addition(data, "addition", MANIFEST, name)
+    for signatures, what in [
+        ([{"keyid": "k", "sig": "s" * 1025}], "sig: expected a printable string of at most 1024"),
+        ([{"keyid": "k", "sig": "\x00"}], "sig: expected a printable"),
+    ]:
+        name, envelope, _ = sealed_object()
+        data = canonical_json({**envelope, "signatures": signatures})
+        with pytest.raises(StoreDataInvalid, match=f"^addition: {what}"):
+            read_addition(data, "addition", MANIFEST, name)
+    files = [FileRecord(p, "sha256:" + "b" * 64, 1) for p in ("b/2", "a/1", "c/3")]
+    names = {
+        seal_addition(addition_statement("app", MANIFEST, "precompile-cache", NODE, order), None)[0]
+        for order in (files, files[::-1], sorted(files, key=lambda f: f.path))
+    }
+    assert len(names) == 1
+
+
+def test_what_the_reader_found_is_named() -> None:
+    slsa = "https://slsa.dev/provenance/v1"
+    name, data = edited_statement(lambda s: {**s, "predicateType": slsa})()
+    with pytest.raises(StoreDataInvalid) as raised:
+        read_addition(data, "addition X", MANIFEST, name)
+    assert str(raised.value) == (
+        f"addition X: predicate type '{slsa}', expected https://neuronbuild.dev/addition/v1"
+    )
+    name, envelope, statement = sealed_object()
+    loose = json.dumps(statement).encode()  # not the canonical spelling
+    data = canonical_json({**envelope, "payload": b64encode(loose).decode()})
+    with pytest.raises(StoreDataInvalid, match=r"^addition X: payload: not in canonical form"):
+        read_addition(data, "addition X", MANIFEST, sha256_digest(loose))
+    bad_subject = [{"name": "app", "digest": {"sha256": "nothex"}}]
+    name, data = edited_statement(lambda s: {**s, "subject": bad_subject})()
+    with pytest.raises(StoreDataInvalid, match=r"^addition X"):
+        read_addition(data, "addition X", MANIFEST, name)
