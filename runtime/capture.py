@@ -12,6 +12,11 @@ What the node proves before anything is published:
 3. vLLM, started exactly as ``serve`` starts it on a fresh lay-out (no earlier trace, no earlier
    addition), served: it logged :data:`~.conformance.READY` or exited 0 within the timeout.
 
+Once per build, node identity and signer: when the store holds an addition this node would lay
+out already (signed by ``--key``'s key, when one is given), nothing is started or published, so
+an autoscaled fleet that runs ``capture`` at every first start adds one addition, not one per
+node (``gc`` keeps the newest of each identity).
+
 Then the files that start wrote (not the manifest's, nor neuronbuild's own, nor vLLM's per-node
 caches of :data:`NODE_LOCAL`, nor the bookkeeping files it adds inside an entry of the manifest)
 are stored as blobs, and the addition's object last, signed with ``--key``'s key when given.
@@ -33,7 +38,7 @@ from neuronbuild import envs
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import UserError
 from neuronbuild.human import count, size
-from neuronbuild.node.additions import node_builds
+from neuronbuild.node.additions import choose_addition, node_builds
 from neuronbuild.store.records import FileRecord
 from neuronbuild.store.tiered import TieredStore
 
@@ -62,6 +67,8 @@ class Captured:
     keyid: str | None
     url: str
     host: str
+    existing: bool = False
+    """Nothing was captured: this node would lay out an addition the store holds already."""
 
     def to_json(self) -> dict[str, Any]:
         """``capture --json`` less its ``store`` (``neuronbuild/schemas/capture.json``)."""
@@ -74,10 +81,17 @@ class Captured:
             "keyid": self.keyid,
             "url": self.url,
             "host": self.host,
+            "existing": self.existing,
         }
 
     def line(self) -> str:
         """The human result line."""
+        if self.existing:
+            return (
+                f"{self.manifest} has addition {self.name} already ({self.kind}, "
+                f"{count(self.files, 'file')}, captured on {self.host}), which this node would "
+                "lay out; nothing captured"
+            )
         signed = f"signed by key {self.keyid[:16]}" if self.keyid else "unsigned"
         return (
             f"captured {self.kind} for {self.manifest}: {count(self.files, 'file')}, "
@@ -132,20 +146,36 @@ def capture(
             f"a node of {recipe.name}'s release writes nothing at start that its build lacks "
             "(only vLLM Neuron releases with a Precompile Cache do); nothing to capture"
         )
+    # Once per build and node identity: an autoscaled fleet's every first start adds nothing.
+    here = (recipe.target, node_builds(engine))
+    paths = {f.path for f in manifest.files()}
+    held, _ = choose_addition(tiers.get_additions(digest), digest, paths, kind, here, policy)
+    keyid = str(signer.public_key.keyid) if signer is not None else None
+    if held is not None and (keyid is None or keyid in held.keyids):
+        url = (tiers.remote or tiers.local).url
+        return Captured(
+            digest, held.name, kind, len(held.files), held.size(), keyid, url, held.node.host,
+            existing=True,
+        )  # fmt: skip
     parent = envs.user_cache() / "captures"
     parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="capture-", dir=parent))
     try:
-        prepared = prepare(
-            ServeSource(manifest=digest),
+        prepared = prepare(  # as serve prepares the same source (a recipe file's own folder)
+            source,
             tiers,
             cache_root=root,
             serving_args=serving_args,
-            workdir=workdir or recipe.workdir,
+            workdir=workdir,
+            policy=policy,
             additions=False,
             record=False,
         )
-        paths = {f.path for f in manifest.files()}
+        if prepared.manifest != digest:
+            raise UserError(
+                f"{source.ref or source.recipe} moved to {prepared.manifest} while capturing "
+                f"for {digest}; nothing was published: run capture again"
+            )
         before = set(root.rglob("*"))
         code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout, READY)
         tail = (output.strip().splitlines() or ["(no output)"])[-1][:200]

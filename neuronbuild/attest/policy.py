@@ -395,6 +395,11 @@ def _additions(
             if signer is None:
                 known = ", ".join(sorted(signers))
                 raise PolicyInvalid(f"{field_}: {name!r} is not a signer (known: {known})")
+            if not signer.keys:
+                raise PolicyInvalid(
+                    f"{field_}: {name} has only keyless identities; an addition is signed with "
+                    "a key (neuronbuild capture --key): give it keys"
+                )
             if any(signer.name == s.name for rule in rules for s in rule.signers):
                 raise PolicyInvalid(
                     f"{field_}: {name} also signs builds (a refs rule names it); a node's key "

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from neuronbuild.digest import short
-from neuronbuild.errors import NoRoom, StoreDataInvalid
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count, size
 from neuronbuild.node.materialize import lay_out_lock, place
 from neuronbuild.paths import inside
@@ -38,11 +38,15 @@ def node_builds(engine: Engine) -> dict[str, str | None]:
 
 
 def _clashes(paths: Iterable[str], manifest_paths: set[str]) -> str | None:
-    """The first path that is a manifest path, a folder of one, or inside one; None if none."""
+    """The first path that is a manifest path, a folder of one, inside one, or beside one in
+    its folder (an entry of the build is the build's alone: ``capture`` never gives back a file
+    written there); None if none."""
     folders = {str(p) for m in manifest_paths for p in PurePosixPath(m).parents}
+    entries = {str(PurePosixPath(m).parent) for m in manifest_paths}
     for path in paths:
         parents = {str(p) for p in PurePosixPath(path).parents}
-        if path in manifest_paths or path in folders or parents & manifest_paths:
+        beside = str(PurePosixPath(path).parent) in entries  # a manifest path itself included
+        if path in folders or parents & manifest_paths or beside:
             return path
     return None
 
@@ -106,22 +110,23 @@ def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
     Raises:
         StoreDataInvalid: a blob is missing or corrupt in every tier (files laid out before it
             stay: each trace is a file of its own, and a missing one is traced again).
+        StoreError: the remote failed fetching a blob the local tier lacks.
         NoRoom: the layout root or the local tier is full.
     """
-    tiers.fill_blobs(list(addition.files))
-    laid = 0
     lock = lay_out_lock(root)  # a lay-out of this root sweeps temporary files
     try:
-        for file in addition.files:
-            dest = inside(root, file.path)
-            if dest.exists() or dest.is_symlink():
-                continue
+        needed = [
+            f
+            for f in addition.files
+            if not ((dest := inside(root, f.path)).exists() or dest.is_symlink())
+        ]
+        tiers.fill_blobs(needed)  # a node that holds them all fetches nothing (offline too)
+        for file in needed:
             place(tiers, root, file, deep=False)
-            laid += 1
     finally:
         if lock is not None:
             lock.release()
-    return laid
+    return len(needed)
 
 
 def add_to_layout(
@@ -142,14 +147,16 @@ def add_to_layout(
     """
     try:
         raw = tiers.get_additions(manifest)
-    except StoreDataInvalid as exc:
+    except (StoreDataInvalid, StoreError) as exc:  # the build serves without them
         return None, [f"{exc}; no addition laid out"]
     chosen, notes = choose_addition(raw, manifest, manifest_paths, kind, here, policy)
     if chosen is None:
         return None, notes
     try:
         laid = lay_out_addition(tiers, root, chosen)
-    except StoreDataInvalid as exc:
+    except NoRoom:
+        raise
+    except (StoreDataInvalid, StoreError) as exc:
         return None, [*notes, f"addition {short(chosen.name)}: {exc}; not laid out"]
     except OSError as exc:  # a full disk is the node's condition; anything else skips it
         room = NoRoom.of(exc, exc.filename or root, "cannot lay out an addition")

@@ -737,8 +737,8 @@ class Store:
         complete addition.
 
         Raises:
-            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, or the manifest is not in
-                this store. StoreError: the write failed.
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, the manifest is not in
+                this store, or holds :data:`MAX_ADDITIONS` already. StoreError: the write failed.
         """
         if len(data) > MAX_ATTESTATION_BYTES:
             raise UserError(
@@ -747,6 +747,14 @@ class Store:
             )
         if not self.has_manifest(manifest):
             raise UserError(f"{self.url}: no manifest {manifest} to add to")
+        folder = self.layout.additions(manifest)
+        held = self._beside(manifest, folder, self.layout.addition_of, "additions")
+        if len(held) >= MAX_ADDITIONS and name not in held:
+            raise UserError(
+                f"{self.url}: manifest {manifest} holds {len(held)} additions, as many as a "
+                "reader takes; run gc (it keeps the newest of each node identity) and capture "
+                "again"
+            )
         self.backend.put(self.layout.addition(manifest, name), data)
 
     def get_additions(self, manifest: str) -> dict[str, bytes]:

@@ -36,10 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronbuild import envs
-from neuronbuild.digest import hex_of, parse_canonical
+from neuronbuild.digest import canonical_json, hex_of, parse_canonical
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.cas import CONDEMNED_SECONDS, Store, store_now
-from neuronbuild.store.layout import MAX_RECORD_BYTES, MAX_SMALL_BYTES, parse_ref
+from neuronbuild.store.layout import (
+    MAX_ATTESTATION_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_SMALL_BYTES,
+    parse_ref,
+)
 from neuronbuild.store.leases import expired_leases
 from neuronbuild.store.records import RefMove
 
@@ -91,6 +96,8 @@ class _Sweep:
 
     def __init__(self, store: Store, cutoff: float, report: GcReport) -> None:
         self.store, self.cutoff, self.report = store, cutoff, report
+        self.superseded: set[str] = set()
+        """Additions a newer one of the same kind and node identity replaces (:meth:`added`)."""
 
     def old(self, path: str) -> bool:
         modified = self.store.backend.modified(path)
@@ -116,19 +123,39 @@ class _Sweep:
         return units, blobs
 
     def added(self, manifest: str) -> set[str]:
-        """The blobs of the additions of ``manifest`` (:mod:`neuronbuild.attest.additions`) a
-        node could lay out; a malformed one is never laid out, so its blobs are not kept for
-        it."""
+        """The blobs of the additions of ``manifest`` (:mod:`neuronbuild.store.additions`) that
+        stay: of each kind, node identity (target, installed builds) and set of signers only
+        the newest, the one a node of that identity lays out; older ones go to
+        :attr:`superseded`. Read past the limit a reader takes, so that a store over it is
+        brought back under it. A malformed one is never laid out: its blobs are not kept."""
         from neuronbuild.store.additions import read_addition
 
-        blobs: set[str] = set()
-        for name, data in self.store.get_additions(manifest).items():
+        newest: dict[str, tuple[tuple[str, str], str, frozenset[str]]] = {}
+        for path in self.store.backend.find(self.store.layout.additions(manifest)):
+            named = self.store.layout.addition_of(path)
             try:
-                addition = read_addition(data, f"addition {name}", manifest, name)
+                data = self.store.backend.read(path, MAX_ATTESTATION_BYTES)
+                if named is None or named[0] != manifest or data is None:
+                    continue
+                addition = read_addition(data, path, manifest, named[1])
             except StoreDataInvalid:
                 continue
-            blobs.update(f.digest for f in addition.files)
-        return blobs
+            node = addition.node
+            signers = sorted(addition.keyids)  # an unsigned one never replaces a signed one
+            identity = canonical_json([addition.kind, node.target, node.installed, signers])
+            identity_text = identity.decode()
+            entry = (
+                (node.captured, addition.name),
+                path,
+                frozenset(f.digest for f in addition.files),
+            )
+            if identity_text in newest and newest[identity_text][0] > entry[0]:
+                self.superseded.add(path)
+                continue
+            if identity_text in newest:
+                self.superseded.add(newest[identity_text][1])
+            newest[identity_text] = entry
+        return {digest for _, _, blobs in newest.values() for digest in blobs}
 
 
 def in_flight(store: Store, since: float) -> set[str]:
@@ -269,7 +296,8 @@ def collect_garbage(
             sweep.delete("attestations", path)
     for path in store.backend.find(layout.folder("additions")):
         added = layout.addition_of(path)
-        if (added is None or added[0] not in kept) and sweep.old(path):
+        gone = added is None or added[0] not in kept or path in sweep.superseded
+        if gone and sweep.old(path):
             sweep.delete("additions", path)
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)

@@ -122,11 +122,15 @@ class TieredStore:
         may differ, and the remote's, the one nodes publish to, wins).
 
         Raises:
-            StoreDataInvalid: see :meth:`Store.get_additions`.
+            StoreDataInvalid: see :meth:`Store.get_additions` (the remote unreachable: the local
+                tier's alone, noted).
         """
         found = self.local.get_additions(digest)
         if self.remote is not None:
-            found.update(self.remote.get_additions(digest))
+            try:
+                found.update(self.remote.get_additions(digest))
+            except StoreError as exc:  # an offline node serves what it pulled, additions too
+                self.notes.append(f"{exc}; additions read from {self.local.url} alone")
         return found
 
     def fill_blobs(self, files: list[FileRecord]) -> None:
@@ -180,6 +184,7 @@ class TieredStore:
             progress=self.progress,
             what=what,
             role="local tier",
+            additions=False,
         )
         self.notes += report.notes
         return report

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from neuronbuild.digest import hex_of
-from neuronbuild.errors import NoRoom, StoreDataInvalid
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import size
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, UnitRecord
@@ -160,8 +160,11 @@ def copy_manifest(
     progress: MeterFactory | None = None,
     what: str = "copy",
     role: str = "destination store",
+    additions: bool = True,
 ) -> CopyReport:
-    """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``.
+    """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``, and
+    (``additions``) the additions nodes gave back to it (:func:`copy_additions`; serve's
+    read-through leaves them: it fetches only the one it lays out).
 
     ``recheck``: re-hash the blobs ``dst`` already holds (:func:`unsound_held`) instead of
     trusting their size; a corrupt one is replaced from ``src`` (and noted). ``dst``'s copy of
@@ -182,7 +185,7 @@ def copy_manifest(
         StoreError: either store failed after retries.
     """
     try:
-        return _copy(src, dst, digest, jobs, recheck, progress, what, role)
+        return _copy(src, dst, digest, jobs, recheck, progress, what, role, additions)
     except (NoRoom, OSError) as exc:  # OSError: making the scratch folder, before any store call
         room = exc if isinstance(exc, NoRoom) else NoRoom.of(exc, exc.filename or dst.root)
         if room is None:
@@ -201,6 +204,7 @@ def _copy(
     progress: MeterFactory | None,
     what: str,
     role: str,
+    additions: bool,
 ) -> CopyReport:
     manifest = src.get_manifest(digest)
     notes: list[str] = []
@@ -225,7 +229,8 @@ def _copy(
     if not dst.has_manifest(digest):
         dst.put_manifest(manifest)
     copy_attestations(src, dst, digest)
-    notes += copy_additions(src, dst, digest)
+    if additions:
+        notes += copy_additions(src, dst, digest)
     return CopyReport(
         digest,
         len(missing),
@@ -260,39 +265,40 @@ def copy_attestations(src: Store, dst: Store, digest: str) -> int:
 
 
 def copy_additions(src: Store, dst: Store, digest: str) -> list[str]:
-    """Copy the additions of manifest ``digest`` (:mod:`neuronbuild.attest.additions`) that
+    """Copy the additions of manifest ``digest`` (:mod:`neuronbuild.store.additions`) that
     ``dst`` lacks or holds other bytes of from ``src``, each after its blobs, so a pulled node
-    lays them out offline; returns a note per addition skipped (malformed: no node would lay it
-    out) or whose signatures ``dst``'s copy replaced.
+    lays them out offline. An addition is never what a copy is for: one that is malformed, names
+    a blob ``src`` lacks or cannot be copied is skipped with a note (returned), and so are all
+    of them when ``src`` holds more than a reader takes; the manifest's copy stands.
 
     Raises:
-        StoreDataInvalid: ``src`` holds more additions than a reader takes, or a blob's bytes do
-            not match (nothing of that addition is written).
+        NoRoom: ``dst`` is full (the node's condition, as for the manifest's blobs).
     """
     from neuronbuild.store.additions import read_addition
 
-    wanted = src.get_additions(digest)
-    if not wanted:
-        return []
     try:
-        held = dst.get_additions(digest)
-    except StoreDataInvalid:
-        held = {}
+        wanted = src.get_additions(digest)
+        held = dst.get_additions(digest) if wanted else {}
+    except (StoreDataInvalid, StoreError) as exc:
+        if isinstance(exc, NoRoom):
+            raise
+        return [f"{exc}; no addition copied"]
     notes = []
     for name, data in sorted(wanted.items()):
         if held.get(name) == data:
             continue
         try:
             addition = read_addition(data, f"{src.url}: addition {name}", digest, name)
-        except StoreDataInvalid as exc:
-            notes.append(f"{exc}; not copied")
-            continue
-        missing = dst.missing_blobs(addition.files)
-        if missing:
-            with scratch_folder(dst) as scratch:
-                for file in missing:
-                    copy_blob(src, dst, file, Path(scratch))
-        dst.put_addition(digest, name, data)
+            missing = dst.missing_blobs(addition.files)
+            if missing:
+                with scratch_folder(dst) as scratch:
+                    for file in missing:
+                        copy_blob(src, dst, file, Path(scratch))
+            dst.put_addition(digest, name, data)
+        except (StoreError, UserError) as exc:  # StoreDataInvalid is a UserError
+            if isinstance(exc, NoRoom):
+                raise
+            notes.append(f"{exc}; addition not copied")
     return notes
 
 

@@ -115,7 +115,7 @@ def retry_after(value: str | None) -> float | None:
     if not value:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # "²".isdigit() is true too
         return float(text)
     from email.utils import parsedate_to_datetime
 

@@ -180,3 +180,28 @@ def test_under_a_policy_only_an_addition_its_additions_signer_signed_is_laid_out
     forged = (sha256_digest(payload), canonical_json(envelope))
     picked, [note] = chosen([forged], policy)
     assert picked is None and "that does not verify" in note
+
+
+def test_an_addition_beside_a_file_of_the_build_is_the_builds_folder_and_skipped() -> None:
+    """The files capture leaves out (bookkeeping inside an entry of the build) are refused when
+    an addition names them: an entry folder of the manifest is the build's alone."""
+    picked, [note] = chosen([sealed()], paths={"neuron/precompile_cache/k1/graph.neff"})
+    assert picked is None and f"names {TRACE.path}, a path of the manifest's" in note
+
+
+def test_the_offline_node_reads_the_additions_it_pulled(tmp_path: Path) -> None:
+    """A node whose remote is unreachable serves what it pulled: the local tier's additions,
+    with a note, not exit 3 (the remote's failure is the note)."""
+    from neuronbuild.errors import StoreError
+    from neuronbuild.store.cas import Store
+    from neuronbuild.store.tiered import TieredStore
+
+    local, remote = Store(str(tmp_path / "l"), create=True), Store(str(tmp_path / "r"), create=True)
+
+    def unreachable(manifest: str) -> dict[str, bytes]:
+        raise StoreError("s3://bucket: unreachable")
+
+    remote.get_additions = unreachable  # type: ignore[method-assign]
+    tiers = TieredStore(local, remote)
+    assert tiers.get_additions(MANIFEST) == {}
+    assert tiers.notes == [f"s3://bucket: unreachable; additions read from {local.url} alone"]

@@ -449,3 +449,20 @@ def test_a_keyless_entry_that_can_never_match_is_refused_in_one_line(
     with pytest.raises(PolicyInvalid) as raised:
         load_policy(policy)
     assert problem in str(raised.value) and "signers.ci.keys[0]" in str(raised.value)
+
+
+def test_a_keyless_signer_cannot_be_named_for_additions(tmp_path: Path) -> None:
+    """An addition is signed with a key (capture --key): a signer with identities alone could
+    never pass, so the policy naming it for additions is refused, not loaded to refuse all."""
+    from neuronbuild.attest.policy import PolicyInvalid, load_policy
+    from tests.lib.keys import write_key
+
+    policy = tmp_path / "policy.yaml"
+    write_key(tmp_path / "ci.key")
+    policy.write_text(
+        "signers:\n  ci: {keys: [ci.pub]}\n  nodes:\n    keys:\n"
+        f"      - identity: {WORKFLOW}\n        issuer: {GITHUB}\n"
+        "refs: [{match: '**', signers: [ci]}]\nadditions: {precompile-cache: [nodes]}\n"
+    )
+    with pytest.raises(PolicyInvalid, match="nodes has only keyless identities"):
+        load_policy(policy)

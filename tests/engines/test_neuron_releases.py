@@ -344,6 +344,8 @@ def compiled_for(tmp_path: Path, release: str, **args: Any) -> tuple[Recipe, Sto
 def traces(tmp_path: Path) -> Counter[str]:
     """How many graphs the node's starts traced and reused (``NEURON_DOUBLE_TRACES``), emptied."""
     path = tmp_path / "traces.txt"
+    if not path.exists():
+        return Counter()
     found = Counter(line.split()[0] for line in path.read_text().splitlines())
     path.unlink()
     return found
@@ -433,6 +435,9 @@ def test_a_build_whose_first_node_captured_its_precompile_cache_is_served_by_a_s
     assert traces(tmp_path) == {"traced": graphs}  # the capture's own start, on a fresh lay-out
     assert (captured.kind, captured.files) == ("precompile-cache", graphs)
     assert list((tmp_path / "xdg" / "neuronbuild" / "captures").iterdir()) == []
+    # Once per build and node identity: another first start captures nothing, starts nothing.
+    again = capture(source, TieredStore(store), timeout=60)
+    assert again.existing and again.name == captured.name and traces(tmp_path) == Counter()
     record = Path(store.layout.layout_record(captured.manifest)).read_text()
     assert json.loads(record)["root"] == str(tmp_path / "node-a")  # the node's own lay-out
     # A second node lays the addition out and takes every trace from it.

@@ -245,3 +245,52 @@ def test_what_the_reader_found_is_named() -> None:
     name, data = edited_statement(lambda s: {**s, "subject": bad_subject})()
     with pytest.raises(StoreDataInvalid, match=r"^addition X"):
         read_addition(data, "addition X", MANIFEST, name)
+
+
+def test_gc_keeps_the_newest_addition_of_each_node_identity_and_signer(tmp_path: Path) -> None:
+    """An autoscaled fleet's captures do not pile up: of one kind, node identity and signer set
+    the newest stays (what a node of that identity lays out); an unsigned one never replaces a
+    signed one, nor one of another node identity."""
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = sealed(store, tmp_path, 0)
+    store.move_ref("app", "latest", digest, None)
+
+    def add(node: NodeIdentity, content: bytes, signatures: list[dict[str, str]]) -> str:
+        src = tmp_path / f"t-{sha256_digest(content)[7:19]}"
+        src.write_bytes(content)
+        blob, size = store.put_file(src)
+        trace = FileRecord("neuron/precompile_cache/k/trace.bin", blob, size)
+        name, data = seal_addition(
+            addition_statement("app", digest, "precompile-cache", node, [trace]), None
+        )
+        store.put_addition(
+            digest, name, canonical_json({**json.loads(data), "signatures": signatures})
+        )
+        return name
+
+    later = NodeIdentity(NODE.target, NODE.installed, "node-b", "2026-12-07T10:00:00Z")
+    other = NodeIdentity(NODE.target, {"vllm-neuron": "0.29.0.1.2.1"}, "node-c", NODE.captured)
+    old, new = add(NODE, b"first", []), add(later, b"second", [])
+    signed, elsewhere = add(NODE, b"signed", [SIG]), add(other, b"other", [])
+    collect_garbage(store, now=LATER)
+    assert set(store.get_additions(digest)) == {new, signed, elsewhere}
+    assert old not in store.get_additions(digest)
+
+
+def test_a_copy_skips_an_addition_it_cannot_carry_and_the_manifest_stands(tmp_path: Path) -> None:
+    shared = Store(str(tmp_path / "shared"), create=True)
+    digest = sealed(shared, tmp_path, 0)
+    ghost = FileRecord("neuron/precompile_cache/k/trace.bin", "sha256:" + "f" * 64, 3)
+    name, data = seal_addition(
+        addition_statement("app", digest, "precompile-cache", NODE, [ghost]), None
+    )
+    shared.put_addition(digest, name, data)  # names a blob the store lacks
+    node = Store(str(tmp_path / "node"), create=True)
+    report = copy_manifest(shared, node, digest)
+    assert node.has_manifest(digest) and node.get_additions(digest) == {}
+    assert any("addition not copied" in note for note in report.notes), report.notes
+    # A node's read-through fill carries no addition at all: serve fetches the one it lays out.
+    again = Store(str(tmp_path / "again"), create=True)
+    carried, _ = added(shared, tmp_path, digest, b"a carried trace")
+    copy_manifest(shared, again, digest, additions=False)
+    assert again.get_additions(digest) == {} and carried in shared.get_additions(digest)

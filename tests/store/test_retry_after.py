@@ -17,6 +17,7 @@ from neuronbuild.transports import retry
 def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry.retry_after("7") == 7.0
     assert retry.retry_after(None) is None and retry.retry_after("soon") is None
+    assert retry.retry_after("²") is None  # a digit to str.isdigit, not to float()
     later = retry.retry_after(formatdate(time.time() + 30, usegmt=True))
     assert later is not None and 25 <= later <= 30
     assert retry.retry_after(formatdate(time.time() - 30, usegmt=True)) == 0.0
