@@ -269,14 +269,14 @@ def lay_out(
 def lay_out_lock(root: Path) -> FileLock | None:
     """The lock of layout root ``root``, taken (filelock): held by the one process laying it out,
     so two serves of one root take turns and whatever temporary file the holder finds is a dead
-    lay-out's. Kept in the node's user cache (``locks/lay-out-<hash of the resolved root>.lock``),
+    lay-out's. Kept in the node's user cache (``lay-outs-held/<hash of the resolved root>.lock``),
     never in the tree vLLM is given. None, and nothing swept, when that folder cannot be
     written."""
-    folder = envs.user_cache() / "locks"
+    folder = envs.user_cache() / "lay-outs-held"
     name = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32]
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(folder / f"lay-out-{name}.lock")
+        lock = FileLock(folder / f"{name}.lock")
         lock.acquire()
     except OSError:
         return None
