@@ -205,3 +205,18 @@ def test_the_offline_node_reads_the_additions_it_pulled(tmp_path: Path) -> None:
     tiers = TieredStore(local, remote)
     assert tiers.get_additions(MANIFEST) == {}
     assert tiers.notes == [f"s3://bucket: unreachable; additions read from {local.url} alone"]
+
+
+def test_a_build_missing_on_either_node_is_a_difference_and_named() -> None:
+    more = {**BUILDS, "torch-neuronx": "2.9.0 sha256:" + "d" * 64}  # this node has one more
+    picked, [note] = chosen([sealed()], here=("trn2", more))
+    assert picked is None and "torch-neuronx not installed, this node has 2.9.0" in note
+    fewer = {k: v for k, v in BUILDS.items() if k != "vllm-neuron"}  # this node lacks one
+    picked, [note] = chosen([sealed()], here=("trn2", fewer))
+    assert picked is None and "this node has not installed" in note
+
+
+def test_an_addition_file_where_the_build_has_a_folder_is_skipped() -> None:
+    folder = (FileRecord("neuron/compile_cache", "sha256:" + "b" * 64, 1),)
+    picked, [note] = chosen([sealed(files=folder)])
+    assert picked is None and "names neuron/compile_cache, a path of the manifest's" in note

@@ -14,10 +14,12 @@ import pytest
 from neuronbuild.attest.additions import seal_addition
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.node.additions import add_to_layout
 from neuronbuild.store.additions import NodeIdentity, addition_statement, read_addition
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import FileRecord
+from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.transfer import copy_manifest
 from tests.store.test_claims_gc import LATER, sealed
 
@@ -294,3 +296,35 @@ def test_a_copy_skips_an_addition_it_cannot_carry_and_the_manifest_stands(tmp_pa
     carried, _ = added(shared, tmp_path, digest, b"a carried trace")
     copy_manifest(shared, again, digest, additions=False)
     assert again.get_additions(digest) == {} and carried in shared.get_additions(digest)
+
+
+HERE = ("trn2", dict(NODE.installed))
+
+
+def test_serve_lays_the_chosen_addition_out_keeps_the_nodes_own_files_and_notes_it(
+    tmp_path: Path,
+) -> None:
+    """:func:`add_to_layout` in-process (the end-to-end case runs it under a real start): the
+    addition's files verified into the layout root, a file the node wrote itself kept, and a
+    note naming what was laid out; one whose blob is gone is a note, not a failure."""
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = sealed(store, tmp_path, 0)
+    name, trace = added(store, tmp_path, digest, b"a trace")
+    root = tmp_path / "node"
+    tiers = TieredStore(store)
+    laid, notes = add_to_layout(
+        tiers, root, digest, {"neuron/compile_cache/e/g.neff"}, "precompile-cache", HERE, None
+    )
+    assert laid == name and (root / trace.path).read_bytes() == b"a trace"
+    assert notes == [
+        f"laid out addition {name[:19]} (precompile-cache, 1 file of 1, 7 B; captured on "
+        f"node-a at {NODE.captured})"
+    ]
+    (root / trace.path).write_bytes(b"its own")
+    laid, notes = add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
+    assert (root / trace.path).read_bytes() == b"its own" and "0 files of 1" in notes[0]
+    (root / trace.path).unlink()
+    store.delete_blob(trace)
+    laid, notes = add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
+    assert laid is None and notes[-1].startswith(f"addition {name[:19]}: ")
+    assert notes[-1].endswith("; not laid out") and not (root / trace.path).exists()
