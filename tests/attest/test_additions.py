@@ -138,6 +138,7 @@ def test_the_newest_addition_is_laid_out_and_a_malformed_one_is_named() -> None:
     picked, notes = chosen([older, newer, broken])
     assert picked.name == newer[0]
     assert len(notes) == 1 and "not a DSSE envelope" in notes[0] and notes[0].endswith("skipped")
+    assert notes[0].startswith(f"addition sha256:{'9' * 12} of {MANIFEST[:19]}: ")
 
 
 @pytest.fixture

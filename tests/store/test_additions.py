@@ -328,3 +328,53 @@ def test_serve_lays_the_chosen_addition_out_keeps_the_nodes_own_files_and_notes_
     laid, notes = add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
     assert laid is None and notes[-1].startswith(f"addition {name[:19]}: ")
     assert notes[-1].endswith("; not laid out") and not (root / trace.path).exists()
+
+
+def test_a_full_disk_laying_an_addition_out_is_the_nodes_condition_and_a_refusal_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from neuronbuild.errors import NoRoom
+    from neuronbuild.node import additions as node_additions
+
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = sealed(store, tmp_path, 0)
+    name, _ = added(store, tmp_path, digest, b"a trace")
+    root, tiers = tmp_path / "node", TieredStore(store)
+
+    def full(*args: object, **kw: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(root))
+
+    monkeypatch.setattr(node_additions, "place", full)
+    with pytest.raises(NoRoom, match="cannot lay out an addition: No space left on device"):
+        add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
+
+    def refused(*args: object, **kw: object) -> None:
+        raise OSError(errno.EACCES, "Permission denied", str(root))
+
+    monkeypatch.setattr(node_additions, "place", refused)
+    laid, notes = add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
+    assert laid is None and notes == [f"addition {name[:19]}: [Errno 13] Permission denied: "
+                                      f"'{root}'; not laid out"]  # fmt: skip
+
+
+def test_serve_passes_its_policy_to_the_choice(tmp_path: Path) -> None:
+    from neuronbuild.attest.policy import load_policy
+    from tests.lib.keys import write_key, write_policy
+
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = sealed(store, tmp_path, 0)
+    added(store, tmp_path, digest, b"an unsigned trace")
+    ci, node = write_key(tmp_path / "ci.key"), write_key(tmp_path / "node.key")
+    policy = load_policy(
+        write_policy(
+            tmp_path / "p.yaml", {"ci": [ci], "nodes": [node]}, [("**", ["ci"])],
+            {"precompile-cache": ["nodes"]},
+        )
+    )  # fmt: skip
+    root = tmp_path / "node"
+    laid, [note] = add_to_layout(
+        TieredStore(store), root, digest, set(), "precompile-cache", HERE, policy
+    )
+    assert laid is None and "found it is unsigned" in note and not root.exists()
