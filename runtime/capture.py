@@ -143,8 +143,9 @@ def capture(
     kind = engine.addition_kind(recipe.toolchain)
     if kind is None:
         raise UserError(
-            f"a node of {recipe.name}'s release writes nothing at start that its build lacks "
-            "(only vLLM Neuron releases with a Precompile Cache do); nothing to capture"
+            f"a node serving {recipe.name} ({recipe.engine} engine) writes nothing at start "
+            "that its build lacks (only vLLM Neuron releases with a Precompile Cache do, 2.33 "
+            "and later); nothing to capture"
         )
     # Once per build and node identity: an autoscaled fleet's every first start adds nothing.
     here = (recipe.target, node_builds(engine))

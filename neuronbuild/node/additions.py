@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from neuronbuild.digest import short
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count, size
-from neuronbuild.node.materialize import lay_out_lock, place
+from neuronbuild.node.materialize import lay_out_lock, place, sweep_temporaries
 from neuronbuild.paths import inside
 from neuronbuild.store.additions import Addition, NodeIdentity, read_addition
 from neuronbuild.store.tiered import TieredStore
@@ -104,8 +104,9 @@ def choose_addition(
 
 def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
     """Lay ``addition``'s files out under ``root`` (blobs fetched into the local tier first,
-    every file verified against its digest); a file already under ``root`` is kept. Returns how
-    many files were laid out.
+    every file verified against its digest); a file already under ``root`` is kept, and the
+    temporary files a killed lay-out left are removed first (holding the root's lock, as
+    :func:`~neuronbuild.node.materialize.lay_out` does). Returns how many files were laid out.
 
     Raises:
         StoreDataInvalid: a blob is missing or corrupt in every tier (files laid out before it
@@ -115,6 +116,8 @@ def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
     """
     lock = lay_out_lock(root)  # a lay-out of this root sweeps temporary files
     try:
+        if lock is not None:  # what a serve killed laying an addition out left (its stamp holds)
+            sweep_temporaries(root)
         needed = [
             f
             for f in addition.files

@@ -321,7 +321,10 @@ def test_serve_lays_the_chosen_addition_out_keeps_the_nodes_own_files_and_notes_
         f"node-a at {NODE.captured})"
     ]
     (root / trace.path).write_bytes(b"its own")
+    dead = (root / trace.path).with_name(f".trace.bin.{'a' * 32}.part")  # a killed serve's
+    dead.write_bytes(b"half")
     laid, notes = add_to_layout(tiers, root, digest, set(), "precompile-cache", HERE, None)
+    assert not dead.exists()
     assert (root / trace.path).read_bytes() == b"its own" and "0 files of 1" in notes[0]
     (root / trace.path).unlink()
     store.delete_blob(trace)
