@@ -666,14 +666,24 @@ class Store:
             UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES` (readers would refuse it),
                 or the manifest is not in this store. StoreError: the write failed.
         """
+        self._check_beside(manifest, data, "the attestation of", "attest", "signed")
+        self.backend.put(self.layout.attestation(manifest, keyid), data)
+
+    def _check_beside(self, manifest: str, data: bytes, what: str, verb: str, done: str) -> None:
+        """Refuse to store ``data`` beside ``manifest`` (an attestation, an addition) when it is
+        over :data:`MAX_ATTESTATION_BYTES` (readers would refuse it) or the manifest is not here.
+
+        Raises:
+            UserError: ``<what> <manifest> is N bytes, ...; nothing was <done>`` or ``no manifest
+                <manifest> to <verb>``.
+        """
         if len(data) > MAX_ATTESTATION_BYTES:
             raise UserError(
-                f"the attestation of {manifest} is {len(data)} bytes, over the "
-                f"{MAX_ATTESTATION_BYTES} a store's readers take; nothing was signed"
+                f"{what} {manifest} is {len(data)} bytes, over the "
+                f"{MAX_ATTESTATION_BYTES} a store's readers take; nothing was {done}"
             )
         if not self.has_manifest(manifest):
-            raise UserError(f"{self.url}: no manifest {manifest} to attest")
-        self.backend.put(self.layout.attestation(manifest, keyid), data)
+            raise UserError(f"{self.url}: no manifest {manifest} to {verb}")
 
     def attestation_paths(self, manifest: str) -> dict[str, str]:
         """The attestations of ``manifest`` this store holds: keyid -> path (one listing;
@@ -740,13 +750,7 @@ class Store:
             UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, the manifest is not in
                 this store, or holds :data:`MAX_ADDITIONS` already. StoreError: the write failed.
         """
-        if len(data) > MAX_ATTESTATION_BYTES:
-            raise UserError(
-                f"the addition to {manifest} is {len(data)} bytes, over the "
-                f"{MAX_ATTESTATION_BYTES} a store's readers take; nothing was published"
-            )
-        if not self.has_manifest(manifest):
-            raise UserError(f"{self.url}: no manifest {manifest} to add to")
+        self._check_beside(manifest, data, "the addition to", "add to", "published")
         folder = self.layout.additions(manifest)
         held = self._beside(manifest, folder, self.layout.addition_of, "additions")
         if len(held) >= MAX_ADDITIONS and name not in held:

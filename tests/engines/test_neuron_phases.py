@@ -48,6 +48,20 @@ def serve_and_count(
     return subprocess.run(prepared.argv, env=env, cwd=prepared.cwd, capture_output=True, text=True)
 
 
+def compiled_and_served(
+    recipe: Recipe, double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> subprocess.CompletedProcess[str]:
+    """Compile ``recipe`` into a folder store against the double, check it built exactly the
+    planned graphs, serve it, and check the server came up; returns the serve run."""
+    store = Store(str(tmp_path / "store"), create=True)
+    report = compile_small(recipe, store, tmp_path)
+    assert report.failed == 0, report.units
+    assert sorted(compiled_graphs(double)) == sorted(planned(recipe))
+    run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 def local_recipe(tmp_path: Path, config: dict[str, Any], **args: Any) -> Recipe:
     """A small text trn2 recipe on a local model folder with ``config`` as its config.json."""
     recipe = small_recipe(tmp_path, vision=False, **args)
@@ -113,12 +127,7 @@ def test_listed_prefill_buckets_without_max_num_batched_tokens_compile_and_serve
     )  # fmt: skip
     (tmp_path / "d23.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     recipe = load_recipe(tmp_path / "d23.yaml")
-    store = Store(str(tmp_path / "store"), create=True)
-    report = compile_small(recipe, store, tmp_path)
-    assert report.failed == 0, report.units
-    assert sorted(compiled_graphs(double)) == sorted(planned(recipe))
-    run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
-    assert run.returncode == 0, run.stderr
+    run = compiled_and_served(recipe, double, tmp_path, monkeypatch)
     assert f"{len(planned(recipe))} graphs loaded" in run.stdout
 
 
@@ -233,9 +242,4 @@ def test_a_local_vision_model_without_a_vision_config_gets_the_plugins_default_b
     # The platform creates vision_neuron_config for any model with a vision_config (row D13).
     recipe = local_recipe(tmp_path, QWEN3_VL_CONFIG)
     assert [g for g in planned(recipe) if g.startswith("vision")] == ["vision 2048"]
-    store = Store(str(tmp_path / "store"), create=True)
-    report = compile_small(recipe, store, tmp_path)
-    assert report.failed == 0, report.units
-    assert sorted(compiled_graphs(double)) == sorted(planned(recipe))
-    run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
-    assert run.returncode == 0, run.stderr
+    compiled_and_served(recipe, double, tmp_path, monkeypatch)
