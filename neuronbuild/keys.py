@@ -131,17 +131,17 @@ FACTOR_MEANINGS = {
     "installed as it was at compile",
     "env": "a keyed environment variable differs from the build's; start the command with the "
     "same value (or unset it)",
-    "cpu_isa": "another CPU instruction set",
     "graph": "another graph (bucket)",
     "phase": "another phase of the run (prefill, decode, vision)",
-    "lora_slots": "another number of LoRA adapter slots (max_loras + 1) or max_lora_rank: the "
-    "slot weights are graph inputs",
 }
-"""Why each unit key factor makes a miss, as ``doctor`` explains it."""
+"""Why each unit key factor every engine shares makes a miss, as ``doctor`` explains it (an
+engine's own factors: its ``factor_meanings``)."""
 
 
-def explain_differences(names: Iterable[str]) -> list[str]:
+def explain_differences(names: Iterable[str], own: Mapping[str, str]) -> list[str]:
     """``factor: why`` once for each top-level factor of the dotted ``names``
-    (:class:`FactorDifference`'s), in their order."""
+    (:class:`FactorDifference`'s), in their order; ``own``: the engine's own factors' meanings
+    (``Engine.factor_meanings``)."""
+    meanings = {**FACTOR_MEANINGS, **own}
     top = dict.fromkeys(name.split(".", 1)[0] for name in names)
-    return [f"{n}: {FACTOR_MEANINGS.get(n, 'an engine factor differs')}" for n in top]
+    return [f"{n}: {meanings.get(n, 'an engine factor differs')}" for n in top]

@@ -1,7 +1,8 @@
 """Load a recipe YAML into a :class:`Recipe`: key checks, types, and the engine's own rules.
 
 A recipe is vLLM's engine arguments under their own names (the pinned vLLM's list is checked in as
-``data/vllm_engine_args.txt``) plus neuronbuild's few keys (:data:`OWN_KEYS`). Every problem is
+``data/vllm_engine_args.txt``) plus neuronbuild's few keys (:data:`OWN_KEYS`) and the keys its
+engine owns (the registry's ``fields``, e.g. ``cpu_isa``). Every problem is
 collected and raised together as one :class:`~neuronbuild.errors.RecipeInvalid`.
 """
 
@@ -15,32 +16,40 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from neuronbuild.data.vllm_data import ArgTables, engine_arg_names, server_options
 from neuronbuild.engines.arg_classes import SERVING_ONLY_ARGS
 from neuronbuild.engines.arg_sources import ArgSource
-from neuronbuild.engines.registry import engine_for, get_engine
+from neuronbuild.engines.registry import (
+    engine_fields,
+    engine_for,
+    engine_names,
+    get_engine,
+    target_engines,
+)
 from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.human import size
 from neuronbuild.keys import canonical_json
 
-TARGET_ENGINES: dict[str, str] = {
-    "trn1": "neuron",
-    "trn2": "neuron",
-    "trn3": "neuron",
-    "inf2": "neuron",
-    "cpu": "cpu",
-}
-"""Each target and the engine that compiles for it (DESIGN.md, "Vocabulary")."""
-
-OWN_KEYS = ("name", "target", "engine", "cpu_isa", "toolchain", "serve")
-"""Recipe keys that are neuronbuild's, not vLLM's (``serve``: options of vLLM's server that
-``serve`` passes and keys ignore)."""
+OWN_KEYS = ("name", "target", "engine", "toolchain", "serve")
+"""Recipe keys that are neuronbuild's, not vLLM's, whatever the engine (``serve``: options of
+vLLM's server that ``serve`` passes and keys ignore); an engine's own keys come from its registry
+row (:func:`own_keys`)."""
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """A recipe name is one path segment of a ref (``<name>/<tag>``)."""
@@ -67,9 +76,8 @@ class _Fields(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: StrictStr = Field(pattern=NAME_PATTERN)
-    target: Literal["trn1", "trn2", "trn3", "inf2", "cpu"]
-    engine: Literal["neuron", "cpu"] | None = None
-    cpu_isa: StrictStr | None = None
+    target: StrictStr
+    engine: StrictStr | None = None
     toolchain: dict[StrictStr, StrictStr] = {}
     model: StrictStr = Field(min_length=1)
     revision: StrictStr | None = None
@@ -81,10 +89,39 @@ class _Fields(BaseModel):
     seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     mm_encoder_only: StrictBool = False
 
+    @field_validator("target")
+    @classmethod
+    def _a_known_target(cls, value: str) -> str:
+        return _one_of(value, tuple(target_engines()))
+
+    @field_validator("engine")
+    @classmethod
+    def _a_known_engine(cls, value: str | None) -> str | None:
+        return None if value is None else _one_of(value, engine_names())
+
+
+def _one_of(value: str, names: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``names`` (the registry's, read when a recipe is checked, so a
+    registered engine's targets count).
+
+    Raises:
+        PydanticCustomError: a ``literal_error`` naming them, as a ``Literal`` field would.
+    """
+    if value in names:
+        return value
+    quoted = [repr(n) for n in names]
+    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    raise PydanticCustomError("literal_error", "must be one of {expected}", {"expected": expected})
+
+
+def own_keys() -> tuple[str, ...]:
+    """Every recipe key that is not a vLLM engine argument: :data:`OWN_KEYS` and each engine's own
+    (:func:`~neuronbuild.engines.registry.engine_fields`)."""
+    return (*OWN_KEYS, *engine_fields())
+
 
 PLACEHOLDERS: dict[str, Any] = {
     "name": "recipe",
-    "cpu_isa": "host",
     "revision": None,
 }
 """Stand-ins for mistyped keys, so the engine's rules still run and every error is reported
@@ -153,6 +190,8 @@ class Recipe:
 
     ``engine_args`` holds vLLM's engine arguments exactly as the recipe gives them, with
     ``additional_config`` parsed to a mapping when the recipe pasted it as a JSON string.
+    ``fields`` holds the keys its engine owns (its registry row's ``fields``, e.g. ``cpu_isa``)
+    that the recipe sets, as given: the engine's rules type them.
     ``warnings`` lists keys vLLM-Neuron may know but the pinned reference does not. ``serve``
     holds the recipe's ``serve:`` section: options of vLLM's server by their ``dest`` names,
     serving-only, passed by ``serve`` and left out of every key.
@@ -161,9 +200,9 @@ class Recipe:
     name: str
     target: str
     engine: str
-    cpu_isa: str | None
     toolchain: dict[str, str]
     engine_args: dict[str, Any]
+    fields: dict[str, Any] = field(default_factory=dict)
     source: str = "<recipe>"
     warnings: tuple[str, ...] = field(default=())
     serve: dict[str, Any] = field(default_factory=dict)
@@ -200,8 +239,7 @@ class Recipe:
     def own_fields(self) -> dict[str, Any]:
         """neuronbuild's keys of this recipe, as they would be written back to YAML."""
         out: dict[str, Any] = {"name": self.name, "target": self.target, "engine": self.engine}
-        if self.cpu_isa is not None:
-            out["cpu_isa"] = self.cpu_isa
+        out.update(self.fields)
         out["toolchain"] = dict(self.toolchain)
         if self.serve:
             out["serve"] = dict(self.serve)
@@ -215,7 +253,7 @@ class Recipe:
 def _check_keys(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
     """Keys that are neither neuronbuild's nor an engine argument of the vLLM ``tables`` were
     read from (the shipped list when no table fits the recipe's vLLM)."""
-    known = set(OWN_KEYS) | _engine_arg_names(tables)
+    known = set(own_keys()) | _engine_arg_names(tables)
     errors = []
     for key in data:
         if key in known:
@@ -230,7 +268,7 @@ def _check_keys(data: Mapping[str, Any], tables: ArgTables | None) -> list[Recip
         else:
             hint = (
                 "unknown key: not an engine argument of the pinned vLLM nor one of "
-                f"neuronbuild's ({', '.join(OWN_KEYS)}); remove it"
+                f"neuronbuild's ({', '.join(own_keys())}); remove it"
             )
         errors.append(RecipeError(str(key), NOT_A_VALUE, hint))
     return errors
@@ -356,7 +394,7 @@ def _arg_source(data: Mapping[str, Any]) -> ArgSource:
 def _engine_name(data: Mapping[str, Any]) -> str | None:
     """The engine of ``data``'s target; None for a target that names none (an error of its own)."""
     target = data.get("target")
-    return TARGET_ENGINES.get(target) if isinstance(target, str) else None
+    return target_engines().get(target) if isinstance(target, str) else None
 
 
 def _pins(data: Mapping[str, Any]) -> dict[str, str]:
@@ -428,6 +466,24 @@ def _judged_a_stand_in(error: RecipeError, stand_ins: Mapping[str, Any]) -> bool
     return any(re.search(rf"\b{key}\b", error.hint) for key in CROSS_CHECKED & stand_ins.keys())
 
 
+def _foreign_fields(data: Mapping[str, Any], engine: str) -> list[RecipeError]:
+    """An error for each key ``data`` sets that another engine owns (a registry row's
+    ``fields``): it would be ignored by ``engine``, so the recipe would not say what it builds."""
+    errors = []
+    for key, owner in engine_fields().items():
+        if key in data and owner != engine:
+            targets = " or ".join(target_engines_of(owner))
+            errors.append(
+                RecipeError(key, data[key], f"only applies to target {targets}; remove it")
+            )
+    return errors
+
+
+def target_engines_of(engine: str) -> list[str]:
+    """The targets engine ``engine`` compiles for, in registry order."""
+    return [t for t, e in target_engines().items() if e == engine]
+
+
 def _engine_errors(
     recipe: Recipe, fields: _Fields, stand_ins: Mapping[str, Any]
 ) -> tuple[list[RecipeError], list[str]]:
@@ -472,7 +528,7 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         )
     arg_source = _arg_source(data)
     errors = _check_keys(data, arg_source.tables)
-    args = {k: v for k, v in data.items() if k not in OWN_KEYS}
+    args = {k: v for k, v in data.items() if k not in own_keys()}
     config_errors = _parse_additional_config(args)
     errors += _json_errors(args) + _value_errors(args, arg_source.tables)
     typed = _typed_fields(data)
@@ -487,14 +543,16 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
             name=fields.name,
             target=fields.target,
             engine=engine_name,
-            cpu_isa=fields.cpu_isa,
             toolchain=dict(fields.toolchain),
             engine_args=args,
+            fields={
+                k: data[k] for k, e in engine_fields().items() if k in data and e == engine_name
+            },
             source=source,
         )
         stand_ins = {**typed.stand_ins, **({"additional_config": {}} if config_errors else {})}
         engine_errors, warnings = _engine_errors(recipe, fields, stand_ins)
-        errors += engine_errors
+        errors += engine_errors + _foreign_fields(data, engine_name)
         serving_only = engine_for(recipe).serving_only_args
     errors += check_serve_section(data.get("serve"), serving_only, arg_source.tables)
     if errors or recipe is None:

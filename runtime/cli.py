@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from neuronbuild import envs
+from neuronbuild.engines.registry import engine_fields
 from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
 from neuronbuild.store.cas import Store
@@ -195,7 +196,8 @@ def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStor
     multiple=True,
     metavar="NAME",
     help="Serve although this node differs from the build in NAME (a distribution, target, "
-    "cpu_isa, model_files); repeatable. For operators who know the artifacts still run.",
+    f"{''.join(f'{k}, ' for k in engine_fields())}model_files); repeatable. For operators who "
+    "know the artifacts still run.",
 )
 @dry_run_option(
     "check the manifest, the node and every blob's presence, print the vLLM command, start nothing"

@@ -3,7 +3,8 @@
 A node differs from the build when an installed distribution differs from the recipe's toolchain
 pins, when the engine's target check fails (the Neuron device family, the CPU instruction set),
 or when a local model folder's content differs from what was compiled. Each difference is named
-(a distribution, ``target``, ``cpu_isa``, ``model_files``) so an operator who knows better can
+(a distribution, ``target``, an engine's own key such as ``cpu_isa``, ``model_files``) so an
+operator who knows better can
 pass ``--allow-mismatch NAME``; any other difference is refused with a table (exit 2). Variables
 that would make a node compile are refused outright.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 from neuronbuild.digest import short
 from neuronbuild.engines.base import Engine
+from neuronbuild.engines.registry import ENGINES
 from neuronbuild.engines.versions import installed_build, installed_version, pin_matches
 from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.human import format_table
@@ -26,8 +28,12 @@ from neuronbuild.recipe import Recipe
 NOT_INSTALLED = "(not installed)"
 """What the node check's table says of a distribution this node lacks."""
 
-MISMATCH_NAMES = ("target", "cpu_isa", "model_files")
-"""What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module docstring)."""
+
+def mismatch_names(engine: Engine) -> tuple[str, ...]:
+    """What ``--allow-mismatch`` takes besides the recipe's pinned distributions on a node of
+    ``engine`` (module docstring): ``target``, the engine's own recipe keys (its registry row's
+    ``fields``), ``model_files``."""
+    return ("target", *ENGINES[engine.name].fields, "model_files")
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES}
+    known = {*recipe.toolchain, *engine.observed_toolchain, *mismatch_names(engine)}
     for name in sorted(allowed - known):
         close = did_you_mean(name, known)
         hint = f"did you mean {close}? " if close else ""
@@ -134,7 +140,8 @@ def check_node(
         dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
     )
     # A distribution this node lacks is installed, not allowed: vLLM would start without it.
-    absent = {m.name for m in found if m.node == NOT_INSTALLED and m.name not in MISMATCH_NAMES}
+    fixed = mismatch_names(engine)
+    absent = {m.name for m in found if m.node == NOT_INSTALLED and m.name not in fixed}
     refusing = [m for m in found if m.name not in allowed]
     if refusing:
         rows = [["NAME", "BUILT FOR", "THIS NODE"]] + [[m.name, m.built_for, m.node] for m in found]

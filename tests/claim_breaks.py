@@ -546,8 +546,8 @@ BREAKS = [
         (
             (
                 NODE_CHECKS,
-                "known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES}",
-                "known = {*recipe.toolchain, *engine.observed_toolchain, *MISMATCH_NAMES, *allowed}",
+                "*engine.observed_toolchain, *mismatch_names(engine)}",
+                "*engine.observed_toolchain, *mismatch_names(engine), *allowed}",
             ),
         ),
         (f"{NODE_CLAIMS}::test_an_allow_mismatch_name_that_cannot_differ_is_refused",),

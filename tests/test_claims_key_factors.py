@@ -133,8 +133,8 @@ def test_differing_factors_goes_one_level_deep_and_keeps_absent_sides() -> None:
         ("model", "a", None),
         ("revision", None, "r"),
     ]
-    assert explain_differences([f[0] for f in found])[0].startswith("engine_args: ")
-    assert [line.split(":")[0] for line in explain_differences([f[0] for f in found])] == [
+    assert explain_differences([f[0] for f in found], {})[0].startswith("engine_args: ")
+    assert [line.split(":")[0] for line in explain_differences([f[0] for f in found], {})] == [
         "engine_args",
         "model",
         "revision",

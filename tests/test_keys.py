@@ -432,7 +432,7 @@ def test_doctor_names_each_differing_factor_with_both_values_and_why() -> None:
         'target: recipe null, manifest "cpu"',
         "toolchain_x: recipe null, manifest 1",
     ]
-    assert explain_differences(d.name for d in differing_factors(mine, theirs)) == [
+    assert explain_differences((d.name for d in differing_factors(mine, theirs)), {}) == [
         "engine_args: a keyed engine argument differs after resolving vLLM's defaults",
         "env: a keyed environment variable differs from the build's; start the command with the "
         "same value (or unset it)",

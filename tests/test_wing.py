@@ -91,11 +91,14 @@ def test_each_side_of_the_old_cycles_imports_alone() -> None:
         assert result.returncode == 0, (module, result.stderr[-500:])
 
 
-def test_every_target_resolves_to_an_engine_that_exists() -> None:
-    from neuronbuild.engines.registry import ENGINE_NAMES
-    from neuronbuild.recipe import TARGET_ENGINES
+def test_every_engine_compiles_for_targets_no_other_claims() -> None:
+    from neuronbuild.engines.registry import ENGINES, engine_fields, target_engines
 
-    assert sorted(set(TARGET_ENGINES.values())) == sorted(ENGINE_NAMES)
+    targets = [t for row in ENGINES.values() for t in row.targets]
+    assert len(targets) == len(set(targets)) and sorted(target_engines()) == sorted(targets)
+    assert all(row.targets for row in ENGINES.values())
+    fields = [f for row in ENGINES.values() for f in row.fields]
+    assert len(fields) == len(set(fields)) == len(engine_fields())
 
 
 def test_every_package_folder_is_listed_for_the_wheel() -> None:

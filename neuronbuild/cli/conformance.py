@@ -3,16 +3,23 @@ node, printing the pass/fail table to paste into a bug report (issue 18 item 10)
 
 from __future__ import annotations
 
+import importlib
 import platform
 import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from neuronbuild import __version__
 from neuronbuild.cli.common import load_or_exit
+from neuronbuild.errors import UserError
 from neuronbuild.human import format_table
 from neuronbuild.ui.console import echo_json
 from neuronbuild.ui.options import cache_option, json_option
+
+if TYPE_CHECKING:
+    from neuronbuild.recipe import Recipe
 
 DEFAULT_TIMEOUT_S = 900
 """How long each node start may run (seconds): loading a 70B model's graphs takes minutes,
@@ -52,10 +59,8 @@ def conformance(recipe_path: str, host: str, timeout: int, cache: str, as_json: 
       neuronbuild conformance recipe.yaml --cache s3://bucket/store
       neuronbuild conformance recipe.yaml --cache s3://bucket/store --host node --json
     """
-    from neuronbuild.engines.neuron.conformance import exit_code
-    from neuronbuild_runtime.conformance import run_kit
-
     recipe = load_or_exit(recipe_path)
+    run_kit = kit_of(recipe)
     digest, checks = run_kit(recipe, cache, "node" if host == "node" else "compile", timeout)
     about = {
         "neuronbuild": __version__,
@@ -79,3 +84,31 @@ def conformance(recipe_path: str, host: str, timeout: int, cache: str, as_json: 
                 click.echo(f"      {name}: {seen}")
     if exit_code(checks):
         sys.exit(exit_code(checks))
+
+
+def exit_code(checks: Sequence[Any]) -> int:
+    """0 when every check (a kit's, each with a ``status``) passed or was skipped, 1 when one
+    failed."""
+    return 1 if any(c.status == "FAIL" for c in checks) else 0
+
+
+def kit_of(recipe: Recipe) -> Callable[[Recipe, str, str, float], tuple[str, list[Any]]]:
+    """The conformance kit of ``recipe``'s engine (its ``conformance_kit``), imported.
+
+    Raises:
+        UserError: the engine offers no kit (naming the engines that do, and their targets).
+    """
+    from neuronbuild.engines.registry import engine_for, engine_names, get_engine, target_engines
+
+    path = engine_for(recipe).conformance_kit
+    if path is None:
+        kits = [n for n in engine_names() if get_engine(n).conformance_kit is not None]
+        targets = [t for t, e in target_engines().items() if e in kits]
+        raise UserError(
+            f"{recipe.source}: engine is {recipe.engine}, which offers no conformance kit; the "
+            f"kit checks recipes of engine {' or '.join(kits)} (target {', '.join(targets)})"
+        )
+    module, _, name = path.partition(":")
+    kit: Callable[[Recipe, str, str, float], tuple[str, list[Any]]]
+    kit = getattr(importlib.import_module(module), name)
+    return kit

@@ -30,9 +30,9 @@ def hollow_files(manifest: Manifest) -> list[str]:
     """One problem per file of ``manifest`` its engine's content rule says must hold bytes and
     that is empty (:meth:`~neuronbuild.engines.base.Engine.hollow`): present with its size and
     digest, so no blob check sees it, yet every node fails to load it."""
-    from neuronbuild.engines.registry import ENGINE_NAMES, get_engine
+    from neuronbuild.engines.registry import engine_names, get_engine
 
-    names = {str(u.factors.get("engine")) for u in manifest.units} & set(ENGINE_NAMES)
+    names = {str(u.factors.get("engine")) for u in manifest.units} & set(engine_names())
     return [
         f"{path}: empty (the compile's save failed); compile {manifest.name} again"
         for name in sorted(names)

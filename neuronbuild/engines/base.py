@@ -99,6 +99,13 @@ class Engine(ABC):
     the files that hold an entry's compiled content: one of them empty makes its entry
     incomplete, whatever markers it has (:meth:`hollow`)."""
     note: ClassVar[str] = ""
+    conformance_kit: ClassVar[str | None] = None
+    """Where this engine's conformance kit lives (``module:function``, imported by
+    ``neuronbuild conformance`` only; called as ``(recipe, cache URL, host, timeout seconds)``
+    and returning the manifest digest and its checks), or None: the engine offers none."""
+    factor_meanings: ClassVar[Mapping[str, str]] = {}
+    """Why each unit factor this engine adds (:attr:`UnitSpec.factors`) makes a miss, as
+    ``doctor`` explains it (the shared ones: ``keys.FACTOR_MEANINGS``)."""
     graph_seconds: ClassVar[float] = 60.0
     unit_cpus: ClassVar[float] = 1.0
     unit_memory_gib: ClassVar[float] = 4.0
@@ -349,6 +356,17 @@ class Engine(ABC):
 
         Raises:
             StoreDataInvalid: a path escapes the folder it is laid out in.
+        """
+
+    @abstractmethod
+    def image_architecture(self, factors: Mapping[str, Any]) -> str:
+        """The OCI ``architecture`` (image-spec ``config.md``, Go's GOARCH names: ``amd64``,
+        ``arm64``) of a node that runs a unit built with these unit ``factors``: what a node
+        image (``neuronbuild image``) declares.
+
+        Raises:
+            ValueError: the factors name no machine this engine knows (store data, not a
+                recipe: the caller reports it as such).
         """
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -1,6 +1,6 @@
-"""Every engine by name: one table of name -> import path -> install hint, read lazily (as
-fsspec's ``registry.py`` finds its file systems), so a third engine is one row and a command
-imports only the engine it uses."""
+"""Every engine by name: one table of name -> import path -> install hint -> targets -> recipe
+fields, read lazily (as fsspec's ``registry.py`` finds its file systems), so a third engine is one
+folder and one row, and a command imports only the engine it uses."""
 
 from __future__ import annotations
 
@@ -17,22 +17,46 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EngineRow:
-    """Where engine ``name``'s class lives (``path``: ``module:Class``) and what to install when
-    that module cannot be imported (``install``, appended to the error)."""
+    """Where engine ``name``'s class lives (``path``: ``module:Class``), what to install when
+    that module cannot be imported (``install``, appended to the error), the recipe ``target``
+    values it compiles for (``targets``), and the recipe keys it owns (``fields``, e.g. the CPU
+    engine's ``cpu_isa``): each is also a unit factor naming the machine the artifacts run on,
+    which a node may differ in (``serve --allow-mismatch NAME``), and a recipe of another engine
+    may not set it. Read without importing the engine (recipe checks, ``--help``)."""
 
     path: str
     install: str
+    targets: tuple[str, ...]
+    fields: tuple[str, ...] = ()
 
 
 SHIPPED = "it ships with neuronbuild: reinstall neuronbuild (make install)"
 
 ENGINES: dict[str, EngineRow] = {
-    "cpu": EngineRow("neuronbuild.engines.vllm_cpu.engine:CpuEngine", SHIPPED),
-    "neuron": EngineRow("neuronbuild.engines.neuron.engine:NeuronEngine", SHIPPED),
+    "cpu": EngineRow(
+        "neuronbuild.engines.vllm_cpu.engine:CpuEngine", SHIPPED, ("cpu",), ("cpu_isa",)
+    ),
+    "neuron": EngineRow(
+        "neuronbuild.engines.neuron.engine:NeuronEngine", SHIPPED, ("trn1", "trn2", "trn3", "inf2")
+    ),
 }
-"""Every engine, by the name a recipe's target resolves to (``recipe.TARGET_ENGINES``)."""
+"""Every engine, by the name a recipe's target resolves to (:func:`target_engines`)."""
 
-ENGINE_NAMES = tuple(ENGINES)
+
+def engine_names() -> tuple[str, ...]:
+    """Every engine's name, in :data:`ENGINES` order."""
+    return tuple(ENGINES)
+
+
+def target_engines() -> dict[str, str]:
+    """Each recipe ``target`` and the engine that compiles for it (DESIGN.md, "Vocabulary"), in
+    :data:`ENGINES` order."""
+    return {target: name for name, row in ENGINES.items() for target in row.targets}
+
+
+def engine_fields() -> dict[str, str]:
+    """Each recipe key an engine owns (:attr:`EngineRow.fields`) and that engine's name."""
+    return {key: name for name, row in ENGINES.items() for key in row.fields}
 
 
 def get_engine(name: str) -> Engine:
@@ -67,5 +91,5 @@ def installed_toolchains() -> dict[str, dict[str, str | None]]:
         name: UnitCompiler.installed_versions(
             list(dict.fromkeys([*engine.required_toolchain, *engine.observed_toolchain]))
         )
-        for name, engine in ((name, get_engine(name)) for name in ENGINE_NAMES)
+        for name, engine in ((name, get_engine(name)) for name in engine_names())
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from neuronbuild.digest import canonical_json, sha256_digest
-from neuronbuild.engines.vllm_cpu.isa import MACHINES
+from neuronbuild.engines.registry import ENGINES, get_engine
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
 from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
@@ -33,13 +33,6 @@ MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_MEDIA_TYPE = "application/vnd.oci.image.config.v1+json"
 MANIFEST_ANNOTATION = "dev.neuronbuild.manifest"
 """The image manifest's and config label's key for the neuronbuild manifest it lays out."""
-
-ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
-"""OCI ``architecture`` (Go's GOARCH names, image-spec ``config.md``) of each machine name a
-``cpu_isa`` starts with; riscv64 is spelled alike."""
-
-NEURON_ARCHITECTURE = "amd64"
-"""Trainium and Inferentia instances (trn1, trn2, trn3, inf2) are x86-64 hosts."""
 
 
 class Progress(Protocol):
@@ -94,21 +87,24 @@ class ImageBuilt:
 
 
 def architecture(manifest: Manifest) -> str:
-    """The OCI architecture the manifest's artifacts run on: a CPU build's, from its units'
-    ``cpu_isa`` factor (``x86_64-v3`` -> ``amd64``); a Neuron build's, x86-64.
+    """The OCI architecture the manifest's artifacts run on, as the engine of its first unit
+    reads it from the unit's factors (``Engine.image_architecture``: a CPU build's from its
+    ``cpu_isa``, ``x86_64-v3`` -> ``amd64``; a Neuron build's, ``amd64``); ``amd64`` for a
+    manifest with no unit.
 
     Raises:
-        StoreDataInvalid: a unit's ``cpu_isa`` names no machine neuronbuild knows.
+        StoreDataInvalid: a unit names no engine neuronbuild has, or factors its engine cannot
+            place on a machine.
     """
-    for unit in manifest.units:
-        isa = unit.factors.get("cpu_isa")
-        if isa is None:
-            continue
-        machine = str(isa).split("-", 1)[0].split("+", 1)[0]
-        if machine not in MACHINES:
-            raise StoreDataInvalid(f"manifest unit {unit.key}: unknown cpu_isa {str(isa)[:60]!a}")
-        return ARCHITECTURES.get(machine, machine)
-    return NEURON_ARCHITECTURE
+    for unit in manifest.units[:1]:
+        name = unit.factors.get("engine")
+        if name not in ENGINES:
+            raise StoreDataInvalid(f"manifest unit {unit.key}: unknown engine {str(name)[:60]!a}")
+        try:
+            return get_engine(str(name)).image_architecture(unit.factors)
+        except ValueError as exc:
+            raise StoreDataInvalid(f"manifest unit {unit.key}: {exc}") from None
+    return "amd64"
 
 
 def image_config(manifest_digest: str, layer_digest: str, arch: str) -> bytes:

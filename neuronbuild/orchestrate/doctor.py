@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuronbuild.engines.registry import engine_for
 from neuronbuild.graph import Graph
 from neuronbuild.human import count
 from neuronbuild.keys import differing_factors as differing_key_factors
@@ -157,7 +158,9 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
             found = differing_key_factors(diagnosis.factors, previous.factors)
             diagnosis.differences = [str(d) for d in found]  # formatted once, here
             diagnosis.differing = [d.name for d in found]
-            diagnosis.explanations = explain_differences(diagnosis.differing)
+            diagnosis.explanations = explain_differences(
+                diagnosis.differing, engine_for(recipe).factor_meanings
+            )
         out.append(diagnosis)
     return out
 

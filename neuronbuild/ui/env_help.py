@@ -20,9 +20,9 @@ def environment_help() -> list[tuple[str, list[str]]]:
         class_label,
         vllm_env_classification,
     )
-    from neuronbuild.engines.registry import ENGINE_NAMES, get_engine
+    from neuronbuild.engines.registry import engine_names, get_engine
 
-    tables = [(f"{n} engine", get_engine(n).env_classification()) for n in ENGINE_NAMES]
+    tables = [(f"{n} engine", get_engine(n).env_classification()) for n in engine_names()]
     tables.append(("vLLM's own variables, for every engine", vllm_env_classification()))
     out = []
     for whose, table in tables:

@@ -5,21 +5,14 @@ nothing."""
 from __future__ import annotations
 
 import ast
-from typing import ClassVar
 
 import pytest
 
 from neuronbuild.engines import registry
-from neuronbuild.engines.vllm_cpu.engine import CpuEngine
 from neuronbuild.errors import UserError
 from tests.conftest import REPO, cpu_recipe
+from tests.lib import toy_engine
 from tests.store.test_seams import loaded_by_planning
-
-
-class ToyEngine(CpuEngine):
-    """A third engine, as a row would name it."""
-
-    name: ClassVar[str] = "toy"
 
 
 def test_the_engines_face_imports_nothing() -> None:
@@ -27,18 +20,21 @@ def test_the_engines_face_imports_nothing() -> None:
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
 
-def test_a_third_engine_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    row = registry.EngineRow(f"{__name__}:ToyEngine", "pip install toy-engine")
-    monkeypatch.setattr(registry, "ENGINES", {**registry.ENGINES, "toy": row})
-    monkeypatch.setattr(registry, "ENGINE_NAMES", (*registry.ENGINE_NAMES, "toy"))
-    assert isinstance(registry.get_engine("toy"), ToyEngine)
-    assert set(registry.installed_toolchains()) == {"cpu", "neuron", "toy"}
+def test_a_third_engine_is_one_row() -> None:
+    with toy_engine.registered():
+        assert isinstance(registry.get_engine("toy"), toy_engine.ToyEngine)
+        assert set(registry.installed_toolchains()) == {"cpu", "neuron", "toy"}
+        assert registry.target_engines()["toy"] == "toy"
+        assert registry.engine_fields() == {"cpu_isa": "cpu", "toy_chip": "toy"}
+    assert "toy" not in registry.engine_names() and "toy" not in registry.target_engines()
 
 
 def test_an_engine_whose_module_cannot_be_imported_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    row = registry.EngineRow("neuronbuild_no_such_engine:Engine", "pip install no-such-engine")
+    row = registry.EngineRow(
+        "neuronbuild_no_such_engine:Engine", "pip install no-such-engine", ("absent",)
+    )
     monkeypatch.setitem(registry.ENGINES, "absent", row)
     with pytest.raises(UserError, match=r"^engine absent: cannot import neuronbuild_no_such_eng"):
         registry.get_engine("absent")

@@ -236,5 +236,5 @@ def test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entr
 
 
 def test_doctor_explains_an_installed_difference() -> None:
-    [why] = explain_differences(["installed.vllm-neuron"])
+    [why] = explain_differences(["installed.vllm-neuron"], {})
     assert why.startswith("installed: an installed distribution is another build")

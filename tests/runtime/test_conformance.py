@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from neuronbuild.cli.conformance import exit_code
 from neuronbuild.cli.main import cli
 from neuronbuild.engines.neuron.conformance import (
     Check,
@@ -27,7 +28,6 @@ from neuronbuild.engines.neuron.conformance import (
     check_removed_entry,
     check_route,
     check_versions,
-    exit_code,
 )
 from neuronbuild.engines.neuron.engine import NeuronEngine
 from neuronbuild.engines.neuron.releases import release_named
@@ -357,4 +357,7 @@ def test_a_cpu_recipe_is_refused_in_one_line(tmp_path: Path) -> None:
         )
     assert code == 2
     [line] = err.getvalue().strip().splitlines()
-    assert "engine is cpu; the conformance kit checks neuron recipes" in line
+    assert line.endswith(
+        ": engine is cpu, which offers no conformance kit; the kit checks recipes of engine "
+        "neuron (target trn1, trn2, trn3, inf2)"
+    )

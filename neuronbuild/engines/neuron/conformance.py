@@ -51,11 +51,6 @@ class Check:
         }
 
 
-def exit_code(checks: Sequence[Check]) -> int:
-    """0 when every check passed or was skipped, 1 when one failed."""
-    return 1 if any(c.status == "FAIL" for c in checks) else 0
-
-
 def check_versions(pins: Mapping[str, str], installed: Mapping[str, str | None]) -> Check:
     """Row B12: each pinned distribution is installed here at a version its pin matches (on the
     public version unless the pin carries a local label, :func:`pin_matches`). Evidence: every

@@ -239,6 +239,11 @@ class NeuronEngine(Engine):
     graph_seconds: ClassVar[float] = 300.0
     unit_cpus: ClassVar[float] = 4.0
     unit_memory_gib: ClassVar[float] = 16.0
+    conformance_kit: ClassVar[str | None] = "neuronbuild_runtime.conformance:run_kit"
+    factor_meanings: ClassVar[Mapping[str, str]] = {
+        "lora_slots": "another number of LoRA adapter slots (max_loras + 1) or max_lora_rank: "
+        "the slot weights are graph inputs",
+    }
 
     def vllm_origin(self, pin: str) -> str:
         """vLLM-Neuron's vLLM ships with the Neuron SDK (the release :func:`toolchain_rules`
@@ -259,10 +264,6 @@ class NeuronEngine(Engine):
         else:
             # A known release names each missing pin; an unknown one warns about them.
             errors += [e for e in generic_errors if not e.field.startswith("toolchain")]
-        if recipe.cpu_isa is not None:
-            errors.append(
-                RecipeError("cpu_isa", recipe.cpu_isa, "only applies to target cpu; remove it")
-            )
         if recipe.engine_args.get("quantization") == "neuron_quant":
             # The reference warns: never set vLLM's --quantization to neuron_quant.
             errors.append(
@@ -453,6 +454,9 @@ class NeuronEngine(Engine):
             UnitSpec(tuple(graphs), {"phase": phase, **extra})
             for phase, graphs in self.phase_graphs(recipe).items()
         ]
+
+    def image_architecture(self, factors: Mapping[str, Any]) -> str:
+        return "amd64"  # Trainium and Inferentia instances (trn1, trn2, trn3, inf2) are x86-64
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         return target_differences(str(factors.get("target")))

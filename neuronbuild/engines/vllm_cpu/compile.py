@@ -10,6 +10,7 @@ from neuronbuild import envs, start_env
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import CompileRun, EngineCommand, UnitCompiler, worker_command
 from neuronbuild.engines.vllm_cpu import isa as cpu_isa
+from neuronbuild.engines.vllm_cpu.engine import recipe_isa
 from neuronbuild.errors import UserError
 
 if TYPE_CHECKING:
@@ -56,8 +57,7 @@ class CpuCompiler(UnitCompiler):
             )
 
     def check_host(self, recipe: Recipe) -> None:
-        assert recipe.cpu_isa is not None
-        wanted, host = cpu_isa.resolve(recipe.cpu_isa), cpu_isa.host_isa()
+        wanted, host = cpu_isa.resolve(recipe_isa(recipe)), cpu_isa.host_isa()
         if wanted != host:
             raise UserError(
                 f"cpu_isa: the recipe pins {wanted} but this host is {host}; artifacts are built "

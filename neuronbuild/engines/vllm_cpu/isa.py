@@ -32,6 +32,23 @@ MACHINES = ("x86_64", "aarch64", "ppc64le", "s390x", "riscv64")
 architectures vLLM's CPU build supports."""
 
 
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
+"""OCI ``architecture`` (Go's GOARCH names, image-spec ``config.md``) of each of
+:data:`MACHINES`; riscv64 is spelled alike."""
+
+
+def oci_architecture(isa: str) -> str:
+    """The OCI ``architecture`` of a machine of ISA name ``isa`` (``x86_64-v3`` -> ``amd64``).
+
+    Raises:
+        ValueError: ``isa`` starts with none of :data:`MACHINES`.
+    """
+    machine = isa.split("-", 1)[0].split("+", 1)[0]
+    if machine not in MACHINES:
+        raise ValueError(f"unknown cpu_isa {isa[:60]!a}")
+    return ARCHITECTURES.get(machine, machine)
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` is no instruction set this module could print or :data:`HOST`, or None.
 
