@@ -25,13 +25,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
+import fsspec
 from filelock import FileLock, Timeout
 from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
-from fsspec.implementations.local import LocalFileSystem
 
+from neuronbuild import envs
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
+from neuronbuild.transports import retry
 from neuronbuild.transports.ranged import RangedReads
 from neuronbuild.transports.retry import body_retried, watch_s3
 from neuronbuild.transports.s3_fast import LazyFastS3
@@ -724,9 +726,13 @@ class ReadOnly(Backend):
         self.inner = inner
 
     def _refuse(self) -> UserError:
+        from neuronbuild.store.schemes import atomic_schemes
+
+        atomic = atomic_schemes()
         return UserError(
-            f"{self.url}: writing here needs atomic writes, which only folders, s3:// and "
-            "oci:// provide; pass --last-writer-wins to write anyway"
+            f"{self.url}: writing here needs atomic writes, which only "
+            f"{', '.join(atomic[:-1])} and {atomic[-1]} provide; pass --last-writer-wins to "
+            "write anyway"
         )
 
     def check_root(self, create: bool) -> None:
@@ -786,14 +792,51 @@ class ReadOnly(Backend):
         raise self._refuse()
 
 
-def backend_for(
-    fs: AbstractFileSystem, layout: Layout, url: str, last_writer_wins: bool
-) -> Backend:
-    """The primitives for ``fs``: folder, S3, last-writer-wins (opt-in) or read-only."""
-    if isinstance(fs, LocalFileSystem):
-        return FolderBackend(fs, layout, url)
-    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    if {"s3", "s3a"} & set(protocols):
-        return ObjectBackend(fs, layout, url)
+def s3_options() -> dict[str, Any]:
+    """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
+    read, and no retries of botocore's own: :mod:`neuronbuild.transports.retry` retries each request
+    (5 attempts, with backoff, on throttling, 5xx and timeouts) and says so on stderr; a fault
+    that outlasts them is a StoreError (exit code 3).
+
+    Raises:
+        EnvInvalid: the timeout is not a positive number (the message names the variable).
+    """
+    return {
+        "config_kwargs": {
+            "connect_timeout": 5,
+            "read_timeout": envs.S3_READ_TIMEOUT.get(),
+            "retries": dict(retry.S3_RETRIES),
+        }
+    }
+
+
+def _filesystem(url: str, **options: Any) -> tuple[AbstractFileSystem, Layout]:
+    """fsspec's file system for ``url`` and the store layout at its root.
+
+    Raises:
+        UserError: fsspec refuses the URL. ImportError: its implementation is not installed.
+    """
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except ValueError as exc:
+        raise UserError(f"--cache {url!r}: {exc}") from None
+    return fs, Layout(root.rstrip("/"))
+
+
+def open_folder(url: str, last_writer_wins: bool) -> Backend:
+    """A folder store (a path, ``file://``; NFS included): atomic (row ``file`` of
+    :data:`~neuronbuild.store.schemes.SCHEMES`)."""
+    return FolderBackend(*_filesystem(url), url)
+
+
+def open_object(url: str, last_writer_wins: bool) -> Backend:
+    """An S3 store (``s3://``), conditional writes and all (row ``s3``), with
+    :func:`s3_options`."""
+    return ObjectBackend(*_filesystem(url, **s3_options()), url)
+
+
+def open_other(url: str, last_writer_wins: bool) -> Backend:
+    """Any other fsspec file system: last-writer-wins by the opt-in, else read-only."""
+    fs, layout = _filesystem(url)
     backend = LastWriterWinsBackend(fs, layout, url)
     return backend if last_writer_wins else ReadOnly(backend)

@@ -18,9 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
-from neuronbuild import envs
 from neuronbuild.digest import (
     DigestMismatch,
     canonical_json,
@@ -33,7 +30,7 @@ from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
 from neuronbuild.notices import retrying
-from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict, backend_for
+from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict
 from neuronbuild.store.layout import (
     LATEST,
     MAX_ADDITIONS,
@@ -41,7 +38,6 @@ from neuronbuild.store.layout import (
     MAX_ATTESTATIONS,
     MAX_RECORD_BYTES,
     MAX_SMALL_BYTES,
-    Layout,
     parse_ref,
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
@@ -53,8 +49,8 @@ from neuronbuild.store.records import (
     UnitRecord,
     UnitTiming,
 )
+from neuronbuild.store.schemes import FOLDER, open_backend, row_of, scheme_of
 from neuronbuild.transports import retry
-from neuronbuild.transports.oci_registry import is_registry_url
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 
@@ -66,24 +62,6 @@ UPLOAD_ATTEMPTS = 3
 
 SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(?!//)")
 """``s3:/bucket`` or ``s3:bucket``: a URL missing a slash, which fsspec would read as a folder."""
-
-
-def s3_options() -> dict[str, Any]:
-    """s3fs options: 5 s to connect, ``$NEURONBUILD_S3_READ_TIMEOUT`` (default 20) seconds per
-    read, and no retries of botocore's own: :mod:`neuronbuild.transports.retry` retries each request
-    (5 attempts, with backoff, on throttling, 5xx and timeouts) and says so on stderr; a fault
-    that outlasts them is a StoreError (exit code 3).
-
-    Raises:
-        EnvInvalid: the timeout is not a positive number (the message names the variable).
-    """
-    return {
-        "config_kwargs": {
-            "connect_timeout": 5,
-            "read_timeout": envs.S3_READ_TIMEOUT.get(),
-            "retries": dict(retry.S3_RETRIES),
-        }
-    }
 
 
 CONDEMNED_SECONDS = 3600.0
@@ -126,8 +104,8 @@ def planning_store(url: str, *, given: bool) -> Store | None:
         StoreError: the store cannot be read (a given store that does not exist included).
     """
     if not given:
-        protocol, path = fsspec.core.split_protocol(url)
-        if protocol not in (None, "file", "local") or not Path(path).expanduser().is_dir():
+        path = url.partition("://")[2] if scheme_of(url) else url
+        if row_of(url) is not FOLDER or not Path(path).expanduser().is_dir():
             return None
     return Store(url, missing_ok=not given)
 
@@ -158,20 +136,8 @@ class Store:
     ) -> None:
         check_url(url)
         self.url = url
-        self.backend: Backend
-        if is_registry_url(url):
-            from neuronbuild.store.oci import RegistryBackend
-
-            self.backend = RegistryBackend(url)
-            self.layout = self.backend.layout
-        else:
-            options = s3_options() if url.startswith(("s3://", "s3a://")) else {}
-            try:
-                fs, root = fsspec.core.url_to_fs(url, **options)
-            except (ValueError, ImportError) as exc:
-                raise UserError(f"--cache {url!r}: {exc}") from None
-            self.layout = Layout(root.rstrip("/"))
-            self.backend = backend_for(fs, self.layout, url, last_writer_wins)
+        self.backend: Backend = open_backend(url, last_writer_wins)
+        self.layout = self.backend.layout
         self.root = self.layout.root
         self.blobs_elsewhere: Store | None = None
         """A store whose blobs count as this one's (a ``compile --stage`` folder leans on the

@@ -96,11 +96,6 @@ class RegistryURL:
         return f"{self.host}/{self.repository}@{digest}"
 
 
-def is_registry_url(url: str) -> bool:
-    """Whether ``url`` names a registry store (``oci://`` or ``oci+http://``)."""
-    return url.partition("://")[0] in SCHEMES and "://" in url
-
-
 TO_FORM = "oci://HOST[:PORT]/REPOSITORY[:TAG] (or oci+http:// for a plain-HTTP registry)"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.records import FileRecord
+from tests.lib import locked_memory
 from tests.lib.builders import publish_build
 from tests.lib.claims import (
     audit,
@@ -97,6 +98,18 @@ class TestLastWriterWinsStore(StoreContract):
     @pytest.fixture
     def connect(self, store_url: str) -> Callable[[], Store]:
         return lambda: Store(store_url, last_writer_wins=True)
+
+
+class TestLockedMemoryStore(AtomicContract):
+    """A transport registered by the tests alone (``tests/lib/locked_memory.py``): one module and
+    one row of the scheme table, held to the whole atomic contract, racing writers included."""
+
+    @pytest.fixture
+    def store_url(self) -> Iterator[str]:
+        with locked_memory.registered():
+            name = f"conformance-{uuid.uuid4().hex[:10]}"
+            fsspec.filesystem("memory").mkdir(name)
+            yield f"{locked_memory.SCHEME}://{name}"
 
 
 class TestReadOnlyStore(ReadOnlyContract):
