@@ -269,8 +269,8 @@ BREAKS = [
         (
             (
                 "neuronbuild/engines/vllm_cpu/engine.py",
-                '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa)}',
-                '{"cpu_isa": cpu_isa.resolve(recipe.cpu_isa), "where": str(recipe.workdir)}',
+                '{"cpu_isa": cpu_isa.resolve(recipe_isa(recipe))}',
+                '{"cpu_isa": cpu_isa.resolve(recipe_isa(recipe)), "where": str(recipe.workdir)}',
             ),
         ),
         ("tests/test_claims_keys.py",),

@@ -602,3 +602,10 @@ def _created(manifest: dict[str, Any]) -> float | None:
         return datetime.datetime.fromisoformat(str(value)).timestamp() if value else None
     except ValueError:
         return None
+
+
+def open_registry(url: str, last_writer_wins: bool) -> RegistryBackend:
+    """A registry store (``oci://``, ``oci+http://``; row ``oci`` of
+    :data:`~neuronbuild.store.schemes.SCHEMES`): atomic as :class:`RegistryBackend` says, so
+    ``last_writer_wins`` changes nothing."""
+    return RegistryBackend(url)

@@ -36,7 +36,7 @@ class SchemeRow:
 SHIPPED = "it ships with neuronbuild: reinstall neuronbuild (make install)"
 FOLDER = SchemeRow("neuronbuild.store.backends:open_folder", SHIPPED, True)
 S3 = SchemeRow("neuronbuild.store.backends:open_object", "pip install s3fs (make install)", True)
-REGISTRY = SchemeRow("neuronbuild.store.oci:RegistryBackend", SHIPPED, True)
+REGISTRY = SchemeRow("neuronbuild.store.oci:open_registry", SHIPPED, True)
 
 SCHEMES: dict[str, SchemeRow] = {
     "": FOLDER,  # a path

@@ -75,6 +75,7 @@ OURS = {
     "neuronbuild.transports.oci_registry",  # oci:// URLs told apart; the registry's requests
     "neuronbuild.transports.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
+    "neuronbuild.store.schemes",  # the scheme table: the one door to a backend
     "neuronbuild.transports.retry",
     "neuronbuild.transports.s3_fast",  # S3 blobs' bytes through obstore
     "neuronbuild.store.tiered",

@@ -64,11 +64,12 @@ def test_only_the_rows_factories_build_a_backend() -> None:
         "neuronbuild/store/backends.py:open_folder": ["FolderBackend"],
         "neuronbuild/store/backends.py:open_object": ["ObjectBackend"],
         "neuronbuild/store/backends.py:open_other": ["LastWriterWinsBackend"],
+        "neuronbuild/store/oci.py:open_registry": ["RegistryBackend"],
     }
     factories = {row.factory for row in [*schemes.SCHEMES.values(), schemes.OTHER]}
     assert factories == {
         "neuronbuild.store.backends:open_folder",
         "neuronbuild.store.backends:open_object",
         "neuronbuild.store.backends:open_other",
-        "neuronbuild.store.oci:RegistryBackend",
+        "neuronbuild.store.oci:open_registry",
     }
