@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +43,7 @@ from neuronbuild.engines.vllm_args import value_problem
 from neuronbuild.errors import MISSING, NOT_A_VALUE, RecipeError, RecipeInvalid, did_you_mean
 from neuronbuild.human import size
 from neuronbuild.keys import canonical_json
+from neuronbuild.user_files import DuplicateKeys, Unreadable, load_yaml_unique, read_bounded
 
 OWN_KEYS = ("name", "target", "engine", "toolchain", "serve")
 """Recipe keys that are neuronbuild's, not vLLM's, whatever the engine (``serve``: options of
@@ -562,72 +561,17 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     return dataclasses.replace(recipe, warnings=(*warnings, *host), serve=serve, host_warnings=host)
 
 
-def duplicate_keys(node: yaml.Node | None, path: str = "") -> list[RecipeError]:
-    """One error per key that a mapping under ``node`` (a composed YAML document) holds twice,
-    naming its dotted path and both lines (1-based).
-
-    YAML 1.2 requires a mapping's keys to be unique (spec section 3.2.1.1); pyyaml keeps the
-    last value silently, so a recipe edited in two places would compile what nobody reads.
-    Keys compare as the Python values they load as, the way the loaded mapping would merge them
-    (``1`` and ``"1"`` differ; ``true``, ``True`` and ``1`` do not); an alias is walked once.
-    """
-    errors: list[RecipeError] = []
-    seen: set[int] = set()
-    constructor = yaml.SafeLoader("")
-
-    def walk(node: yaml.Node, path: str) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, f"{path}[{i}]")
-        if not isinstance(node, yaml.MappingNode):
-            return
-        lines: dict[Any, int] = {}  # key -> the line it first appears on
-        for key_node, value_node in node.value:
-            child = path
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                child = f"{path}.{key_node.value}" if path else str(key_node.value)
-                line = key_node.start_mark.line + 1
-                try:
-                    key = constructor.construct_object(key_node)
-                    first = lines.get(key)
-                    lines.setdefault(key, line)
-                except (TypeError, yaml.YAMLError):  # unhashable or unreadable: not a duplicate
-                    first = None
-                if first is not None:
-                    where = f"lines {first} and {line}" if first != line else f"line {line}"
-                    errors.append(
-                        RecipeError(
-                            child,
-                            NOT_A_VALUE,
-                            f"duplicate key, at {where}; YAML would keep only the last "
-                            "silently: delete one",
-                        )
-                    )
-            walk(value_node, child)
-
-    if node is not None:
-        walk(node, path)
-    return errors
-
-
 def _load_yaml(text: str, source: str) -> Any:
-    """The YAML document in ``text``, refusing duplicate keys (:func:`duplicate_keys`).
+    """The YAML document in ``text``, refusing duplicate keys
+    (:func:`~neuronbuild.user_files.load_yaml_unique`).
 
     Raises:
         RecipeInvalid: a key appears twice in one mapping. yaml.YAMLError: not valid YAML.
     """
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        errors = duplicate_keys(node)
-        if errors:
-            raise RecipeInvalid(source, errors)
-        return None if node is None else loader.construct_document(node)
-    finally:
-        loader.dispose()
+        return load_yaml_unique(text)
+    except DuplicateKeys as exc:
+        raise RecipeInvalid(source, exc.errors) from None
 
 
 # The file's bounds: a recipe file is read within the bounds a config file keeps (size,
@@ -674,22 +618,15 @@ def read_recipe_text(path: str | Path) -> str:
     """
     source = str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _refuse(source, f"cannot read: {exc.strerror}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
-        raise _refuse(source, f"is {kind}, not a regular file; give the recipe's YAML file")
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(MAX_RECIPE_BYTES + 1)
-    if len(data) > MAX_RECIPE_BYTES:
-        raise _refuse(
-            source,
-            f"larger than {size(MAX_RECIPE_BYTES)}, the most a recipe may be; a recipe is "
-            "vLLM's arguments, not data: move large content to files it names",
-        )
+        data = read_bounded(path, MAX_RECIPE_BYTES)
+    except Unreadable as exc:
+        hint = {
+            "open": f"cannot read: {exc.detail}",
+            "kind": f"is {exc.detail}, not a regular file; give the recipe's YAML file",
+            "size": f"larger than {size(MAX_RECIPE_BYTES)}, the most a recipe may be; a recipe "
+            "is vLLM's arguments, not data: move large content to files it names",
+        }[exc.problem]
+        raise _refuse(source, hint) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -124,3 +124,21 @@ def test_no_transport_imports_the_store() -> None:
         for path in sorted((REPO / "neuronbuild" / "transports").rglob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_one_module_reads_the_files_a_user_names() -> None:
+    # Recipes, policies, keys and store folders' objects are opened by one bounded reader
+    # (neuronbuild/user_files.py): no other module opens a file without blocking or composes
+    # YAML itself, so a FIFO, a device or a duplicate key is refused alike everywhere.
+    found = {
+        str(path.relative_to(REPO)): [
+            word for word in ("O_NONBLOCK", "SafeLoader(") if word in text
+        ]
+        for path in sorted(
+            [*(REPO / "neuronbuild").rglob("*.py"), *(REPO / "runtime").rglob("*.py")]
+        )
+        if (text := path.read_text())
+    }
+    assert {k: v for k, v in found.items() if v} == {
+        "neuronbuild/user_files.py": ["O_NONBLOCK", "SafeLoader("]
+    }

@@ -73,6 +73,7 @@ from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.store.additions import KINDS, Addition
+from neuronbuild.user_files import DuplicateKeys, load_yaml_unique
 
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read (bytes)."""
@@ -412,26 +413,19 @@ def _additions(
 
 def _yaml(text: bytes, where: str) -> Any:
     """The YAML document ``text``; a key a mapping holds twice is refused, naming it and its
-    lines (:func:`neuronbuild.recipe.duplicate_keys`, the recipe reader's check).
+    lines (:func:`neuronbuild.user_files.load_yaml_unique`, as a recipe's).
 
     Raises:
         PolicyInvalid: not YAML (its line), or a duplicate key.
     """
-    from neuronbuild.recipe import duplicate_keys
-
-    loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        duplicates = duplicate_keys(node)
-        if duplicates:
-            raise PolicyInvalid(f"{where}: {duplicates[0]}")
-        return None if node is None else loader.construct_document(node)
+        return load_yaml_unique(text)
+    except DuplicateKeys as exc:
+        raise PolicyInvalid(f"{where}: {exc.errors[0]}") from None
     except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise PolicyInvalid(f"{where}: not YAML{at}; fix the file") from None
-    finally:
-        loader.dispose()
 
 
 def load_policy(path: str | Path, what: str = "--policy") -> Policy:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import stat
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from neuronbuild.transports import retry
 from neuronbuild.transports.ranged import RangedReads
 from neuronbuild.transports.retry import body_retried, watch_s3
 from neuronbuild.transports.s3_fast import LazyFastS3
+from neuronbuild.user_files import Unreadable, open_regular
 
 OnBytes = Callable[[int], None]
 """Told the length of each chunk an upload sends (a progress bar)."""
@@ -305,13 +305,18 @@ def _fsync_dir(path: str) -> None:
 
 
 def _open_regular(path: str) -> int:
-    """A read descriptor of ``path`` if it is a regular file; a named pipe is opened without
-    blocking, then refused, like a device or a folder."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise StoreDataInvalid(f"{path}: not a regular file")
-    return fd
+    """A read descriptor of ``path`` if it is a regular file
+    (:func:`~neuronbuild.user_files.open_regular`: a named pipe is opened without blocking, then
+    refused, like a device or a folder).
+
+    Raises:
+        StoreDataInvalid: it is no regular file. OSError: it cannot be opened (the caller tells
+            a missing object from a fault).
+    """
+    try:
+        return open_regular(path)
+    except Unreadable:
+        raise StoreDataInvalid(f"{path}: not a regular file") from None
 
 
 class FolderBackend(Backend):

@@ -58,7 +58,7 @@ def test_a_serve_option_given_twice_is_refused(write_recipe: Any) -> None:
 def test_keys_that_load_as_different_values_are_not_duplicates() -> None:
     import yaml
 
-    from neuronbuild.recipe import duplicate_keys
+    from neuronbuild.user_files import duplicate_keys
 
     assert duplicate_keys(yaml.compose("a:\n  1: x\n  '1': y\n  b: [{c: 1}, {c: 2}]\n")) == []
     [error] = duplicate_keys(yaml.compose("a:\n  - {c: 1, c: 2}\n"))

@@ -19,7 +19,7 @@ PACKAGE = REPO / "neuronbuild"
 RUNTIME = REPO / "runtime"
 
 KERNEL = frozenset(
-    {"errors", "envs", "start_env", "folders", "paths", "digest", "human", "notices"}
+    {"errors", "envs", "start_env", "folders", "paths", "digest", "human", "notices", "user_files"}
 )
 """Imported by every wing; imports nothing above it (DESIGN.md, "Repository layout")."""
 

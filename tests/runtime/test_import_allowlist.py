@@ -76,6 +76,7 @@ OURS = {
     "neuronbuild.transports.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
     "neuronbuild.store.schemes",  # the scheme table: the one door to a backend
+    "neuronbuild.user_files",  # the one bounded reader of user and store files
     "neuronbuild.transports.retry",
     "neuronbuild.transports.s3_fast",  # S3 blobs' bytes through obstore
     "neuronbuild.store.tiered",
