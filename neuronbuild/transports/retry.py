@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from neuronbuild.errors import StoreError
@@ -221,6 +222,99 @@ def body_faults() -> tuple[type[BaseException], ...]:
     )
 
 
+@dataclass(frozen=True)
+class Fault:
+    """A failed attempt that another may mend: why, on one line (``reason``), and the seconds
+    the server asked to wait (``asked``, its ``Retry-After``; None when it asked nothing)."""
+
+    reason: str
+    asked: float | None = None
+
+
+GiveUp = Callable[[Fault, float, "str | None"], BaseException]
+"""``(last fault, seconds waited in all, why no further attempt is made when the server asked
+for too long a wait, else None) -> the error to raise`` once the attempts are spent."""
+
+
+def retried(
+    attempt: Callable[[], T],
+    what: str,
+    fault_of: Callable[[BaseException], Fault | None],
+    *,
+    attempts: int = ATTEMPTS,
+    spent: list[int] | None = None,
+    give_up: GiveUp | None = None,
+    sleep: Callable[[float], None] | None = None,
+    before_retry: Callable[[], None] | None = None,
+) -> T:
+    """``attempt()`` until it returns, made again while it raises what ``fault_of`` names a
+    :class:`Fault`: the one retry policy of every transport, on tenacity.
+
+    At most ``attempts`` attempts fail, counted in ``spent[0]`` when several calls share one
+    budget (the requests of one streamed read; each call starts afresh when None). Before each
+    retry the wait is :func:`wait_for` (backoff, or the server's ``Retry-After`` when longer),
+    said on stderr (:func:`~neuronbuild.notices.retrying`: ``what: reason``), ``before_retry``
+    is called (to drop a broken connection) and the wait is spent in ``sleep`` (default
+    :func:`pause`, which a dropped read ends).
+
+    Raises:
+        Whatever ``attempt`` raised, at once, when ``fault_of`` names no fault in it.
+        ``give_up(...)`` (default: :class:`StoreError`, ``what: reason (tried N times)``) when
+            the attempts are spent or the server asks for a wait over :data:`MAX_RETRY_AFTER`.
+        Abandoned: the read was dropped during a wait.
+    """
+    import tenacity
+
+    budget = spent if spent is not None else [0]
+    last: list[Fault] = []
+
+    def worth_another(state: tenacity.RetryCallState) -> bool:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        fault = None if exc is None else fault_of(exc)
+        if fault is None:
+            return False  # a success, or no fault of ours: tenacity returns or raises it
+        budget[0] += 1
+        last[:] = [fault]
+        return True
+
+    def too_long(fault: Fault) -> str | None:
+        try:
+            wait_for(2, fault.asked)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        return budget[0] >= attempts or too_long(last[0]) is not None
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        return wait_for(budget[0] + 1, last[0].asked)
+
+    def say(state: tenacity.RetryCallState) -> None:
+        seconds = state.next_action.sleep if state.next_action is not None else 0.0
+        retrying(budget[0] + 1, attempts, seconds, f"{what}: {last[0].reason}")
+        if before_retry is not None:
+            before_retry()
+
+    def stopped(state: tenacity.RetryCallState) -> T:
+        fault, refused = last[0], too_long(last[0])
+        if give_up is not None:
+            raise give_up(fault, state.idle_for, refused)
+        if refused is not None:
+            raise StoreError(f"{what}: {refused} ({fault.reason})")
+        raise StoreError(f"{what}: {fault.reason} (tried {attempts} times)")
+
+    policy = tenacity.Retrying(
+        retry=worth_another,
+        stop=stop,
+        wait=wait,
+        sleep=sleep or pause,
+        before_sleep=say,
+        retry_error_callback=stopped,
+    )
+    return policy(attempt)
+
+
 def body_retried(read: Callable[[], T], what: str) -> T:
     """``read()`` tried up to :data:`ATTEMPTS` times while it fails with a :func:`body_faults`
     fault, each retry said on stderr (``what``: the object read) after :func:`backoff`.
@@ -230,17 +324,11 @@ def body_retried(read: Callable[[], T], what: str) -> T:
         Whatever ``read`` raised, at once, when it is no body fault.
     """
     faults = body_faults()
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            return read()
-        except faults as exc:
-            reason = one_line(str(exc) or type(exc).__name__)
-            if attempt == ATTEMPTS:
-                raise StoreError(f"{what}: {reason} (tried {ATTEMPTS} times)") from None
-            seconds = backoff(attempt + 1)
-            retrying(attempt + 1, ATTEMPTS, seconds, f"{what}: {reason}")
-            pause(seconds)
-    raise AssertionError("unreachable")  # the loop returns or raises
+
+    def fault_of(exc: BaseException) -> Fault | None:
+        return Fault(one_line(str(exc) or type(exc).__name__)) if isinstance(exc, faults) else None
+
+    return retried(read, what, fault_of)
 
 
 def watch_s3(fs: Any) -> None:
