@@ -442,9 +442,8 @@ class Registry:
             urllib3.exceptions.HTTPError,  # a body cut short, reset or timed out while read
             OSError,
         )
-        waited = 0.0
-        for attempt in range(1, attempts + 1):
-            fault, asked = None, None
+
+        def once() -> Any | None:
             try:
                 response = self._send(method, url, headers or {}, body, stream or bool(read))
                 if read is not None and response.status_code in ok:
@@ -455,47 +454,54 @@ class Registry:
                     f"{what}: TLS failed ({retry.one_line(str(exc))}); a registry without TLS "
                     "is named oci+http://"
                 ) from None
-            except broken as exc:
-                fault = retry.one_line(str(exc) or type(exc).__name__)
+            except broken:
+                raise
             except (requests.RequestException, ValueError) as exc:  # a bad token realm, ...
                 raise StoreError(
                     f"{what}: {type(exc).__name__}: {retry.one_line(str(exc))}"
                 ) from None
-            else:
-                status = response.status_code
-                if status in ok:
-                    return response
-                if status == 404:
-                    response.close()
-                    return None
-                if status not in retry.TRANSIENT_STATUS:
-                    message = _error_text(response)
-                    if status == 413:
-                        raise BodyTooLarge(f"{what}: HTTP 413 {message}".strip())
-                    if status in (401, 403):
-                        raise Unauthorized(
-                            f"{what}: HTTP {status} {message}; log in (docker login "
-                            f"{self.where.host}) or check the credentials in "
-                            "~/.docker/config.json, $DOCKER_CONFIG or $REGISTRY_AUTH_FILE"
-                        )
-                    raise StoreError(f"{what}: HTTP {status} {message}")
+            status = response.status_code
+            if status in ok:
+                return response
+            if status == 404:
+                response.close()
+                return None
+            message = _error_text(response)
+            if status in retry.TRANSIENT_STATUS:
                 asked = retry.retry_after(response.headers.get("Retry-After"))
-                fault = f"HTTP {status} {_error_text(response)}".strip()
+                fault = f"HTTP {status} {message}".strip()
                 if asked is not None:
                     fault += f" (Retry-After: {asked:g} s)"
-            if attempt == attempts:
-                tried = f" (tried {attempts} times over {waited:.0f} s)" if attempts > 1 else ""
-                raise Transient(
-                    f"{what}: registry {self.where.host} unreachable or failing: {fault}{tried}"
+                raise _Failing(retry.Fault(fault, asked))
+            if status == 413:
+                raise BodyTooLarge(f"{what}: HTTP 413 {message}".strip())
+            if status in (401, 403):
+                raise Unauthorized(
+                    f"{what}: HTTP {status} {message}; log in (docker login "
+                    f"{self.where.host}) or check the credentials in "
+                    "~/.docker/config.json, $DOCKER_CONFIG or $REGISTRY_AUTH_FILE"
                 )
-            try:
-                seconds = retry.wait_for(attempt + 1, asked)
-            except ValueError as exc:
-                raise Transient(f"{what}: registry {self.where.host} {exc} ({fault})") from None
-            retrying(attempt + 1, attempts, seconds, f"{what}: {fault}")
-            time.sleep(seconds)
-            waited += seconds
-        raise AssertionError("unreachable")  # the loop returns or raises
+            raise StoreError(f"{what}: HTTP {status} {message}")
+
+        def fault_of(exc: BaseException) -> retry.Fault | None:
+            if isinstance(exc, _Failing):
+                return exc.fault
+            if isinstance(exc, broken) and not isinstance(exc, StoreError):
+                return retry.Fault(retry.one_line(str(exc) or type(exc).__name__))
+            return None
+
+        def give_up(fault: retry.Fault, waited: float, refused: str | None) -> Transient:
+            host = self.where.host
+            if refused is not None:
+                return Transient(f"{what}: registry {host} {refused} ({fault.reason})")
+            tried = f" (tried {attempts} times over {waited:.0f} s)" if attempts > 1 else ""
+            return Transient(
+                f"{what}: registry {host} unreachable or failing: {fault.reason}{tried}"
+            )
+
+        return retry.retried(
+            once, what, fault_of, attempts=attempts, give_up=give_up, sleep=lambda s: time.sleep(s)
+        )
 
     def must(self, method: str, path: str, **options: Any) -> Any:
         """As :meth:`request`, where a 404 is a failure too (an endpoint the registry lacks).
@@ -834,6 +840,14 @@ class Registry:
 class Transient(StoreError):
     """A fault that may pass (a refused or broken connection, a timeout, 429, 5xx) outlasted
     the attempts (exit code 3, as every StoreError)."""
+
+
+class _Failing(Exception):
+    """An answer worth another attempt (429 or 5xx), carrying its :class:`~.retry.Fault`."""
+
+    def __init__(self, fault: retry.Fault) -> None:
+        super().__init__(fault.reason)
+        self.fault = fault
 
 
 class BodyTooLarge(StoreError):

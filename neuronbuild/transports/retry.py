@@ -284,11 +284,14 @@ def retried(
             return str(exc)
         return None
 
-    def stop(state: tenacity.RetryCallState) -> bool:
-        return budget[0] >= attempts or too_long(last[0]) is not None
+    def refused(state: tenacity.RetryCallState) -> str | None:
+        return None if budget[0] >= attempts else too_long(last[0])
 
-    def wait(state: tenacity.RetryCallState) -> float:
-        return wait_for(budget[0] + 1, last[0].asked)
+    def stop(state: tenacity.RetryCallState) -> bool:
+        return budget[0] >= attempts or refused(state) is not None
+
+    def wait(state: tenacity.RetryCallState) -> float:  # tenacity asks before it asks stop
+        return 0.0 if too_long(last[0]) is not None else wait_for(budget[0] + 1, last[0].asked)
 
     def say(state: tenacity.RetryCallState) -> None:
         seconds = state.next_action.sleep if state.next_action is not None else 0.0
@@ -297,11 +300,11 @@ def retried(
             before_retry()
 
     def stopped(state: tenacity.RetryCallState) -> T:
-        fault, refused = last[0], too_long(last[0])
+        fault, why = last[0], refused(state)
         if give_up is not None:
-            raise give_up(fault, state.idle_for, refused)
-        if refused is not None:
-            raise StoreError(f"{what}: {refused} ({fault.reason})")
+            raise give_up(fault, state.idle_for, why)
+        if why is not None:
+            raise StoreError(f"{what}: {why} ({fault.reason})")
         raise StoreError(f"{what}: {fault.reason} (tried {attempts} times)")
 
     policy = tenacity.Retrying(
