@@ -528,37 +528,38 @@ class BlobReader:
         self.response: Any = registry.open_blob(digest)
         if self.response is None:
             raise FileNotFoundError(digest)
-        self.breaks = 0
+        self.breaks = [0]
+        """Reads that broke so far: one budget for every read of the blob."""
+
+    def _read_once(self, n: int) -> bytes:
+        if self.response is None:  # reopened where the last body broke
+            self.response = self.registry.open_blob(self.digest, self.at)
+            if self.response is None:
+                raise StoreError(f"{self.registry.where.url}: blob {self.digest}: gone")
+        chunk: bytes = self.response.raw.read(n if n >= 0 else None, decode_content=True)
+        self.at += len(chunk)
+        return chunk
+
+    def _drop(self) -> None:
+        if self.response is not None:
+            self.response.close()
+        self.response = None
 
     def read(self, n: int = -1) -> bytes:
         import urllib3.exceptions
         from requests.exceptions import ConnectionError as RequestsConnectionError
 
-        from neuronbuild.notices import retrying
         from neuronbuild.transports import retry
 
-        while True:
-            try:
-                if self.response is None:  # reopened where the last body broke
-                    self.response = self.registry.open_blob(self.digest, self.at)
-                    if self.response is None:
-                        raise StoreError(f"{self.registry.where.url}: blob {self.digest}: gone")
-                chunk: bytes = self.response.raw.read(n if n >= 0 else None, decode_content=True)
-                self.at += len(chunk)
-                return chunk
-            except (urllib3.exceptions.HTTPError, RequestsConnectionError, OSError) as exc:
-                self.breaks += 1
-                reason = (
-                    f"{self.registry.where.url}: blob {self.digest}: {retry.one_line(str(exc))}"
-                )
-                if self.breaks >= retry.ATTEMPTS:
-                    raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
-                seconds = retry.backoff(self.breaks + 1)
-                retrying(self.breaks + 1, retry.ATTEMPTS, seconds, reason)
-                time.sleep(seconds)
-                if self.response is not None:
-                    self.response.close()
-                self.response = None
+        broken = (urllib3.exceptions.HTTPError, RequestsConnectionError, OSError)
+        return retry.retried(
+            lambda: self._read_once(n),
+            f"{self.registry.where.url}: blob {self.digest}",
+            lambda exc: retry.Fault(retry.one_line(str(exc))) if isinstance(exc, broken) else None,
+            spent=self.breaks,
+            before_retry=self._drop,
+            sleep=lambda seconds: time.sleep(seconds),
+        )
 
     def close(self) -> None:
         if self.response is not None:

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from neuronbuild.errors import StoreError, UserError
-from neuronbuild.notices import retrying
 from neuronbuild.transports import retry
 
 SCHEMES = {"oci": "https", "oci+http": "http"}
@@ -472,7 +471,7 @@ class Registry:
                 fault = f"HTTP {status} {message}".strip()
                 if asked is not None:
                     fault += f" (Retry-After: {asked:g} s)"
-                raise _Failing(retry.Fault(fault, asked))
+                raise retry.Failing(retry.Fault(fault, asked))
             if status == 413:
                 raise BodyTooLarge(f"{what}: HTTP 413 {message}".strip())
             if status in (401, 403):
@@ -484,8 +483,6 @@ class Registry:
             raise StoreError(f"{what}: HTTP {status} {message}")
 
         def fault_of(exc: BaseException) -> retry.Fault | None:
-            if isinstance(exc, _Failing):
-                return exc.fault
             if isinstance(exc, broken) and not isinstance(exc, StoreError):
                 return retry.Fault(retry.one_line(str(exc) or type(exc).__name__))
             return None
@@ -597,17 +594,15 @@ class Registry:
                 refuses even :data:`MIN_CHUNK_BYTES` in one request. Transient: the upload
                 kept failing (:data:`.retry.ATTEMPTS` sessions).
         """
-        what = f"{self.where.url}: upload of {digest}"
-        for attempt in range(1, retry.ATTEMPTS + 1):
-            try:
-                self._upload_once(digest, size, body)
-                return
-            except Transient as exc:
-                if attempt == retry.ATTEMPTS:
-                    raise Transient(f"{exc} (tried {retry.ATTEMPTS} upload sessions)") from None
-                seconds = retry.backoff(attempt + 1)
-                retrying(attempt + 1, retry.ATTEMPTS, seconds, f"{what}: {exc}")
-                time.sleep(seconds)
+        retry.retried(
+            lambda: self._upload_once(digest, size, body),
+            f"{self.where.url}: upload of {digest}",
+            lambda exc: retry.Fault(str(exc)) if isinstance(exc, Transient) else None,
+            give_up=lambda fault, waited, refused: Transient(
+                f"{fault.reason} (tried {retry.ATTEMPTS} upload sessions)"
+            ),
+            sleep=lambda seconds: time.sleep(seconds),
+        )
 
     def _upload_once(self, digest: str, size: int, body: Callable[[int, int], Any]) -> None:
         """One upload session: ``POST`` (retried as :meth:`request` does), then the bytes in
@@ -840,14 +835,6 @@ class Registry:
 class Transient(StoreError):
     """A fault that may pass (a refused or broken connection, a timeout, 429, 5xx) outlasted
     the attempts (exit code 3, as every StoreError)."""
-
-
-class _Failing(Exception):
-    """An answer worth another attempt (429 or 5xx), carrying its :class:`~.retry.Fault`."""
-
-    def __init__(self, fault: retry.Fault) -> None:
-        super().__init__(fault.reason)
-        self.fault = fault
 
 
 class BodyTooLarge(StoreError):

@@ -231,6 +231,16 @@ class Fault:
     asked: float | None = None
 
 
+class Failing(Exception):
+    """Raised by an attempt to say it failed in a way another may mend, with its :class:`Fault`
+    (an answer such as HTTP 503 rather than an exception of a client); :func:`retried` retries
+    it whatever its classifier says."""
+
+    def __init__(self, fault: Fault) -> None:
+        super().__init__(fault.reason)
+        self.fault = fault
+
+
 GiveUp = Callable[[Fault, float, "str | None"], BaseException]
 """``(last fault, seconds waited in all, why no further attempt is made when the server asked
 for too long a wait, else None) -> the error to raise`` once the attempts are spent."""
@@ -239,7 +249,7 @@ for too long a wait, else None) -> the error to raise`` once the attempts are sp
 def retried(
     attempt: Callable[[], T],
     what: str,
-    fault_of: Callable[[BaseException], Fault | None],
+    fault_of: Callable[[BaseException], Fault | None] = lambda exc: None,
     *,
     attempts: int = ATTEMPTS,
     spent: list[int] | None = None,
@@ -247,8 +257,8 @@ def retried(
     sleep: Callable[[float], None] | None = None,
     before_retry: Callable[[], None] | None = None,
 ) -> T:
-    """``attempt()`` until it returns, made again while it raises what ``fault_of`` names a
-    :class:`Fault`: the one retry policy of every transport, on tenacity.
+    """``attempt()`` until it returns, made again while it raises :class:`Failing` or what
+    ``fault_of`` names a :class:`Fault`: the one retry policy of every transport, on tenacity.
 
     At most ``attempts`` attempts fail, counted in ``spent[0]`` when several calls share one
     budget (the requests of one streamed read; each call starts afresh when None). Before each
@@ -270,7 +280,7 @@ def retried(
 
     def worth_another(state: tenacity.RetryCallState) -> bool:
         exc = state.outcome.exception() if state.outcome is not None else None
-        fault = None if exc is None else fault_of(exc)
+        fault = exc.fault if isinstance(exc, Failing) else None if exc is None else fault_of(exc)
         if fault is None:
             return False  # a success, or no fault of ours: tenacity returns or raises it
         budget[0] += 1

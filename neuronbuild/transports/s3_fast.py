@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from neuronbuild import envs
 from neuronbuild.errors import StoreError
-from neuronbuild.notices import retrying
 from neuronbuild.transports import retry
 
 if TYPE_CHECKING:
@@ -169,35 +168,36 @@ class FastS3:
             credential_provider=provider,
         )
 
-    def _retried(self, request: Callable[[], T], what: str, failures: list[int]) -> T:
-        """``request()`` until it succeeds, retrying its transient faults; ``failures`` holds
-        the faults met so far by this read (one budget of :data:`~.retry.ATTEMPTS` attempts for
-        all the requests of one streamed object)."""
-        while True:
+    def _retried(
+        self,
+        request: Callable[[], T],
+        what: str,
+        failures: list[int],
+        before_retry: Callable[[], None] | None = None,
+    ) -> T:
+        """``request()`` through the one retry policy (:func:`~.retry.retried`), its faults told
+        apart by :func:`fault_of`; ``failures`` holds the faults met so far by this read (one
+        budget of :data:`~.retry.ATTEMPTS` attempts for all the requests of one streamed
+        object); ``before_retry`` drops what a broken request left.
+
+        Raises:
+            FileNotFoundError: no such object. StoreError: a fault that is not transient (one
+                line naming ``what``, the object's ``s3://`` URL), or one that outlasted the
+                attempts.
+        """
+
+        def attempt() -> T:
             try:
                 return request()
             except FileNotFoundError:
                 raise
             except Exception as exc:
-                failures[0] += 1
-                self.raise_or_wait(exc, what, failures[0])
+                reason, transient = fault_of(exc)
+                if not transient:
+                    raise StoreError(f"{what}: {reason}") from None
+                raise retry.Failing(retry.Fault(reason)) from exc
 
-    def raise_or_wait(self, exc: BaseException, what: str, failures: int) -> None:
-        """After the ``failures``-th fault of one read: wait and say so when another attempt
-        may help, else raise.
-
-        Raises:
-            StoreError: the fault is not transient, or :data:`~.retry.ATTEMPTS` attempts
-                failed (one line naming ``what``, the object's ``s3://`` URL).
-        """
-        reason, transient = fault_of(exc)
-        if not transient:
-            raise StoreError(f"{what}: {reason}") from None
-        if failures >= retry.ATTEMPTS:
-            raise StoreError(f"{what}: {reason} (tried {retry.ATTEMPTS} times)") from None
-        seconds = retry.backoff(failures + 1)
-        retrying(failures + 1, retry.ATTEMPTS, seconds, f"{what}: {reason}")
-        retry.pause(seconds)
+        return retry.retried(attempt, what, spent=failures, before_retry=before_retry)
 
     def read_range(self, key: str, start: int, end: int, what: str) -> memoryview:
         """Bytes ``[start, end)`` of ``key`` (fewer if it is shorter), one ranged GET retried
@@ -239,7 +239,9 @@ class StreamedGet:
         self._at = 0
         self._failures = [0]
         self._view = memoryview(b"")
-        self._chunks = self._client._retried(self._open, what, self._failures)
+        self._chunks: Iterator[bytes] | None = self._client._retried(
+            self._open, what, self._failures
+        )
 
     def _open(self) -> Iterator[bytes]:
         import obstore
@@ -251,17 +253,17 @@ class StreamedGet:
         return iter(result.stream(min_chunk_size=STREAM_CHUNK))
 
     def _next_chunk(self) -> bytes:
-        while True:
-            try:
-                return next(self._chunks)
-            except StopIteration:
-                return b""
-            except Exception as exc:
-                self._failures[0] += 1
-                self._client.raise_or_wait(exc, self._what, self._failures[0])
+        def attempt() -> bytes:
+            if self._chunks is None:  # the body broke: ask again from the first byte not had
                 if self._size is not None and self._at >= self._size:
                     return b""  # every byte the HEAD promised came; nothing to ask for
-                self._chunks = self._client._retried(self._open, self._what, self._failures)
+                self._chunks = self._open()
+            return next(self._chunks, b"")
+
+        def drop() -> None:
+            self._chunks = None
+
+        return self._client._retried(attempt, self._what, self._failures, drop)
 
     def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes (all of the current chunk when ``n`` < 0); b"" at the end."""

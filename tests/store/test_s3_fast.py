@@ -223,10 +223,23 @@ def test_a_fault_that_keeps_coming_is_one_store_error_after_five_attempts(
         "Generic { source: HttpError {\n        kind: Interrupted,\n source: x } }"
     )
     client = object.__new__(s3_fast.FastS3)
-    for failures in range(1, retry.ATTEMPTS):
-        client.raise_or_wait(fault, "s3://b/k", failures)
+    made: list[int] = []
+
+    def request() -> None:
+        made.append(1)
+        raise fault
+
+    failures = [0]
     with pytest.raises(StoreError, match=r"^s3://b/k: Interrupted: .* \(tried 5 times\)$"):
-        client.raise_or_wait(fault, "s3://b/k", retry.ATTEMPTS)
+        client._retried(request, "s3://b/k", failures)
+    assert len(made) == failures[0] == retry.ATTEMPTS
+    with pytest.raises(StoreError, match=r"^s3://b/k: no$"):
+        client._retried(lambda: (made.append(1), _raise(Exception("no")))[0], "s3://b/k", [0])
+    assert len(made) == retry.ATTEMPTS + 1  # a fault that is not transient: at once
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
 
 
 @pytest.mark.parametrize(
@@ -280,3 +293,26 @@ def test_progress_of_a_blob_read_again_stops_at_its_size(
     store.fetch_blob(file, tmp_path / "out", told.append)
     assert (tmp_path / "out").read_bytes() == data
     assert sum(told) == len(data)
+
+
+def test_a_body_that_breaks_is_read_on_from_where_it_broke_through_obstore(
+    proxied: FaultyProxy, tmp_path: Path
+) -> None:
+    """A streamed GET whose body is cut mid-way is asked for again from the first byte not yet
+    had (``Range: bytes=N-``), each retry said, all on one budget of attempts."""
+    from neuronbuild.notices import set_retry_listener
+
+    store = Store(f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}", create=True)
+    data = os.urandom(40_000)
+    file = put_blob(store, tmp_path, data)
+    said: list[str] = []
+    previous = set_retry_listener(lambda attempt, attempts, seconds, why: said.append(why))
+    proxied.cut_every, proxied.max_cuts, proxied.body_path = 1, 2, "/blobs/"
+    try:
+        store.fetch_blob(file, tmp_path / "out.bin")
+    finally:
+        set_retry_listener(previous)
+    assert (tmp_path / "out.bin").read_bytes() == data
+    assert proxied.cut == 2 and len(said) == 2
+    assert all(why.startswith(f"s3://{BUCKET}/") for why in said)
+    assert len(blob_gets(proxied)) == 3  # the first GET and one per break
