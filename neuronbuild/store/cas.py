@@ -29,7 +29,6 @@ from neuronbuild.digest import (
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
-from neuronbuild.notices import retrying
 from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict
 from neuronbuild.store.layout import (
     LATEST,
@@ -234,15 +233,22 @@ class Store:
         """
         digest, size = hash_file(local_path)
         file = FileRecord("blob", digest, size)
-        for attempt in range(UPLOAD_ATTEMPTS):
-            if self.has_blob(file):
-                return digest, size
-            if attempt:
-                why = f"{self.blob_url(digest)}: the stored size differs from {size} bytes"
-                retrying(attempt + 1, UPLOAD_ATTEMPTS, 0.0, why)
+        if self.has_blob(file):
+            return digest, size
+
+        def upload() -> None:
             self.backend.put_file(local_path, self.layout.blob(digest), on_bytes)
-        if not self.has_blob(file):
-            raise StoreError(f"{self.blob_url(digest)}: uploads keep leaving the wrong size")
+            if not self.has_blob(file):
+                raise retry.Failing(retry.Fault(f"the stored size differs from {size} bytes"))
+
+        url = self.blob_url(digest)
+        retry.retried(
+            upload,
+            url,
+            attempts=UPLOAD_ATTEMPTS,
+            give_up=lambda *_: StoreError(f"{url}: uploads keep leaving the wrong size"),
+            pace=lambda attempt: 0.0,  # a size that differs is no fault to wait out
+        )
         return digest, size
 
     def put_files(self, paths: list[Path], jobs: int = 8) -> list[tuple[str, int]]:
@@ -381,29 +387,27 @@ class Store:
                 the store (exit code 3).
         """
         found: list[str] = []
-        stored: str | None = None
-        for attempt in range(1, retry.ATTEMPTS + 1):
+        stored: list[str | None] = []  # the store's own SHA-256, asked once, at the first miss
+
+        def attempt() -> None:
             try:
                 read()
-                return
             except DigestMismatch as exc:
                 if not self.backend.rereads_mismatch:
                     raise
-                url = self.blob_url(file.digest)
-                if attempt == 1:
-                    stored = self.backend.stored_sha256(self.layout.blob(file.digest))
-                whole_at_rest = stored == hex_of(file.digest)
-                if stored is not None and not whole_at_rest:
+                if not stored:
+                    stored.append(self.backend.stored_sha256(self.layout.blob(file.digest)))
+                whole_at_rest = stored[0] == hex_of(file.digest)
+                if stored[0] is not None and not whole_at_rest:
                     raise
                 if not whole_at_rest and exc.found in found:
                     raise  # the same wrong bytes twice: they are the store's
                 found.append(exc.found)
-                reason = f"{url}: the bytes read do not match its digest (read {exc.found})"
-                if attempt == retry.ATTEMPTS:  # whole at rest, or other bytes at every read:
-                    raise StoreError(f"{reason} (tried {retry.ATTEMPTS} times)") from None
-                seconds = retry.backoff(attempt + 1)
-                retrying(attempt + 1, retry.ATTEMPTS, seconds, reason)
-                time.sleep(seconds)
+                # Whole at rest, or other bytes at every read: read again.
+                why = f"the bytes read do not match its digest (read {exc.found})"
+                raise retry.Failing(retry.Fault(why)) from None
+
+        retry.retried(attempt, self.blob_url(file.digest), sleep=lambda s: time.sleep(s))
 
     def check_held(self, file: FileRecord) -> str | None:
         """Whether a blob the store holds with its recorded size has the right bytes: None
@@ -865,14 +869,15 @@ class Store:
         Raises:
             RefConflict: still contended after ``attempts`` tries.
         """
-        for attempt in range(attempts - 1):
-            try:
-                return self.move_ref(name, tag, digest, self.get_ref(name, tag), check)
-            except RefConflict as exc:
-                seconds = 0.05 * (attempt + 1)
-                retrying(attempt + 2, attempts, seconds, str(exc))
-                time.sleep(seconds)
-        return self.move_ref(name, tag, digest, self.get_ref(name, tag), check)
+        return retry.retried(
+            lambda: self.move_ref(name, tag, digest, self.get_ref(name, tag), check),
+            "",  # a conflict names its ref
+            attempts=attempts,
+            give_up=lambda fault, waited, refused: RefConflict(fault.reason),
+            sleep=lambda seconds: time.sleep(seconds),
+            pace=lambda attempt: 0.05 * (attempt - 1),  # writers contend, nothing is down
+            fault_of=lambda exc: retry.Fault(str(exc)) if isinstance(exc, RefConflict) else None,
+        )
 
     def refs(self) -> dict[str, str]:
         """Every ref ``<name>/<tag>`` and the manifest it points at."""

@@ -256,13 +256,16 @@ def retried(
     give_up: GiveUp | None = None,
     sleep: Callable[[float], None] | None = None,
     before_retry: Callable[[], None] | None = None,
+    pace: Callable[[int], float] | None = None,
 ) -> T:
     """``attempt()`` until it returns, made again while it raises :class:`Failing` or what
     ``fault_of`` names a :class:`Fault`: the one retry policy of every transport, on tenacity.
 
-    At most ``attempts`` attempts fail, counted in ``spent[0]`` when several calls share one
+    ``what`` names what is tried in each line said (empty: the fault's reason names it). At
+    most ``attempts`` attempts fail, counted in ``spent[0]`` when several calls share one
     budget (the requests of one streamed read; each call starts afresh when None). Before each
-    retry the wait is :func:`wait_for` (backoff, or the server's ``Retry-After`` when longer),
+    retry the wait is ``pace(n)`` (seconds before attempt ``n``, 2 the first retry) when given,
+    else :func:`wait_for` (backoff, or the server's ``Retry-After`` when longer),
     said on stderr (:func:`~neuronbuild.notices.retrying`: ``what: reason``), ``before_retry``
     is called (to drop a broken connection) and the wait is spent in ``sleep`` (default
     :func:`pause`, which a dropped read ends).
@@ -301,11 +304,18 @@ def retried(
         return budget[0] >= attempts or refused(state) is not None
 
     def wait(state: tenacity.RetryCallState) -> float:  # tenacity asks before it asks stop
+        if pace is not None:
+            return pace(budget[0] + 1)
         return 0.0 if too_long(last[0]) is not None else wait_for(budget[0] + 1, last[0].asked)
 
     def say(state: tenacity.RetryCallState) -> None:
         seconds = state.next_action.sleep if state.next_action is not None else 0.0
-        retrying(budget[0] + 1, attempts, seconds, f"{what}: {last[0].reason}")
+        retrying(
+            budget[0] + 1,
+            attempts,
+            seconds,
+            f"{what}: {last[0].reason}" if what else last[0].reason,
+        )
         if before_retry is not None:
             before_retry()
 
