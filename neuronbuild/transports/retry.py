@@ -276,7 +276,20 @@ def retried(
             the attempts are spent or the server asks for a wait over :data:`MAX_RETRY_AFTER`.
         Abandoned: the read was dropped during a wait.
     """
+    try:  # the first attempt on its own: a healthy store never loads tenacity (serve's start)
+        return attempt()
+    except Exception as exc:
+        if not isinstance(exc, Failing) and fault_of(exc) is None:
+            raise
+        first = exc
     import tenacity
+
+    pending = [first]
+
+    def again() -> T:  # tenacity's first attempt is the one that just failed
+        if pending:
+            raise pending.pop()
+        return attempt()
 
     budget = spent if spent is not None else [0]
     last: list[Fault] = []
@@ -335,7 +348,7 @@ def retried(
         before_sleep=say,
         retry_error_callback=stopped,
     )
-    return policy(attempt)
+    return policy(again)
 
 
 def body_retried(read: Callable[[], T], what: str) -> T:
