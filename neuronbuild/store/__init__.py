@@ -2,6 +2,8 @@
 
 - :mod:`.layout`: the kinds of objects and every path (nothing else spells one);
 - :mod:`.records`: the typed records (file, unit record, manifest, ref move) and their parsing;
+- :mod:`.schemes`: the one door to a backend: scheme -> factory -> install hint -> atomic writes
+  (a new transport is one module and one row; ``tests/lib/locked_memory.py`` shows one);
 - :mod:`.backends`: atomic primitives per file system; imported by nothing outside this package;
 - :mod:`.cas`: :class:`~.cas.Store`, one store at one URL;
 - :mod:`.names`: what a user types for a manifest (a ref, a bare name, a digest prefix) resolved;
