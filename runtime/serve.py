@@ -382,70 +382,112 @@ def prepare(
             check_address=check_address,
         )
     )
-    # A node image (a read-only mount, say) is served as it is, never written, nothing fetched.
-    root, cwd, image, ready, missing = view.root, view.cwd, view.image, view.ready, view.missing
-    allowed = view.allowed
-    files, size = len(manifest.files()), sum(e.size for e in manifest.files())
-    if dry_run:
-        if not image:
-            tiers.check_complete(manifest, digest)
-    elif image:
-        engine.lay_out_beside(root, [f.path for f in manifest.files()])  # outside the image
-    else:
-        if missing:
-            tiers.fill(digest)  # read-through: the node keeps what it fetched
-        laid = lay_out(manifest, digest, tiers, root, deep=deep, last=engine.written_last)
-        engine.lay_out_beside(root, [f.path for f in manifest.files()])
-        if record:
-            register(tiers, digest, root)
-        files, size = laid.files, laid.bytes
-        ready = True
-    kind = engine.addition_kind(recipe.toolchain)
-    added = None
-    if additions and kind is not None and not dry_run and not image and allowed:
-        # What a matching node traced is no evidence for one that differs from the build.
-        tiers.notes.append("no addition laid out: this node differs from the build (allowed)")
-    elif additions and kind is not None and not dry_run and not image:
-        here = (recipe.target, node_builds(engine))
-        paths = {f.path for f in manifest.files()}
-        added, found = add_to_layout(tiers, root, digest, paths, kind, here, policy)
-        tiers.notes.extend(found)
-    # The variables vLLM hashes into its keys, exactly as at compile (one env for all units).
-    keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
-    if not isinstance(keyed, dict):
-        raise StoreDataInvalid(f"manifest {digest}: its env factor is not an object")
-    env = engine.engine_env(environ, keyed)
-    mirror = None
-    if image and not dry_run:  # vLLM writes beside its artifacts as it loads them: a mirror
-        folder = mirrors_folder(digest)
-        fix = "set XDG_CACHE_HOME to a folder this node may write"
-        check_node_folder(folder, "image mirror folder", fix)
-        mirror = (kept_mirror if layout_only else run_mirror)(root, manifest, folder)
-    elif image:
-        mirror = Mirror(mirrors_folder(digest) / KEPT)  # what a later command would be given
-    # Serve's own variables, except where the build keyed a value (its compile route).
-    served = engine.serve_env(str(mirror.path if mirror else root), recipe.toolchain)
-    env.update({k: v for k, v in served.items() if not (k in keyed and engine.is_key_env(k))})
-    unique = tuple(dict.fromkeys(allowed))
-    built = {k: str(v) for k, v in keyed.items()}
-    warnings = tuple(engine.env_warnings(environ, built, recipe.target, recipe.toolchain))
+    files, size, ready = _lay_out(view, tiers, dry_run=dry_run, record=record)
+    added = _addition(view, tiers, policy) if additions and not dry_run else None
+    keyed = _keyed_env(view)
+    mirror = _mirror(view, dry_run=dry_run, layout_only=layout_only)
+    env, warnings = _vllm_env(view, keyed, mirror)
     return Prepared(
         manifest=digest,
-        cache_root=root,
+        cache_root=view.root,
         argv=argv,
         env=env,
-        cwd=cwd,
+        cwd=view.cwd,
         files=files,
         bytes=size,
         notes=list(tiers.notes),
         started_with=environ,
-        allowed=unique,
+        allowed=tuple(dict.fromkeys(view.allowed)),
         env_warnings=warnings,
         laid_out=ready,
         mirror=mirror,
         addition=added,
         recipe=recipe,
     )
+
+
+def _lay_out(
+    view: NodeView, tiers: TieredStore, *, dry_run: bool, record: bool
+) -> tuple[int, int, bool]:
+    """Fetch what the local tier lacks and lay the manifest out under ``view.root`` (a node
+    image, a read-only mount, say, is served as it is: never written, nothing fetched; a dry run
+    only checks that every blob is in a tier); the files and bytes laid out, and whether the
+    lay-out is there now."""
+    manifest, digest, engine, root = view.manifest, view.digest, view.engine, view.root
+    files, size = len(manifest.files()), sum(e.size for e in manifest.files())
+    if dry_run:
+        if not view.image:
+            tiers.check_complete(manifest, digest)
+        return files, size, view.ready
+    if not view.image:
+        if view.missing:
+            tiers.fill(digest)  # read-through: the node keeps what it fetched
+        laid = lay_out(manifest, digest, tiers, root, deep=view.deep, last=engine.written_last)
+        files, size = laid.files, laid.bytes
+    engine.lay_out_beside(root, [f.path for f in manifest.files()])  # outside an image
+    if not view.image and record:
+        register(tiers, digest, root)
+    return files, size, True
+
+
+def _addition(view: NodeView, tiers: TieredStore, policy: Policy | None) -> str | None:
+    """Lay out the newest addition nodes gave back to the build that this node may use
+    (:mod:`neuronbuild.node.additions`): never into a node image, never on a node that differs
+    from the build (what a matching node traced is no evidence for it); its name, or None."""
+    recipe, engine = view.recipe, view.engine
+    kind = engine.addition_kind(recipe.toolchain)
+    if kind is None or view.image:
+        return None
+    if view.allowed:
+        tiers.notes.append("no addition laid out: this node differs from the build (allowed)")
+        return None
+    here = (recipe.target, node_builds(engine))
+    paths = {f.path for f in view.manifest.files()}
+    added, found = add_to_layout(tiers, view.root, view.digest, paths, kind, here, policy)
+    tiers.notes.extend(found)
+    return added
+
+
+def _mirror(view: NodeView, *, dry_run: bool, layout_only: bool) -> Mirror | None:
+    """The writable mirror vLLM is given over a node image (it writes beside its artifacts as
+    it loads them; :mod:`neuronbuild.node.mirrors`), or None for a lay-out of its own."""
+    if not view.image:
+        return None
+    if dry_run:
+        return Mirror(mirrors_folder(view.digest) / KEPT)  # what a later command would be given
+    folder = mirrors_folder(view.digest)
+    check_node_folder(
+        folder, "image mirror folder", "set XDG_CACHE_HOME to a folder this node may write"
+    )
+    return (kept_mirror if layout_only else run_mirror)(view.root, view.manifest, folder)
+
+
+def _keyed_env(view: NodeView) -> dict[str, Any]:
+    """The variables vLLM hashes into its keys, as the build keyed them (one env for all units).
+
+    Raises:
+        StoreDataInvalid: the manifest's ``env`` factor is no object.
+    """
+    manifest = view.manifest
+    keyed = manifest.units[0].factors.get("env", {}) if manifest.units else {}
+    if not isinstance(keyed, dict):
+        raise StoreDataInvalid(f"manifest {view.digest}: its env factor is not an object")
+    return keyed
+
+
+def _vllm_env(
+    view: NodeView, keyed: dict[str, Any], mirror: Mirror | None
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """vLLM's environment and the warnings about the one ``serve`` started in: the ``keyed``
+    variables exactly as at compile, then serve's own, except where the build keyed a value (its
+    compile route)."""
+    engine, recipe = view.engine, view.recipe
+    env = engine.engine_env(view.environ, keyed)
+    served = engine.serve_env(str(mirror.path if mirror else view.root), recipe.toolchain)
+    env.update({k: v for k, v in served.items() if not (k in keyed and engine.is_key_env(k))})
+    built = {k: str(v) for k, v in keyed.items()}
+    warnings = engine.env_warnings(view.environ, built, recipe.target, recipe.toolchain)
+    return env, tuple(warnings)
 
 
 def exec_vllm(prepared: Prepared) -> None:

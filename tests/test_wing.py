@@ -142,3 +142,17 @@ def test_one_module_reads_the_files_a_user_names() -> None:
     assert {k: v for k, v in found.items() if v} == {
         "neuronbuild/user_files.py": ["O_NONBLOCK", "SafeLoader("]
     }
+
+
+def test_every_claim_break_still_finds_the_code_it_breaks() -> None:
+    # tests/claim_breaks.py breaks the product by text; a break whose text moved away breaks
+    # nothing, and its claim goes unguarded without a word.
+    from tests.claim_breaks import BREAKS
+
+    stale = [
+        (b.name, path)
+        for b in BREAKS
+        for path, old, _ in b.edits
+        if old not in (REPO / path).read_text()
+    ]
+    assert stale == []
