@@ -88,20 +88,20 @@ class _Fields(BaseModel):
     seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
     mm_encoder_only: StrictBool = False
 
-    @field_validator("target")
+    @field_validator("target", mode="before")
     @classmethod
-    def _a_known_target(cls, value: str) -> str:
+    def _a_known_target(cls, value: Any) -> Any:
         return _one_of(value, tuple(target_engines()))
 
-    @field_validator("engine")
+    @field_validator("engine", mode="before")
     @classmethod
-    def _a_known_engine(cls, value: str | None) -> str | None:
+    def _a_known_engine(cls, value: Any) -> Any:
         return None if value is None else _one_of(value, engine_names())
 
 
-def _one_of(value: str, names: tuple[str, ...]) -> str:
+def _one_of(value: Any, names: tuple[str, ...]) -> Any:
     """``value`` when it is one of ``names`` (the registry's, read when a recipe is checked, so a
-    registered engine's targets count).
+    registered engine's targets count), judged before its type, as a ``Literal`` field was.
 
     Raises:
         PydanticCustomError: a ``literal_error`` naming them, as a ``Literal`` field would.
@@ -470,7 +470,7 @@ def _foreign_fields(data: Mapping[str, Any], engine: str) -> list[RecipeError]:
     ``fields``): it would be ignored by ``engine``, so the recipe would not say what it builds."""
     errors = []
     for key, owner in engine_fields().items():
-        if key in data and owner != engine:
+        if data.get(key) is not None and owner != engine:
             targets = " or ".join(target_engines_of(owner))
             errors.append(
                 RecipeError(key, data[key], f"only applies to target {targets}; remove it")

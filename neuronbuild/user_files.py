@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,15 +21,15 @@ if TYPE_CHECKING:
     import yaml
 
 
-@dataclass
 class Unreadable(Exception):
     """Why :func:`read_bounded` refused a file: ``problem`` is ``open`` (it cannot be opened or
     read; ``detail``: the system's reason), ``kind`` (not a regular file; ``detail``: ``a
     directory``, ``a FIFO``, ``a socket`` or ``a device``) or ``size`` (over the limit;
     ``detail``: the limit in bytes, as text)."""
 
-    problem: Literal["open", "kind", "size"]
-    detail: str
+    def __init__(self, problem: Literal["open", "kind", "size"], detail: str) -> None:
+        super().__init__(f"{problem}: {detail}")
+        self.problem, self.detail = problem, detail
 
 
 def _kind(mode: int) -> str:
@@ -53,7 +52,11 @@ def open_regular(path: str | Path) -> int:
             them, so a caller can tell a missing file from a fault).
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    mode = os.fstat(fd).st_mode
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise Unreadable("kind", _kind(mode))

@@ -18,7 +18,7 @@ from typing import Any
 
 from neuronbuild.digest import short
 from neuronbuild.engines.base import Engine
-from neuronbuild.engines.registry import ENGINES
+from neuronbuild.engines.registry import engine_fields
 from neuronbuild.engines.versions import installed_build, installed_version, pin_matches
 from neuronbuild.errors import UserError, did_you_mean
 from neuronbuild.human import format_table
@@ -29,11 +29,11 @@ NOT_INSTALLED = "(not installed)"
 """What the node check's table says of a distribution this node lacks."""
 
 
-def mismatch_names(engine: Engine) -> tuple[str, ...]:
-    """What ``--allow-mismatch`` takes besides the recipe's pinned distributions on a node of
-    ``engine`` (module docstring): ``target``, the engine's own recipe keys (its registry row's
-    ``fields``), ``model_files``."""
-    return ("target", *ENGINES[engine.name].fields, "model_files")
+def mismatch_names() -> tuple[str, ...]:
+    """What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module
+    docstring): ``target``, every engine's own recipe keys (the registry rows' ``fields``, each
+    a unit factor naming the machine: ``cpu_isa``), ``model_files``."""
+    return ("target", *engine_fields(), "model_files")
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    known = {*recipe.toolchain, *engine.observed_toolchain, *mismatch_names(engine)}
+    known = {*recipe.toolchain, *engine.observed_toolchain, *mismatch_names()}
     for name in sorted(allowed - known):
         close = did_you_mean(name, known)
         hint = f"did you mean {close}? " if close else ""
@@ -140,7 +140,7 @@ def check_node(
         dict.fromkeys(m for f in units for m in node_mismatches(recipe, engine, f, workdir))
     )
     # A distribution this node lacks is installed, not allowed: vLLM would start without it.
-    fixed = mismatch_names(engine)
+    fixed = mismatch_names()
     absent = {m.name for m in found if m.node == NOT_INSTALLED and m.name not in fixed}
     refusing = [m for m in found if m.name not in allowed]
     if refusing:

@@ -547,8 +547,8 @@ BREAKS = [
         (
             (
                 NODE_CHECKS,
-                "*engine.observed_toolchain, *mismatch_names(engine)}",
-                "*engine.observed_toolchain, *mismatch_names(engine), *allowed}",
+                "*engine.observed_toolchain, *mismatch_names()}",
+                "*engine.observed_toolchain, *mismatch_names(), *allowed}",
             ),
         ),
         (f"{NODE_CLAIMS}::test_an_allow_mismatch_name_that_cannot_differ_is_refused",),

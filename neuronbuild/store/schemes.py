@@ -58,10 +58,12 @@ OTHER = SchemeRow(
 
 
 def scheme_of(url: str) -> str:
-    """The scheme of store URL ``url``, lower case (``s3``, ``oci+http``; ``""`` for a path;
-    a chained fsspec URL's whole chain, ``simplecache::s3``, which no row names)."""
+    """The scheme of store URL ``url`` as written (``s3``, ``oci+http``; ``""`` for a path; a
+    chained fsspec URL's whole chain, ``simplecache::s3``, which no row names). Not folded to
+    lower case: fsspec and the registry client read schemes as written, so ``S3://`` is refused
+    by fsspec, naming it, as before the table."""
     scheme, sep, _ = url.partition("://")
-    return scheme.lower() if sep else ""
+    return scheme if sep else ""
 
 
 def row_of(url: str) -> SchemeRow:

@@ -316,7 +316,7 @@ def retried(
     def stop(state: tenacity.RetryCallState) -> bool:
         return budget[0] >= attempts or refused(state) is not None
 
-    def wait(state: tenacity.RetryCallState) -> float:  # tenacity asks before it asks stop
+    def wait(state: tenacity.RetryCallState) -> float:  # tenacity may ask it before stop
         if pace is not None:
             return pace(budget[0] + 1)
         return 0.0 if too_long(last[0]) is not None else wait_for(budget[0] + 1, last[0].asked)
@@ -336,9 +336,10 @@ def retried(
         fault, why = last[0], refused(state)
         if give_up is not None:
             raise give_up(fault, state.idle_for, why)
+        named = f"{what}: " if what else ""
         if why is not None:
-            raise StoreError(f"{what}: {why} ({fault.reason})")
-        raise StoreError(f"{what}: {fault.reason} (tried {attempts} times)")
+            raise StoreError(f"{named}{why} ({fault.reason})")
+        raise StoreError(f"{named}{fault.reason} (tried {attempts} times)")
 
     policy = tenacity.Retrying(
         retry=worth_another,

@@ -160,7 +160,7 @@ class FastS3:
             config=config,  # type: ignore[arg-type]  # the keys above are S3Config's
             client_options={
                 "allow_http": endpoint.startswith("http://"),
-                "connect_timeout": timedelta(seconds=5),  # s3fs's, cas.s3_options
+                "connect_timeout": timedelta(seconds=5),  # s3fs's, backends.s3_options
                 "read_timeout": timedelta(seconds=timeout),  # per read: a stalled body
                 "timeout": timedelta(days=1),  # a whole body may take long; stalls end above
             },
@@ -204,7 +204,7 @@ class FastS3:
         as a whole, obstore's buffer without a copy.
 
         Raises:
-            FileNotFoundError: no such object. StoreError: as :meth:`raise_or_wait`.
+            FileNotFoundError: no such object. StoreError: as :meth:`_retried`.
         """
         import obstore
 
@@ -219,7 +219,7 @@ class FastS3:
         GET's own answer) from one GET.
 
         Raises:
-            FileNotFoundError: no such object. StoreError: as :meth:`raise_or_wait`.
+            FileNotFoundError: no such object. StoreError: as :meth:`_retried`.
         """
         return StreamedGet(self, key, size, what)
 
@@ -231,7 +231,7 @@ class StreamedGet:
     :data:`~.retry.ATTEMPTS` attempts, as a body that keeps breaking is one failing read.
 
     Raises (from the constructor and :meth:`read`):
-        FileNotFoundError: no such object. StoreError: as :meth:`FastS3.raise_or_wait`.
+        FileNotFoundError: no such object. StoreError: as :meth:`FastS3._retried`.
     """
 
     def __init__(self, client: FastS3, key: str, size: int | None, what: str) -> None:

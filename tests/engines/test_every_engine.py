@@ -78,6 +78,9 @@ def test_a_target_is_one_the_registry_names() -> None:
     hint = errors_of(cpu_recipe(target="gpu"))["target"]
     assert hint == "must be one of 'cpu', 'trn1', 'trn2', 'trn3', 'inf2' or 'toy'"
     assert errors_of(cpu_recipe(engine="toy"))["engine"].startswith("target cpu is compiled by")
+    assert errors_of(cpu_recipe(target=5))["target"] == hint  # judged as a name, as a Literal was
+    nulled = {**neuron_recipe(), "cpu_isa": None, "toy_chip": None}  # null: unset, as before
+    assert parse_recipe(nulled).fields == {}
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -112,10 +115,19 @@ def test_a_node_image_declares_the_machine_its_engine_names() -> None:
         architecture(manifest({"engine": "gpu"}))
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLES))
-def test_serve_may_be_told_to_allow_each_key_an_engine_owns(name: str) -> None:
-    names = mismatch_names(registry.get_engine(name))
-    assert names == ("target", *registry.ENGINES[name].fields, "model_files")
+def test_serve_refuses_a_node_that_differs_in_an_engines_own_key_unless_allowed(
+    tmp_path: Path,
+) -> None:
+    from neuronbuild_runtime.node_checks import NodeMismatch, check_node
+
+    assert set(mismatch_names()) == {"target", "model_files", "cpu_isa", "toy_chip"}
+    recipe = parse_recipe(toy_engine.toy_recipe())
+    units = [dict(u.key.factors) for u in build_plan(recipe, {}).units]
+    engine = registry.get_engine("toy")
+    with pytest.raises(NodeMismatch, match="pass --allow-mismatch toy_chip"):
+        check_node(recipe, engine, units, tmp_path, {})
+    [allowed] = check_node(recipe, engine, units, tmp_path, {}, allow=("toy_chip",))
+    assert (allowed.name, allowed.built_for, allowed.node) == ("toy_chip", "t2", "no toy chip")
 
 
 @pytest.mark.parametrize("name", ["cpu", "toy"])

@@ -21,7 +21,8 @@ BACKENDS = {"FolderBackend", "ObjectBackend", "RegistryBackend", "LastWriterWins
     [
         ("/srv/store", "", schemes.FOLDER),
         ("file:///srv/store", "file", schemes.FOLDER),
-        ("S3://bucket/prefix", "s3", schemes.S3),
+        ("s3://bucket/prefix", "s3", schemes.S3),
+        ("OCI://host/repository", "OCI", schemes.OTHER),
         ("oci+http://127.0.0.1:5000/ml/store", "oci+http", schemes.REGISTRY),
         ("memory://store", "memory", schemes.OTHER),
         ("simplecache::s3://bucket", "simplecache::s3", schemes.OTHER),
