@@ -33,6 +33,7 @@ from neuronbuild.data.vllm_data import ArgTables, engine_arg_names, server_optio
 from neuronbuild.engines.arg_classes import SERVING_ONLY_ARGS
 from neuronbuild.engines.arg_sources import ArgSource
 from neuronbuild.engines.registry import (
+    ENGINES,
     engine_fields,
     engine_for,
     engine_names,
@@ -471,16 +472,11 @@ def _foreign_fields(data: Mapping[str, Any], engine: str) -> list[RecipeError]:
     errors = []
     for key, owner in engine_fields().items():
         if data.get(key) is not None and owner != engine:
-            targets = " or ".join(target_engines_of(owner))
+            targets = " or ".join(ENGINES[owner].targets)
             errors.append(
                 RecipeError(key, data[key], f"only applies to target {targets}; remove it")
             )
     return errors
-
-
-def target_engines_of(engine: str) -> list[str]:
-    """The targets engine ``engine`` compiles for, in registry order."""
-    return [t for t, e in target_engines().items() if e == engine]
 
 
 def _engine_errors(

@@ -98,12 +98,12 @@ def kit_of(recipe: Recipe) -> Callable[[Recipe, str, str, float], tuple[str, lis
     Raises:
         UserError: the engine offers no kit (naming the engines that do, and their targets).
     """
-    from neuronbuild.engines.registry import engine_for, engine_names, get_engine, target_engines
+    from neuronbuild.engines.registry import ENGINES, engine_for, engine_names, get_engine
 
     path = engine_for(recipe).conformance_kit
     if path is None:
         kits = [n for n in engine_names() if get_engine(n).conformance_kit is not None]
-        targets = [t for t, e in target_engines().items() if e in kits]
+        targets = [t for kit in kits for t in ENGINES[kit].targets]
         raise UserError(
             f"{recipe.source}: engine is {recipe.engine}, which offers no conformance kit; the "
             f"kit checks recipes of engine {' or '.join(kits)} (target {', '.join(targets)})"

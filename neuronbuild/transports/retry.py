@@ -134,12 +134,21 @@ def wait_for(attempt: int, asked: float | None) -> float:
     Raises:
         ValueError: ``asked`` is over :data:`MAX_RETRY_AFTER` (the caller gives up, saying so).
     """
-    if asked is not None and asked > MAX_RETRY_AFTER:
-        raise ValueError(
-            f"asked to retry after {asked:.0f} s, over the {MAX_RETRY_AFTER:.0f} s neuronbuild "
-            "waits; try again later"
-        )
+    why = too_long(asked)
+    if why is not None:
+        raise ValueError(why)
     return max(backoff(attempt), asked or 0.0)
+
+
+def too_long(asked: float | None) -> str | None:
+    """Why a server's ``Retry-After`` of ``asked`` seconds is not waited for (over
+    :data:`MAX_RETRY_AFTER`), or None when it is."""
+    if asked is None or asked <= MAX_RETRY_AFTER:
+        return None
+    return (
+        f"asked to retry after {asked:.0f} s, over the {MAX_RETRY_AFTER:.0f} s neuronbuild "
+        "waits; try again later"
+    )
 
 
 def s3_fault(response: Any, caught_exception: BaseException | None) -> str | None:
@@ -303,15 +312,8 @@ def retried(
         last[:] = [fault]
         return True
 
-    def too_long(fault: Fault) -> str | None:
-        try:
-            wait_for(2, fault.asked)
-        except ValueError as exc:
-            return str(exc)
-        return None
-
     def refused(state: tenacity.RetryCallState) -> str | None:
-        return None if budget[0] >= attempts else too_long(last[0])
+        return None if budget[0] >= attempts else too_long(last[0].asked)
 
     def stop(state: tenacity.RetryCallState) -> bool:
         return budget[0] >= attempts or refused(state) is not None
@@ -319,7 +321,8 @@ def retried(
     def wait(state: tenacity.RetryCallState) -> float:  # tenacity may ask it before stop
         if pace is not None:
             return pace(budget[0] + 1)
-        return 0.0 if too_long(last[0]) is not None else wait_for(budget[0] + 1, last[0].asked)
+        asked = last[0].asked
+        return 0.0 if too_long(asked) is not None else wait_for(budget[0] + 1, asked)
 
     def say(state: tenacity.RetryCallState) -> None:
         seconds = state.next_action.sleep if state.next_action is not None else 0.0
