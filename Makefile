@@ -61,9 +61,9 @@ test-fast: install
 # seconds, niced: build machines are shared); mutmut runs, per mutant, only the fast-tier tests
 # that cover the mutated function. Survivors are printed last; tests/README.md lists the accepted
 # ones. Not part of make test.
-MUTATION_MODULES ?= neuronbuild.store.backends neuronbuild.store.cas neuronbuild.store.records \
+MUTATION_MODULES ?= neuronbuild.transports.backends neuronbuild.store.cas neuronbuild.store.records \
 	neuronbuild.digest neuronbuild.node.materialize neuronbuild.store.transfer \
-	neuronbuild.store.tiered neuronbuild.store.verify neuronbuild.store.gc neuronbuild.keys \
+	neuronbuild.store.tiered neuronbuild.orchestrate.verify neuronbuild.store.gc neuronbuild.keys \
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine \
 	neuronbuild.engines.neuron.engine neuronbuild.engines.neuron.buckets \
 	neuronbuild.engines.neuron.releases neuronbuild.orchestrate.compile \

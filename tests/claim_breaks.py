@@ -65,7 +65,7 @@ FOLDER_PUT_FILE_NO_RENAME = """            _fsync_dir(path)
 
     def move_in"""
 
-BACKENDS = "neuronbuild/store/backends.py"
+BACKENDS = "neuronbuild/transports/backends.py"
 CLAIMS_STORE = "tests/store/test_claims_store.py"
 FOLDER = "tests/store/test_conformance.py::TestFolderStore"
 S3 = "tests/store/test_conformance.py::TestS3Store"
@@ -860,7 +860,7 @@ BREAKS = [
         (
             (
                 BACKENDS,
-                "        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:",
+                "        if self.read_versioned(path, SWAPPED_BYTES)[1] != token:",
                 "        if False:",
             ),
         ),
@@ -892,12 +892,12 @@ BREAKS = [
     ),
     Break(
         "verify skips the unit records",
-        (("neuronbuild/store/unit_state.py", "elif records[key] is None:", "elif False:"),),
+        (("neuronbuild/orchestrate/unit_state.py", "elif records[key] is None:", "elif False:"),),
         (f"{CLAIMS_TRANSFER}::test_verify_names_a_missing_unit_record_and_a_short_blob",),
     ),
     Break(
         "verify --deep re-hashes only when not asked",
-        (("neuronbuild/store/unit_state.py", "    if deep:\n", "    if not deep:\n"),),
+        (("neuronbuild/orchestrate/unit_state.py", "    if deep:\n", "    if not deep:\n"),),
         (f"{CLAIMS_TRANSFER}::test_only_a_deep_verify_finds_a_blob_whose_bytes_changed",),
     ),
 ]

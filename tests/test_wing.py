@@ -13,6 +13,7 @@ from tests.lib.imports import runtime_imports
 
 PRODUCT = [REPO / "neuronbuild", REPO / "runtime", REPO / "bench"]
 WING = REPO / "neuronbuild" / "store"
+TRANSPORTS = REPO / "neuronbuild" / "transports"
 
 
 def product_modules() -> Iterator[Path]:
@@ -25,7 +26,8 @@ def test_no_module_outside_the_wing_imports_the_storage_backends() -> None:
         str(path.relative_to(REPO))
         for path in product_modules()
         if not path.is_relative_to(WING)
-        and any(m.startswith("neuronbuild.store.backends") for m in runtime_imports(path))
+        and not path.is_relative_to(TRANSPORTS)
+        and any(m.startswith("neuronbuild.transports.backends") for m in runtime_imports(path))
     ]
     assert not offenders
 
@@ -33,7 +35,7 @@ def test_no_module_outside_the_wing_imports_the_storage_backends() -> None:
 def test_no_module_outside_the_wing_reaches_into_a_stores_backend_or_spells_its_folders() -> None:
     offenders = []
     for path in product_modules():
-        if path.is_relative_to(WING):
+        if path.is_relative_to(WING) or path.is_relative_to(TRANSPORTS):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in ("backend", "storage", "_path"):

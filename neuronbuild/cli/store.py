@@ -58,8 +58,8 @@ def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: boo
     """
     from neuronbuild.attest.inspect import describe_attestations
     from neuronbuild.attest.trust import policy_from
+    from neuronbuild.orchestrate.verify import verify_manifest
     from neuronbuild.store.cas import Store
-    from neuronbuild.store.verify import verify_manifest
 
     trusted = policy_from(policy)
     store = Store(cache)

@@ -1,4 +1,5 @@
-"""How a plan gets built: compile, scheduler, executors, shard, seal, costs, doctor.
+"""How a plan gets built and checked: compile, scheduler, executors, shard, seal, costs, doctor,
+verify.
 
 - :mod:`.compile`: ``neuronbuild compile``'s work: plan, reuse what is cached, run the rest, seal;
 - :mod:`.scheduler`: runs units on workers, with retries, within a memory budget;
@@ -7,7 +8,9 @@
 - :mod:`.seal`: unit records into one manifest, and the ref move (for ``compile`` and ``seal``);
 - :mod:`.report`: what a compile did, typed (one outcome per unit);
 - :mod:`.events`: the observer a command passes in to hear units start and end;
-- :mod:`.doctor`: why a unit misses (each differing factor).
+- :mod:`.doctor`: why a unit misses (each differing factor);
+- :mod:`.unit_state`: one diagnosis of a unit in a store, which ``doctor``, ``status`` and
+  ``verify`` print; :mod:`.verify`: is everything a manifest references there and intact.
 
 This package's ``__init__`` imports nothing: importing one module of the wing loads only that
 module and what it needs. Nothing below the command line imports this wing; it imports the

@@ -16,11 +16,11 @@ from neuronbuild.graph import Graph
 from neuronbuild.human import count
 from neuronbuild.keys import differing_factors as differing_key_factors
 from neuronbuild.keys import explain_differences
+from neuronbuild.orchestrate.unit_state import UnitState, diagnose_units, refuse_unreadable
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import LATEST, Store
 from neuronbuild.store.records import UnitRecord
-from neuronbuild.store.unit_state import UnitState, diagnose_units, refuse_unreadable
 
 
 @dataclass
@@ -38,7 +38,7 @@ class UnitDiagnosis:
     differing: list[str] = field(default_factory=list)
     """The names of the factors ``differences`` describes, in its order (not in the JSON)."""
     state: str = ""
-    """Its :class:`~neuronbuild.store.unit_state.UnitState` value (what ``verify`` and
+    """Its :class:`~neuronbuild.orchestrate.unit_state.UnitState` value (what ``verify`` and
     ``status`` say of the same unit); unset: cached, or no record."""
     problems: list[str] = field(default_factory=list)
     """What the store lacks for it, one line per object with its URL (empty when cached)."""

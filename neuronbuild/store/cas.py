@@ -1,8 +1,8 @@
 """One content-addressed store at one URL, laid out as :mod:`neuronbuild.store.layout` says.
 
 Publish order is blobs, unit records, manifest, ref, so a reader never finds a manifest whose blobs
-are missing. Every write is atomic (see :mod:`neuronbuild.store.backends`); a crash leaves at most
-an orphan temporary file, an unreferenced blob, or a ref-history entry of a move that never
+are missing. Every write is atomic (see :mod:`neuronbuild.transports.backends`); a crash leaves at
+most an orphan temporary file, an unreferenced blob, or a ref-history entry of a move that never
 happened (readers skip it: see :meth:`Store.ref_history`).
 """
 
@@ -29,7 +29,6 @@ from neuronbuild.digest import (
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
-from neuronbuild.store.backends import Backend, FolderBackend, SwapConflict
 from neuronbuild.store.layout import (
     LATEST,
     MAX_ADDITIONS,
@@ -37,6 +36,7 @@ from neuronbuild.store.layout import (
     MAX_ATTESTATIONS,
     MAX_RECORD_BYTES,
     MAX_SMALL_BYTES,
+    Layout,
     parse_ref,
 )
 from neuronbuild.store.names import Accept, Listing, Target, resolve
@@ -48,8 +48,9 @@ from neuronbuild.store.records import (
     UnitRecord,
     UnitTiming,
 )
-from neuronbuild.store.schemes import FOLDER, open_backend, row_of, scheme_of
 from neuronbuild.transports import retry
+from neuronbuild.transports.backends import Backend, FolderBackend, SwapConflict
+from neuronbuild.transports.schemes import FOLDER, open_backend, row_of, scheme_of
 
 __all__ = ["LATEST", "RefConflict", "Store", "parse_ref"]
 
@@ -135,8 +136,8 @@ class Store:
     ) -> None:
         check_url(url)
         self.url = url
-        self.backend: Backend = open_backend(url, last_writer_wins)
-        self.layout = self.backend.layout
+        self.backend: Backend = open_backend(url, last_writer_wins, Layout)
+        self.layout = Layout(self.backend.root)
         self.root = self.layout.root
         self.blobs_elsewhere: Store | None = None
         """A store whose blobs count as this one's (a ``compile --stage`` folder leans on the
@@ -371,13 +372,14 @@ class Store:
         match and the store's bytes may be whole, each read again said on stderr as a retry.
 
         A mismatch on a folder is the bytes at rest: refused at once. Over the network
-        (:attr:`~.backends.Backend.rereads_mismatch`) bytes can also change in transit, which no
-        client checks on obstore's GETs (botocore checked S3's stored checksum on s3fs's): the
-        store's own SHA-256 (one HEAD, kept for blobs uploaded in one PUT) decides. Equal to the
-        digest, the store holds the bytes whole and the read is retried as a broken body is
-        (:data:`~neuronbuild.transports.retry.ATTEMPTS` reads, then a StoreError); different, the
-        blob is corrupt at rest (refused at once). Where the store keeps none (multipart blobs), the
-        blob is read again until two reads find the same wrong bytes, which is corruption at rest.
+        (:attr:`~neuronbuild.transports.backends.Backend.rereads_mismatch`) bytes can also change in
+        transit, which no client checks on obstore's GETs (botocore checked S3's stored checksum on
+        s3fs's): the store's own SHA-256 (one HEAD, kept for blobs uploaded in one PUT) decides.
+        Equal to the digest, the store holds the bytes whole and the read is retried as a broken
+        body is (:data:`~neuronbuild.transports.retry.ATTEMPTS` reads, then a StoreError);
+        different, the blob is corrupt at rest (refused at once). Where the store keeps none
+        (multipart blobs), the blob is read again until two reads find the same wrong bytes, which
+        is corruption at rest.
 
         Raises:
             DigestMismatch: the blob is corrupt (its bytes at rest differ from its digest).
@@ -814,11 +816,12 @@ class Store:
         return current
 
     def _check_landed(self, name: str, tag: str, intent: str) -> None:
-        """On a store without compare-and-swap (:attr:`~.backends.Backend.settle_seconds`):
-        after waiting that long, check the move whose history entry is ``intent`` is on the
-        ref's chain, so a move another writer overwrote (both read the same ref before either
-        wrote) is reported, not taken for one that landed. A racer slower than the wait is not
-        seen (the registry's limit, stated in :mod:`neuronbuild.store.oci`).
+        """On a store without compare-and-swap
+        (:attr:`~neuronbuild.transports.backends.Backend.settle_seconds`): after waiting that long,
+        check the move whose history entry is ``intent`` is on the ref's chain, so a move another
+        writer overwrote (both read the same ref before either wrote) is reported, not taken for one
+        that landed. A racer slower than the wait is not seen (the registry's limit, stated in
+        :mod:`neuronbuild.store.oci`).
 
         Raises:
             RefConflict: the move is not on the chain (it was overwritten).

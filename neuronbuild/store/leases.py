@@ -5,7 +5,7 @@ A lease is one small object per unit key (:meth:`~neuronbuild.store.layout.Layou
 naming its owner (host, process id and a random token) and when it was taken. It is taken by a
 create-if-absent, renewed by a compare-and-swap that rewrites it (a fresh modification time)
 every :data:`RENEW_SECONDS` from a thread of the owner, and deleted when the unit ends, by a
-conditional delete (:meth:`~neuronbuild.store.backends.Backend.delete_if`: only the version its
+conditional delete (:meth:`~neuronbuild.transports.backends.Backend.delete_if`: only the version its
 owner read, never one another builder took over since). A lease whose modification time is older
 than :data:`LEASE_SECONDS` by the store's clock is expired (its builder died: the renew thread
 dies with it) and is taken over by compare-and-swap, never by delete-then-create, so two builders
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
-from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import Store, store_now
 from neuronbuild.store.layout import MAX_SMALL_BYTES
+from neuronbuild.transports.backends import SwapConflict
 
 LEASE_SECONDS = 300.0
 """A lease not renewed for this long (store clock) is expired: its builder is gone."""
@@ -198,7 +198,7 @@ def expired_leases(
 ) -> dict[str, Any]:
     """The lease objects not renewed for ``lease_seconds`` at ``now`` (store clock, seconds
     since the epoch), by path, each with the version token of the expired version (for
-    :meth:`~neuronbuild.store.backends.Backend.delete_if`): builders that died holding them
+    :meth:`~neuronbuild.transports.backends.Backend.delete_if`): builders that died holding them
     (``gc`` deletes them). Each one listed as expired is read again, then its time asked again,
     so one taken over since the listing is left out.
 

@@ -62,9 +62,9 @@ from fsspec import AbstractFileSystem
 from neuronbuild.digest import hash_file, hex_of, sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
-from neuronbuild.store.backends import Backend, OnBytes, SwapConflict
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
 from neuronbuild.store.records import Manifest, UnitRecord
+from neuronbuild.transports.backends import Backend, OnBytes, PlacesAt, SwapConflict
 from neuronbuild.transports.oci_registry import (
     MAX_MANIFEST_BYTES,
     BlobRefused,
@@ -142,7 +142,8 @@ class RegistryBackend(Backend):
     def __init__(self, url: str) -> None:
         where = parse_registry_url(url)
         root = f"{where.host}/{where.repository}"
-        super().__init__(RegistryNames(where.scheme), Layout(root), url)
+        self.layout = Layout(root)  # the store's paths, which this backend maps onto tags
+        super().__init__(RegistryNames(where.scheme), self.layout, url)
         self.where: RegistryURL = where
         self.registry = Registry(where)
 
@@ -605,8 +606,9 @@ def _created(manifest: dict[str, Any]) -> float | None:
         return None
 
 
-def open_registry(url: str, last_writer_wins: bool) -> RegistryBackend:
+def open_registry(url: str, last_writer_wins: bool, places: PlacesAt) -> RegistryBackend:
     """A registry store (``oci://``, ``oci+http://``; row ``oci`` of
-    :data:`~neuronbuild.store.schemes.SCHEMES`): atomic as :class:`RegistryBackend` says, so
-    ``last_writer_wins`` changes nothing."""
+    :data:`~neuronbuild.transports.schemes.SCHEMES`): atomic as :class:`RegistryBackend` says, so
+    ``last_writer_wins`` changes nothing; its places are the store's layout, which it maps
+    onto tags whatever ``places`` says."""
     return RegistryBackend(url)

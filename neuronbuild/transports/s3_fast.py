@@ -2,9 +2,9 @@
 SeaweedFS on loopback (``bench/s3_pull.py``) it reads 1.2 to 1.7 times as fast as s3fs at 1 GB,
 and boto3 with the CRT is never ahead of it. Only the bytes of blobs go this way; listings, small
 records, HEADs, conditional PUTs and multipart uploads stay on s3fs
-(:mod:`neuronbuild.store.backends`).
+(:mod:`neuronbuild.transports.backends`).
 
-The client is set up once per :class:`~neuronbuild.store.backends.ObjectBackend`, on the first
+The client is set up once per :class:`~neuronbuild.transports.backends.ObjectBackend`, on the first
 blob read, from what s3fs's own botocore client uses, so both talk to the same place as the same
 principal: the endpoint and region of s3fs's client (``$AWS_ENDPOINT_URL``, the config file,
 ...; path-style requests, as botocore makes them on a custom endpoint), and the credentials s3fs

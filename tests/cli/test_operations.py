@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 
 from neuronbuild import schemas
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, publish_build
 from tests.conftest import neuronbuild as nb
 

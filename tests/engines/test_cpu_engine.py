@@ -19,10 +19,10 @@ import pytest
 from neuronbuild.demo import text
 from neuronbuild.demo.plain import PlainVllm
 from neuronbuild.demo.server import Server, free_port
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.recipe import load_recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
-from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import neuronbuild
 from tests.lib.demo_build import CompiledDemo, copied_store, lay_out_demo

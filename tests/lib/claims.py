@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from neuronbuild.digest import sha256_digest
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest, UnitRecord
-from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.s3 import moto_s3
 from tests.lib.seaweed import INSTALL_HINT, seaweed_s3, weed_binary

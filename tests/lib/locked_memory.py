@@ -1,7 +1,7 @@
 """A store transport that lives only in the tests: fsspec's in-memory file system with atomic
 writes, made so by one process-wide lock and a fresh generation number per write (the version
 token its compare-and-swap compares). It is one module and one row of the scheme table
-(``neuronbuild.store.schemes``), to show that a new transport needs nothing more (issue 40); the
+(``neuronbuild.transports.schemes``), to show that a new transport needs nothing more (issue 40); the
 store's contract suite runs it as it runs folders, S3 and registries."""
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from neuronbuild.store import schemes
-from neuronbuild.store.backends import Backend, LastWriterWinsBackend, OnBytes
-from neuronbuild.store.layout import Layout
+from neuronbuild.transports import schemes
+from neuronbuild.transports.backends import Backend, LastWriterWinsBackend, OnBytes, PlacesAt
 
 SCHEME = "lockedmem"
 ROW = schemes.SchemeRow(f"{__name__}:open_locked", "it lives in neuronbuild's tests", True)
@@ -81,10 +80,10 @@ class LockedMemoryBackend(LastWriterWinsBackend):
             return super().delete_if(path, token)
 
 
-def open_locked(url: str, last_writer_wins: bool) -> Backend:
+def open_locked(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
     """The row's factory: ``lockedmem://NAME`` -> a store rooted at ``/NAME`` in memory."""
     name = url.partition("://")[2].strip("/")
-    return LockedMemoryBackend(fsspec.filesystem("memory"), Layout(f"/{name}"), url)
+    return LockedMemoryBackend(fsspec.filesystem("memory"), places(f"/{name}"), url)
 
 
 @contextmanager

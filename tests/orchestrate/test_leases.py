@@ -25,10 +25,10 @@ from neuronbuild.orchestrate.events import Silent
 from neuronbuild.orchestrate.sharing import Sharing
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import load_recipe
-from neuronbuild.store.backends import FolderBackend
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.leases import Leases, LeaseTimes, Owner
+from neuronbuild.transports.backends import FolderBackend
 from neuronbuild.ui.progress import Progress
 from tests.lib.registry import registry_root
 from tests.lib.s3 import moto_s3

@@ -61,7 +61,7 @@ OURS = {
     "neuronbuild.start_env",
     "neuronbuild.store",
     "neuronbuild.transports",  # the transports' face: it imports nothing
-    "neuronbuild.store.backends",
+    "neuronbuild.transports.backends",
     "neuronbuild.store.cas",
     "neuronbuild.store.layout",
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
@@ -75,7 +75,7 @@ OURS = {
     "neuronbuild.transports.oci_registry",  # oci:// URLs told apart; the registry's requests
     "neuronbuild.transports.ranged",  # large S3 blobs read as concurrent ranged GETs
     "neuronbuild.store.records",
-    "neuronbuild.store.schemes",  # the scheme table: the one door to a backend
+    "neuronbuild.transports.schemes",  # the scheme table: the one door to a backend
     "neuronbuild.user_files",  # the one bounded reader of user and store files
     "neuronbuild.transports.retry",
     "neuronbuild.transports.s3_fast",  # S3 blobs' bytes through obstore

@@ -26,10 +26,10 @@ import pytest
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.store import cas
-from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from neuronbuild.transports.backends import SwapConflict
 from tests.lib.builders import publish_build, stored_unit
 from tests.lib.claims import (
     audit,

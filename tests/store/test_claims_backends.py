@@ -12,8 +12,8 @@ import fsspec
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.store.backends import Backend, SwapConflict
 from neuronbuild.store.cas import Store
+from neuronbuild.transports.backends import Backend, SwapConflict
 
 
 def folder(tmp_path: Path) -> Backend:

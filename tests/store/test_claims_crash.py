@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
+from neuronbuild.transports import backends
 from tests.lib.builders import publish_units
 from tests.lib.claims import audit, check_chain, fresh_url, s3_root, small_recipe
 from tests.lib.faulty_proxy import relay

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.digest import canonical_json
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import GcReport, collect_garbage
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
-from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import stored_unit
 from tests.lib.claims import age
 

@@ -15,10 +15,10 @@ import pytest
 
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
-from neuronbuild.store.verify import verify_manifest
 from neuronbuild_runtime.serve import ServeSource, prepare
 from tests.conftest import cpu_recipe
 from tests.lib.builders import model_folder, publish_units

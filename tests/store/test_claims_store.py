@@ -50,7 +50,7 @@ def test_a_folder_write_that_dies_half_way_leaves_the_old_object_or_nothing(
     backend.put(old, b"old bytes\n")
     source = tmp_path / "blob"
     source.write_bytes(b"x" * 100_000)
-    monkeypatch.setattr("neuronbuild.store.backends.open", DyingWrites(), raising=False)
+    monkeypatch.setattr("neuronbuild.transports.backends.open", DyingWrites(), raising=False)
     new = [store.layout.unit("sha256:" + "1" * 64), store.layout.blob("sha256:" + "2" * 64)]
     with pytest.raises(StoreError):
         backend.put(old, b"new bytes that never fully land\n")

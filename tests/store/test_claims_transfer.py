@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.transfer import copy_manifest
-from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import stored_unit
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.errors import StoreError
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.verify import verify_manifest
 from tests.conftest import cpu_recipe, publish_build
 from tests.conftest import neuronbuild as nb
 
@@ -79,7 +79,7 @@ def test_a_failed_history_write_leaves_the_ref_where_it_was_and_a_rerun_records_
 KILLED_TAG = """
 import os, signal, sys
 from neuronbuild.store.cas import Store
-from neuronbuild.store.backends import FolderBackend
+from neuronbuild.transports.backends import FolderBackend
 real = FolderBackend.swap
 def swap(self, path, data, token):
     if sys.argv[2] == "after":

@@ -15,10 +15,10 @@ import pytest
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store import cas
-from neuronbuild.store.backends import SwapConflict
 from neuronbuild.store.cas import RefConflict, Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.records import FileRecord
+from neuronbuild.transports.backends import SwapConflict
 from tests.lib import locked_memory
 from tests.lib.builders import publish_build
 from tests.lib.claims import (

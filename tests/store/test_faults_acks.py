@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
+from neuronbuild.transports import backends
 from tests.lib.builders import published_with_model
 from tests.lib.claims import check_chain
 from tests.lib.commands import neuronbuild

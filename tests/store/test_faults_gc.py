@@ -174,7 +174,7 @@ class _nothing:
 
 KILLED_GC = """
 import os, signal, subprocess, sys
-from neuronbuild.store.backends import FolderBackend
+from neuronbuild.transports.backends import FolderBackend
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
 root, orphan = sys.argv[1], sys.argv[2]

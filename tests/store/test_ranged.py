@@ -15,10 +15,9 @@ import pytest
 
 from neuronbuild.digest import sha256_digest
 from neuronbuild.errors import StoreDataInvalid, StoreError
-from neuronbuild.store import backends
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord
-from neuronbuild.transports import ranged
+from neuronbuild.transports import backends, ranged
 from neuronbuild.transports.ranged import RangedReads
 from tests.lib.faulty_proxy import FaultyProxy
 from tests.lib.s3 import moto_s3, s3_requests

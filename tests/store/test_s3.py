@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from neuronbuild.keys import canonical_json, sha256_digest
+from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import collect_garbage
-from neuronbuild.store.verify import verify_manifest
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.faulty_proxy import FaultyProxy

@@ -16,11 +16,10 @@ import pytest
 
 from neuronbuild.digest import DigestMismatch
 from neuronbuild.errors import StoreError
-from neuronbuild.store import backends
 from neuronbuild.store import cas as cas_module
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord
-from neuronbuild.transports import ranged, s3_fast
+from neuronbuild.transports import backends, ranged, s3_fast
 from tests.lib.faulty_proxy import FaultyProxy
 from tests.lib.s3 import moto_s3
 

@@ -9,8 +9,8 @@ import ast
 import pytest
 
 from neuronbuild.errors import UserError
-from neuronbuild.store import schemes
 from neuronbuild.store.cas import Store
+from neuronbuild.transports import schemes
 from tests.conftest import REPO
 
 BACKENDS = {"FolderBackend", "ObjectBackend", "RegistryBackend", "LastWriterWinsBackend"}
@@ -62,15 +62,15 @@ def test_only_the_rows_factories_build_a_backend() -> None:
                 if calls & BACKENDS:
                     builders[f"{path.relative_to(REPO)}:{node.name}"] = sorted(calls & BACKENDS)
     assert builders == {
-        "neuronbuild/store/backends.py:open_folder": ["FolderBackend"],
-        "neuronbuild/store/backends.py:open_object": ["ObjectBackend"],
-        "neuronbuild/store/backends.py:open_other": ["LastWriterWinsBackend"],
+        "neuronbuild/transports/backends.py:open_folder": ["FolderBackend"],
+        "neuronbuild/transports/backends.py:open_object": ["ObjectBackend"],
+        "neuronbuild/transports/backends.py:open_other": ["LastWriterWinsBackend"],
         "neuronbuild/store/oci.py:open_registry": ["RegistryBackend"],
     }
     factories = {row.factory for row in [*schemes.SCHEMES.values(), schemes.OTHER]}
     assert factories == {
-        "neuronbuild.store.backends:open_folder",
-        "neuronbuild.store.backends:open_object",
-        "neuronbuild.store.backends:open_other",
+        "neuronbuild.transports.backends:open_folder",
+        "neuronbuild.transports.backends:open_object",
+        "neuronbuild.transports.backends:open_other",
         "neuronbuild.store.oci:open_registry",
     }

@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 import pytest
 
 from neuronbuild.errors import StoreDataInvalid, UserError
-from neuronbuild.store.backends import ReadOnly
 from neuronbuild.store.cas import Store
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.transfer import copy_manifest
+from neuronbuild.transports.backends import ReadOnly
 from tests.conftest import REPO, cpu_recipe, publish_build
 from tests.test_wing import runtime_imports
 

@@ -1,9 +1,11 @@
 """Storage backends: bounded reads and atomic writes on one fsspec file system, the only place
-that knows which one it is. Nothing outside :mod:`neuronbuild.store` imports this module.
+that knows which one it is. A backend knows keys (paths under its root), never the store's layout:
+the store hands it the two names it writes besides them (:class:`Places`). Only the store
+(:mod:`neuronbuild.store`) and the scheme table (:mod:`.schemes`) import this module.
 
 The store needs four writes: replace an object atomically, create one only if absent (the first
 unit record or manifest wins), upload a local file atomically, and compare-and-swap (moving a
-ref). Folders (local disks, NFS) get them from a temporary file in the layout's ``tmp/`` renamed
+ref). Folders (local disks, NFS) get them from a temporary file the store names renamed
 or hard-linked into place and a file lock; S3 from conditional requests (``If-None-Match: *``,
 ``If-Match: <ETag>``) through s3fs; OCI registries (``oci://``, :mod:`neuronbuild.store.oci`,
 a backend of its own outside fsspec) by check, write and read-after-write, the strongest the
@@ -22,7 +24,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 import fsspec
 from filelock import FileLock, Timeout
@@ -31,7 +33,6 @@ from fsspec.callbacks import Callback
 
 from neuronbuild import envs
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
-from neuronbuild.store.layout import MAX_SMALL_BYTES, Layout
 from neuronbuild.transports import retry
 from neuronbuild.transports.ranged import RangedReads
 from neuronbuild.transports.retry import body_retried, watch_s3
@@ -79,6 +80,30 @@ def _is_precondition_failure(exc: BaseException) -> bool:
     return "pre-conditions you specified did not hold" in str(exc)
 
 
+SWAPPED_BYTES = 4096
+"""Largest object a compare-and-swap or conditional delete reads back to compare (bytes): the
+store swaps only refs and leases, each under its layout's ``MAX_SMALL_BYTES`` (equal)."""
+
+
+class Places(Protocol):
+    """The names a backend writes besides the store's keys, which the store's layout
+    (:class:`~neuronbuild.store.layout.Layout`) gives it: both under ``root``."""
+
+    @property
+    def root(self) -> str:
+        """The store's root on its file system (no trailing ``/``)."""
+
+    def tmp(self, name: str) -> str:
+        """A temporary object named ``name``."""
+
+    def ref_lock(self, ref_path: str) -> str:
+        """The lock file of a compare-and-swap of ``ref_path``."""
+
+
+PlacesAt = Callable[[str], Places]
+"""The store's :class:`Places` at a root (the store passes its ``Layout`` class)."""
+
+
 class Backend(ABC):
     """Reads and atomic writes under one root of one fsspec file system.
 
@@ -99,9 +124,9 @@ class Backend(ABC):
     """A store without compare-and-swap (an OCI registry): how long a ref move waits after its
     write before checking it is on the ref's history chain (0: the swap itself is atomic)."""
 
-    def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
-        self.fs, self.layout, self.url = fs, layout, url
-        self.root = layout.root
+    def __init__(self, fs: AbstractFileSystem, places: Places, url: str) -> None:
+        self.fs, self.places, self.url = fs, places, url
+        self.root = places.root
 
     def check_root(self, create: bool) -> None:
         """Raise unless the store's root exists (``create``: make a missing folder root).
@@ -280,7 +305,7 @@ class Backend(ABC):
         Raises:
             StoreError: the file system failed.
         """
-        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:
+        if self.read_versioned(path, SWAPPED_BYTES)[1] != token:
             return False
         self.delete(path)
         return True
@@ -354,7 +379,7 @@ class FolderBackend(Backend):
 
     @contextlib.contextmanager
     def _temp(self, data: bytes | None = None) -> Iterator[str]:
-        tmp = self.layout.tmp(f"{uuid.uuid4().hex}.part")
+        tmp = self.places.tmp(f"{uuid.uuid4().hex}.part")
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         try:
             if data is not None:
@@ -418,7 +443,7 @@ class FolderBackend(Backend):
         Raises:
             StoreError: the lock cannot be made, or another holds it past :data:`LOCK_SECONDS`.
         """
-        lock = self.layout.ref_lock(path)
+        lock = self.places.ref_lock(path)
         held = FileLock(lock, timeout=self.LOCK_SECONDS)
         with self._errors(f"cannot lock {path}"):
             try:
@@ -439,14 +464,14 @@ class FolderBackend(Backend):
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
         with self._locked(path):
-            current, _ = self.read_versioned(path, MAX_SMALL_BYTES)
+            current, _ = self.read_versioned(path, SWAPPED_BYTES)
             if current != token:
                 raise SwapConflict(f"{path} changed while moving it")
             self.put(path, data)
 
     def delete_if(self, path: str, token: Any) -> bool:
         with self._locked(path):
-            current, _ = self.read_versioned(path, MAX_SMALL_BYTES)
+            current, _ = self.read_versioned(path, SWAPPED_BYTES)
             if current is None or current != token:
                 return False
             self.delete(path)
@@ -505,8 +530,8 @@ class ObjectBackend(Backend):
 
     rereads_mismatch = True
 
-    def __init__(self, fs: AbstractFileSystem, layout: Layout, url: str) -> None:
-        super().__init__(fs, layout, url)
+    def __init__(self, fs: AbstractFileSystem, places: Places, url: str) -> None:
+        super().__init__(fs, places, url)
         with self._errors("cannot set up its S3 client"):
             watch_s3(fs)
         self.fast = LazyFastS3(fs, self.root.partition("/")[0])
@@ -715,7 +740,7 @@ class LastWriterWinsBackend(Backend):
             self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        if self.read_versioned(path, MAX_SMALL_BYTES)[1] != token:
+        if self.read_versioned(path, SWAPPED_BYTES)[1] != token:
             raise SwapConflict(f"{path} changed while moving it")
         self.put(path, data)
 
@@ -727,11 +752,11 @@ class ReadOnly(Backend):
     (the first one wins): re-publishing what such a store holds is not a write."""
 
     def __init__(self, inner: Backend) -> None:
-        super().__init__(inner.fs, inner.layout, inner.url)
+        super().__init__(inner.fs, inner.places, inner.url)
         self.inner = inner
 
     def _refuse(self) -> UserError:
-        from neuronbuild.store.schemes import atomic_schemes
+        from neuronbuild.transports.schemes import atomic_schemes
 
         atomic = atomic_schemes()
         return UserError(
@@ -815,8 +840,8 @@ def s3_options() -> dict[str, Any]:
     }
 
 
-def _filesystem(url: str, **options: Any) -> tuple[AbstractFileSystem, Layout]:
-    """fsspec's file system for ``url`` and the store layout at its root.
+def _filesystem(url: str, places: PlacesAt, **options: Any) -> tuple[AbstractFileSystem, Places]:
+    """fsspec's file system for ``url`` and the store's places at its root.
 
     Raises:
         UserError: fsspec refuses the URL. ImportError: its implementation is not installed.
@@ -825,23 +850,22 @@ def _filesystem(url: str, **options: Any) -> tuple[AbstractFileSystem, Layout]:
         fs, root = fsspec.core.url_to_fs(url, **options)
     except ValueError as exc:
         raise UserError(f"--cache {url!r}: {exc}") from None
-    return fs, Layout(root.rstrip("/"))
+    return fs, places(root.rstrip("/"))
 
 
-def open_folder(url: str, last_writer_wins: bool) -> Backend:
+def open_folder(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
     """A folder store (a path, ``file://``; NFS included): atomic (row ``file`` of
-    :data:`~neuronbuild.store.schemes.SCHEMES`)."""
-    return FolderBackend(*_filesystem(url), url)
+    :data:`~neuronbuild.transports.schemes.SCHEMES`)."""
+    return FolderBackend(*_filesystem(url, places), url)
 
 
-def open_object(url: str, last_writer_wins: bool) -> Backend:
+def open_object(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
     """An S3 store (``s3://``), conditional writes and all (row ``s3``), with
     :func:`s3_options`."""
-    return ObjectBackend(*_filesystem(url, **s3_options()), url)
+    return ObjectBackend(*_filesystem(url, places, **s3_options()), url)
 
 
-def open_other(url: str, last_writer_wins: bool) -> Backend:
+def open_other(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
     """Any other fsspec file system: last-writer-wins by the opt-in, else read-only."""
-    fs, layout = _filesystem(url)
-    backend = LastWriterWinsBackend(fs, layout, url)
+    backend = LastWriterWinsBackend(*_filesystem(url, places), url)
     return backend if last_writer_wins else ReadOnly(backend)

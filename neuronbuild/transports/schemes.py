@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 from neuronbuild.errors import UserError
 
 if TYPE_CHECKING:
-    from neuronbuild.store.backends import Backend
+    from neuronbuild.transports.backends import Backend, PlacesAt
 
 
 @dataclass(frozen=True)
 class SchemeRow:
-    """Where a scheme's backend comes from: ``factory`` (``module:function``, called with the URL
-    and the ``--last-writer-wins`` choice, returning a :class:`~.backends.Backend`), what to
+    """Where a scheme's backend comes from: ``factory`` (``module:function``, called with the URL,
+    the ``--last-writer-wins`` choice and the store's places, :data:`~.backends.PlacesAt`,
+    returning a :class:`~.backends.Backend`), what to
     install when it cannot be imported (``install``, appended to the error), and whether its
     writes are atomic (create-if-absent and compare-and-swap; ``atomic``), as the contract suite
     ``tests/store/conformance.py`` holds each to."""
@@ -34,8 +35,10 @@ class SchemeRow:
 
 
 SHIPPED = "it ships with neuronbuild: reinstall neuronbuild (make install)"
-FOLDER = SchemeRow("neuronbuild.store.backends:open_folder", SHIPPED, True)
-S3 = SchemeRow("neuronbuild.store.backends:open_object", "pip install s3fs (make install)", True)
+FOLDER = SchemeRow("neuronbuild.transports.backends:open_folder", SHIPPED, True)
+S3 = SchemeRow(
+    "neuronbuild.transports.backends:open_object", "pip install s3fs (make install)", True
+)
 REGISTRY = SchemeRow("neuronbuild.store.oci:open_registry", SHIPPED, True)
 
 SCHEMES: dict[str, SchemeRow] = {
@@ -50,7 +53,7 @@ SCHEMES: dict[str, SchemeRow] = {
 """Every scheme a store URL may name with a backend of its own (``""``: a plain path)."""
 
 OTHER = SchemeRow(
-    "neuronbuild.store.backends:open_other",
+    "neuronbuild.transports.backends:open_other",
     "install the fsspec implementation that provides the scheme",
     False,
 )
@@ -81,8 +84,9 @@ def atomic_schemes() -> list[str]:
     return list(rows.values())
 
 
-def open_backend(url: str, last_writer_wins: bool) -> Backend:
-    """The backend that reads and writes store ``url``, from its scheme's row.
+def open_backend(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
+    """The backend that reads and writes store ``url``, from its scheme's row, writing its
+    temporaries and locks where ``places`` (the store's layout at the backend's root) says.
 
     Raises:
         UserError: the URL is malformed for its backend, or the backend's module (or the
@@ -92,7 +96,8 @@ def open_backend(url: str, last_writer_wins: bool) -> Backend:
     row = row_of(url)
     module, _, name = row.factory.partition(":")
     try:
-        factory: Callable[[str, bool], Backend] = getattr(importlib.import_module(module), name)
-        return factory(url, last_writer_wins)
+        factory: Callable[[str, bool, PlacesAt], Backend]
+        factory = getattr(importlib.import_module(module), name)
+        return factory(url, last_writer_wins, places)
     except ImportError as exc:
         raise UserError(f"--cache {url!r}: {exc}; {row.install}") from None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from neuronbuild.orchestrate.unit_state import diagnose_units
 from neuronbuild.store.cas import Store
-from neuronbuild.store.unit_state import diagnose_units
 
 
 @dataclass
@@ -18,7 +18,7 @@ class VerifyReport:
     deep: bool
     problems: list[str] = field(default_factory=list)
     unit_states: dict[str, str] = field(default_factory=dict)
-    """Each unit's :class:`~neuronbuild.store.unit_state.UnitState` value, by key."""
+    """Each unit's :class:`~neuronbuild.orchestrate.unit_state.UnitState` value, by key."""
 
     def to_json(self) -> dict[str, object]:
         """``verify --json`` less its ``store`` (``neuronbuild/schemas/verify.json``)."""
