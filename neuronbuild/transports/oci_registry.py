@@ -1,9 +1,12 @@
 """One OCI registry repository over the distribution API (the OCI distribution spec, v1.1): the
 requests a store needs, each retried with a line on stderr, and their failures mapped onto the
-store's errors. The ORAS Python SDK (``oras``, the ``oci`` extra) supplies the credentials and the
-bearer-token exchange; the requests themselves are made here, because its ``Registry`` retries
-silently (5 attempts, up to 83 s apart, on connection faults and HTTP 500 only) and its single
-``PUT`` upload reads the whole file into memory.
+store's errors. The ORAS Python SDK (``oras``, the ``oci`` extra) supplies the session, the
+challenge parser and the bearer-token exchange, through its public API only
+(``Registry``, ``set_basic_auth``, ``request_token``, ``parse_auth_header``, ``iter_localhosts``).
+The requests themselves are made here, because its ``Registry`` retries silently (5 attempts, up
+to 83 s apart, on connection faults and HTTP 500 only) and its single ``PUT`` upload reads the
+whole file into memory; the credentials are looked up here (:func:`login_of`), because its lookup
+reads the files in a set's order and runs a credential helper with no time limit.
 
 Credentials come from the Docker and container-tools config files ORAS reads
 (``~/.docker/config.json``, its ``credsStore`` and ``credHelpers``), plus
@@ -242,6 +245,53 @@ def _credential_helper(name: str, host: str) -> str | None:
     return base64.b64encode(f"{answer['Username']}:{answer['Secret']}".encode()).decode()
 
 
+def login_of(host: str) -> str | None:
+    """The Basic credentials (base64 of ``user:secret``) the credential files
+    (:func:`read_credentials`) hold for ``host``, looked up in ORAS's order: for the host and its
+    ``localhost``/``127.0.0.1`` twin (``oras.utils.iter_localhosts``) in turn, an inline
+    ``auths`` entry, else its ``credHelpers`` helper, else the ``credsStore`` helper
+    (:func:`_credential_helper`); None: no login (anonymous).
+
+    Raises:
+        UserError: a credential file is unreadable (:func:`read_credentials`).
+        StoreError: a helper did not answer in time.
+        ValueError, KeyError, TypeError: a helper's answer is malformed.
+    """
+    import oras.utils
+
+    config = read_credentials()
+    for name in oras.utils.iter_localhosts(host):
+        inline = config["auths"].get(name, {}).get("auth")
+        if inline:
+            return str(inline)
+        for helper in (config["credHelpers"].get(name), config["credsStore"]):
+            found = _credential_helper(helper, name) if helper else None
+            if found is not None:
+                return found
+    return None
+
+
+def _user_and_secret(login: str, host: str) -> tuple[str, str]:
+    """``login`` (base64 of ``user:secret``) split, for ORAS's public ``set_basic_auth``.
+
+    Raises:
+        UserError: it is not base64 of ``user:secret`` (naming the host and the fix).
+    """
+    import base64
+    import binascii
+
+    try:
+        user, colon, secret = base64.b64decode(login, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        colon = ""
+    if not colon:
+        raise UserError(
+            f"registry credentials for {host}: the auth entry is not base64 of user:password; "
+            f"run docker login {host} again"
+        )
+    return user, secret
+
+
 def _drop_errors(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR
 
@@ -269,7 +319,6 @@ class Registry:
 
     def __init__(self, where: RegistryURL) -> None:
         try:
-            import oras.container
             import oras.provider
         except ImportError:
             raise UserError(
@@ -297,22 +346,21 @@ class Registry:
             self.session.mount(prefix, _Bounded(pool_maxsize=32))
         self.auth = self.client.auth
         self.basic = False  # the registry asked for Basic credentials, not a token
+        self.login: str | None = None  # base64 of user:secret, from the credential files
         self._token_lock = threading.Lock()
         self._tokens: dict[str, str] = {}  # bearer token per scope the registry challenged
         self._held: str | None = None  # the token a request sends first: the latest granted
         self._chunk: int | None = None  # the chunk size once a whole blob was refused (413)
-        container = oras.container.Container(f"{where.host}/{where.repository}")
-        # ORAS's own record of the loaded files, filled here so that it never reads them itself.
-        self.auth._auth_config = read_credentials()
-        self.auth._get_auth_from_creds_store = _credential_helper  # ORAS's, with a timeout
         try:
-            self.auth.load_configs(container)  # a credential helper runs here
+            self.login = login_of(where.host)  # a credential helper runs here
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(
                 f"{where.option} {where.url}: the credential helper for {where.host} answered "
                 f"malformed ({type(exc).__name__}: {retry.one_line(str(exc))[:80]}); check "
                 "credsStore and credHelpers in the credential files"
             ) from None
+        if self.login is not None:  # what ORAS's token exchange sends the realm
+            self.auth.set_basic_auth(*_user_and_secret(self.login, where.host))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"where": self.where}
@@ -356,7 +404,7 @@ class Registry:
         response.close()
         challenge = response.headers.get("WWW-Authenticate", "")
         if challenge.split(" ", 1)[0].lower() == "basic":
-            if self.basic or not getattr(self.auth, "_basic_auth", None):
+            if self.basic or not self.login:
                 return response
             self.basic = True
             return attempt(self._authorization(None))
@@ -402,7 +450,7 @@ class Registry:
         """The ``Authorization`` header to send: the credentials once a registry asked for
         Basic, else bearer ``token``, else none."""
         if self.basic:
-            return {"Authorization": f"Basic {self.auth._basic_auth}"}
+            return {"Authorization": f"Basic {self.login}"}
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def request(

@@ -5,6 +5,7 @@ verifies) and ``htpasswd`` Basic auth (as Artifactory and Nexus ask). Credential
 
 from __future__ import annotations
 
+import ast
 import base64
 import concurrent.futures
 import hashlib
@@ -18,7 +19,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from neuronbuild.errors import StoreError
+from neuronbuild.errors import StoreError, UserError
 from neuronbuild.store.cas import Store
 from neuronbuild.transports import oci_registry
 from neuronbuild.transports.oci_registry import Registry, parse_registry_url
@@ -309,3 +310,40 @@ def test_a_credential_helper_s_malformed_answer_is_one_line(tmp_path: Path) -> N
     assert result.returncode == 2, result.stderr
     line = result.stderr.strip()
     assert "\n" not in line and "credential helper for reg.example answered malformed" in line
+
+
+def test_an_inline_login_that_is_not_base64_of_user_and_password_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "config.json").write_text(json.dumps({"auths": {"reg.example": {"auth": "x!"}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(UserError, match=r"reg\.example: the auth entry is not base64 of user:pass"):
+        Registry(parse_registry_url("oci://reg.example/team/cache"))
+
+
+def test_a_login_for_localhost_serves_its_127_0_0_1_twin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for env, value in logged_in(tmp_path, "localhost:5000").items():
+        monkeypatch.setenv(env, value)
+    login = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    assert oci_registry.login_of("127.0.0.1:5000") == login
+    assert oci_registry.login_of("127.0.0.2:5000") is None
+
+
+def test_oras_is_used_through_its_public_api_only() -> None:
+    """Issue 40: no private attribute of ORAS's objects is read or patched."""
+    tree = ast.parse(Path(oci_registry.__file__).read_text())
+    private = [
+        f"{ast.unparse(node)} (line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and any(part in ast.unparse(node.value) for part in ("auth", "client", "oras"))
+    ]
+    assert private == []
