@@ -36,7 +36,7 @@ from neuronbuild.human import format_table
 from neuronbuild.model_files import check_model_present
 from neuronbuild.notices import retrying
 from neuronbuild.orchestrate.costs import PlannedUnit, record_timings
-from neuronbuild.orchestrate.events import ObserverFactory, silent
+from neuronbuild.orchestrate.events import CANCELLED, ObserverFactory, silent
 from neuronbuild.orchestrate.executor import Executor, LocalExecutor, Work
 from neuronbuild.orchestrate.report import (
     CompileReport,
@@ -254,7 +254,7 @@ def run_unit(
         with open(log, "a") as f:
             f.write(f"\nneuronbuild: {failure.reason}; running the unit again\n")
         if groups.cancelled.wait(wait):
-            raise UnitFailed("cancelled")
+            raise UnitFailed(CANCELLED)
 
 
 def check_log_dir(log_dir: Path) -> None:

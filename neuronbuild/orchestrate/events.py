@@ -12,6 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+CANCELLED = "cancelled"
+"""The error a unit ends with when a signal (SIGINT, SIGTERM) stopped the build while it ran or
+before it started: not a failure of the unit (an observer says ``stopped``, and the command
+exits 128 + N)."""
+
 
 class BuildObserver(Protocol):
     """Hears each unit's start and end while units run (from worker threads: implementations

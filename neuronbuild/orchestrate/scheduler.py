@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from neuronbuild.errors import Interrupted, catch_stop_signals
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import duration
-from neuronbuild.orchestrate.events import BuildObserver
+from neuronbuild.orchestrate.events import CANCELLED, BuildObserver
 from neuronbuild.orchestrate.report import UnitFailure
 from neuronbuild.orchestrate.tether import tethered
 
@@ -110,7 +110,7 @@ class ProcessGroups:
         whole group has been ended.
         """
         if self.cancelled.is_set():
-            raise UnitFailed("cancelled")
+            raise UnitFailed(CANCELLED)
         with open(log, "ab") as out, tethered(argv) as (command, pipe):
             proc = subprocess.Popen(
                 command,
@@ -137,7 +137,7 @@ class ProcessGroups:
                 # after a compile) end with the run.
                 end_group(proc.pid, reap=proc.poll)
             if self.cancelled.is_set():
-                raise UnitFailed("cancelled")
+                raise UnitFailed(CANCELLED)
             return code
 
     def end_all(self) -> None:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from neuronbuild import envs, notices
 from neuronbuild.digest import short
 from neuronbuild.human import count, duration, size
+from neuronbuild.orchestrate.events import CANCELLED
 from neuronbuild.ui.logtail import tail_lines
 from neuronbuild.ui.verbosity import QUIET, verbosity
 
@@ -188,16 +189,19 @@ class Progress:
 
     def finished(self, key: str, label: str, seconds: float, error: str | None) -> None:
         """Count unit ``key`` done (``error`` None) or failed and say so with its ``seconds`` and
-        error and the counts so far (a ``done``/``FAILED`` line; not under ``-q``). Thread-safe."""
+        error and the counts so far (a ``done``/``FAILED`` line; not under ``-q``); a unit a
+        signal stopped (``error`` :data:`~neuronbuild.orchestrate.events.CANCELLED`) is neither:
+        a ``stopped`` line, counted as neither. Thread-safe."""
         with self._lock:
             self.units.pop(key, None)
             if error is None:
                 self.done += 1
-                status = "done   "
+                status, detail = "done   ", ""
+            elif error == CANCELLED:  # a signal stopped the build: not the unit's failure
+                status, detail = "stopped", " (by a signal; nothing of it stored)"
             else:
                 self.failed += 1
-                status = "FAILED "
-            detail = f" ({error})" if error else ""
+                status, detail = "FAILED ", f" ({error})"
             self._line(
                 f"{status}  {label} ({short(key)}) in "
                 f"{duration(seconds)}{detail}; "

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from neuronbuild.orchestrate.events import CANCELLED
 from neuronbuild.orchestrate.scheduler import ProcessGroups, UnitFailed, run_units
 from neuronbuild.plan import CompileUnit, build_plan
 from neuronbuild.recipe import parse_recipe
@@ -39,6 +40,20 @@ def test_one_failing_unit_does_not_stop_the_others(tmp_path: Path) -> None:
     assert results[1].error == "exited with 3"
     assert f"{len(UNITS)}/{len(UNITS)} finished" in stream.getvalue()
     assert "FAILED" in stream.getvalue()
+
+
+def test_a_unit_a_signal_stopped_is_said_stopped_not_failed() -> None:
+    """Issue 46 item 13: a cancelled unit printed ``FAILED ... (cancelled)``."""
+    stream = io.StringIO()
+    progress = Progress(2, stream)
+    progress.finished(UNITS[0].key.digest, "prefill 1", 1.0, CANCELLED)
+    progress.finished(UNITS[1].key.digest, "prefill 2", 1.0, "exited with 3")
+    stopped, failed = [line for line in stream.getvalue().splitlines() if "prefill" in line]
+    assert "] stopped  prefill 1 (" in stopped and "(by a signal" in stopped
+    assert "FAILED" not in stopped and "0 failed" in stopped
+    assert "] FAILED   prefill 2 (" in failed and failed.endswith(
+        "1/2 finished, 0 running, 1 failed"
+    )
 
 
 @pytest.mark.slow

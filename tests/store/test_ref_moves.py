@@ -95,7 +95,7 @@ def test_tag_backwards_is_refused_and_every_move_names_its_previous_value(
 
     code, out, err = nb("tag", one, "tiny/prod", "--cache", shared)
     assert code == 2 and out == ""
-    assert err.strip().splitlines() == [
+    assert err.splitlines() == [
         f"error: tiny/prod holds {two}; {one} is an older value of it (ls --history): "
         "nothing moved; pass --rollback to move it back"
     ]
@@ -197,7 +197,7 @@ def test_compile_of_an_old_recipe_is_refused_then_allowed_with_rollback(
     recipe.write_text(old_text)  # the old job, run again
     again = neuronbuild("compile", path, "--cache", shared, env=env)
     assert again.returncode == 2
-    assert again.stderr.strip().splitlines()[-1] == (
+    assert again.stderr.splitlines()[-1] == (
         f"error: app/latest holds {two}; {one} is an older value of it (ls --history): "
         "nothing moved; pass --rollback to move it back"
     )
