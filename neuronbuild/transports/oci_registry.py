@@ -674,7 +674,8 @@ class Registry:
     ) -> None:
         """The blob in ``PATCH`` chunks of the session at ``location``, each sent to the
         location the last one's answer named (distribution spec, "Pushing a blob in chunks"),
-        then the closing ``PUT``; a chunk refused as too large (413) is sent again halved.
+        then the closing ``PUT``; a chunk refused as too large (413) is sent again halved, down
+        to :data:`MIN_CHUNK_BYTES` (tried too, whatever the halving skipped over).
 
         Raises:
             StoreError: the registry refuses a chunk of :data:`MIN_CHUNK_BYTES`. Transient: a
@@ -696,13 +697,13 @@ class Registry:
                     body=functools.partial(body, start, length),
                 )  # fmt: skip
             except BodyTooLarge as exc:
-                if chunk // 2 < MIN_CHUNK_BYTES:
+                if length <= MIN_CHUNK_BYTES:
                     raise StoreError(
                         f"{exc}: the registry (or a proxy before it) refuses even a chunk of "
                         f"{length} bytes; raise its request body limit (nginx: "
                         "client_max_body_size 0)"
                     ) from None
-                self._chunk = chunk // 2
+                self._chunk = max(length // 2, MIN_CHUNK_BYTES)  # the floor is tried too
                 continue
             if answer is None:
                 raise Transient(f"{self.where.url}: upload of {digest}: the session is gone")
@@ -962,17 +963,30 @@ def bytes_body(data: bytes) -> Callable[[int, int], bytes]:
 class FileBodies:
     """Each upload request's body, a range of the file ``path`` opened afresh
     (:class:`CountedFile`): :meth:`open` closes the previous request's; leaving the ``with``
-    block closes the last, whatever the upload raised."""
+    block closes the last, whatever the upload raised.
+
+    ``on_bytes`` hears each block sent and, when a body starts before the bytes already counted
+    (the bytes of a body the registry refused, 413, or of a session that failed, sent again), a
+    negative count taking those back: a progress line never counts one byte twice."""
 
     def __init__(self, path: str, on_bytes: Callable[[int], None] | None) -> None:
         self.path, self.on_bytes = path, on_bytes
         self.current: CountedFile | None = None
+        self.counted = 0  # bytes [0, counted) of the file were told to on_bytes
 
     def open(self, start: int, length: int) -> CountedFile:
         """The file's bytes ``[start, start + length)`` as a body (:meth:`Registry.upload_blob`)."""
         self.close()
-        self.current = CountedFile(self.path, self.on_bytes, start, length)
+        if start < self.counted and self.on_bytes is not None:
+            self.on_bytes(start - self.counted)
+        self.counted = min(self.counted, start)
+        self.current = CountedFile(self.path, self._sent, start, length)
         return self.current
+
+    def _sent(self, n_bytes: int) -> None:
+        self.counted += n_bytes
+        if self.on_bytes is not None:
+            self.on_bytes(n_bytes)
 
     def close(self) -> None:
         if self.current is not None:

@@ -297,9 +297,10 @@ class ByteProgress:
 
     def advance(self, n_bytes: int) -> None:
         """Count ``n_bytes`` more bytes moved, never past ``total``: a blob uploaded again (its
-        stored size differed) reports its bytes twice, and 140% would read as a fault."""
+        stored size differed) reports its bytes twice, and 140% would read as a fault. A negative
+        count takes bytes back (a body a registry refused, sent again), never below 0."""
         with self._lock:
-            step = max(0, min(n_bytes, self.total - self.moved))
+            step = max(-self.moved, min(n_bytes, self.total - self.moved))
             self.moved += step
             self.bar.update(step)
 

@@ -306,6 +306,19 @@ def test_byte_progress_never_passes_the_total_when_a_blob_is_sent_again(
     assert last.startswith("push: 1.0 MB of 1.0 MB in "), last
 
 
+def test_byte_progress_takes_back_the_bytes_of_a_refused_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NEURONBUILD_HEARTBEAT_SECONDS", "60")
+    meter = ByteProgress("push", 1_000_000, 1, io.StringIO())
+    meter.advance(600_000)
+    meter.advance(-600_000)  # a registry refused the body (413): sent again in chunks
+    assert meter.moved == 0
+    meter.advance(-5)
+    assert meter.moved == 0
+    meter.close()
+
+
 Behind = Callable[..., contextlib.AbstractContextManager[FaultyProxy]]
 
 

@@ -153,17 +153,36 @@ def test_a_registry_that_refuses_large_bodies_gets_blobs_in_chunks(
     first, second = os.urandom(3 << 20), os.urandom(2 << 20)
     local = tmp_path / "blob"
     local.write_bytes(first)
+    counted: list[int] = []
     with FaultyProxy(registry_port(oci_url), max_body=limit) as proxy:
         store = Store(proxied(oci_url, proxy))
-        store.backend.put_file(local, store.layout.blob(sha256_digest(first)))
+        store.backend.put_file(local, store.layout.blob(sha256_digest(first)), counted.append)
         store.backend.put(store.layout.blob(sha256_digest(second)), second)
     assert proxy.too_large == 2
+    # The refused bodies' bytes are taken back: progress never passes what was stored.
+    running = [sum(counted[: i + 1]) for i in range(len(counted))]
+    assert running[-1] == len(first) and min(running) >= 0, running[-1]
+    assert max(running[running.index(len(first)) :]) == len(first)
     chunks = [n for method, n in proxy.bodies if method == "PATCH"]
     assert chunks == [768 << 10] * 4 + [768 << 10] * 2 + [512 << 10], chunks
     assert [n for method, n in proxy.bodies if method == "PUT"] == [0, 0]
     registry = Registry(parse_registry_url(oci_url))
     for data in (first, second):
         assert registry.read_blob(sha256_digest(data), len(data) + 1) == data
+
+
+def test_a_limit_between_two_halvings_is_passed_by_the_smallest_chunk(
+    oci_url: str, tmp_path: Path
+) -> None:
+    """Issue 46 item 4: a 998,620-byte blob behind a 300 KiB body limit; halving from its size
+    skips from 499,310 bytes to below the 256 KiB floor, which passes and is tried."""
+    data = os.urandom(998_620)
+    with FaultyProxy(registry_port(oci_url), max_body=300 << 10) as proxy:
+        store = Store(proxied(oci_url, proxy))
+        store.backend.put(store.layout.blob(sha256_digest(data)), data)
+    assert [n for method, n in proxy.bodies if method == "PATCH"] == [256 << 10] * 3 + [212188]
+    registry = Registry(parse_registry_url(oci_url))
+    assert registry.read_blob(sha256_digest(data), len(data) + 1) == data
 
 
 def test_a_registry_that_refuses_even_small_chunks_is_one_store_error(
