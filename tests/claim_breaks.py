@@ -500,7 +500,7 @@ BREAKS = [
         (
             (
                 "neuronbuild/orchestrate/scheduler.py",
-                '        if self.cancelled.is_set():\n            raise UnitFailed("cancelled")\n'
+                "        if self.cancelled.is_set():\n            raise UnitFailed(CANCELLED)\n"
                 '        with open(log, "ab") as out, tethered(argv)',
                 '        with open(log, "ab") as out, tethered(argv)',
             ),

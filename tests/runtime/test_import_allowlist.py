@@ -54,6 +54,8 @@ OURS = {
     "neuronbuild.model_files",
     "neuronbuild.node",  # the node wing's face: it imports nothing
     "neuronbuild.notices",  # retry notices from the store, printed by ui.progress
+    "neuronbuild.orchestrate",  # the build wing's face: it imports nothing
+    "neuronbuild.orchestrate.events",  # the observer's words ui.progress prints (no imports)
     "neuronbuild.paths",  # a path a manifest names, kept inside the folder laid out
     "neuronbuild.plan",
     "neuronbuild.recipe",

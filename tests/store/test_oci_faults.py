@@ -230,7 +230,8 @@ def test_credential_files_are_read_in_one_order_the_later_winning(
     (home / ".docker").mkdir(parents=True)
     docker.mkdir()
     token = {
-        name: base64.b64encode(name.encode()).decode() for name in ("home", "docker", "podman")
+        name: base64.b64encode(f"{name}:pw".encode()).decode()
+        for name in ("home", "docker", "podman")
     }
     (home / ".docker" / "config.json").write_text(
         json.dumps({"auths": {"r.example": {"auth": token["home"]}, "h.example": {"auth": "aA=="}}})
@@ -247,10 +248,7 @@ def test_credential_files_are_read_in_one_order_the_later_winning(
         auths = read_credentials()["auths"]
         assert auths["r.example"]["auth"] == token["podman"]
         assert auths["h.example"]["auth"] == "aA=="
-    assert (
-        Registry(parse_registry_url("oci://r.example/team/cache")).auth._basic_auth
-        == token["podman"]
-    )
+    assert Registry(parse_registry_url("oci://r.example/team/cache")).login == token["podman"]
 
 
 def test_an_ipv6_registry_is_a_store(registry_root: str, tmp_path: Path) -> None:
