@@ -373,6 +373,7 @@ def dry_run_totals(recipe: Path, store: Path, env: dict[str, str]) -> dict[str, 
     return totals
 
 
+@pytest.mark.slow
 def test_a_build_stays_cached_whatever_inductor_cache_dir_and_stops_when_config_json_changes(
     tmp_path: Path,
 ) -> None:

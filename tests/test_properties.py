@@ -147,6 +147,7 @@ plausible_recipes = st.fixed_dictionaries(
 
 @settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plausible_recipes)
+@pytest.mark.slow
 def test_valid_plans_have_no_duplicate_graph(data: dict[str, Any]) -> None:
     check_recipe(data)
 

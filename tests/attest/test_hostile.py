@@ -93,6 +93,7 @@ HOSTILE: dict[str, tuple[Callable[[Path], None], str]] = {
 
 
 @pytest.mark.parametrize("how", sorted(HOSTILE))
+@pytest.mark.slow
 def test_a_hostile_attestation_is_refused_by_serve_in_one_line_without_a_blob(
     node: dict[str, Path], how: str
 ) -> None:

@@ -70,6 +70,7 @@ def attest(node: dict[str, Path], bundle: bytes, identity: str = WORKFLOW) -> st
     return digest
 
 
+@pytest.mark.slow
 def test_a_node_serves_what_its_ci_identity_signed_keyless_and_verify_prints_it(
     keyless: dict[str, Path], sigstore: SigstoreInstance
 ) -> None:
@@ -232,6 +233,7 @@ def sign_keyless(node: dict[str, Path], services: Services) -> tuple[int, str, s
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_ci_signs_keyless_through_fulcio_and_rekor_and_a_node_serves_it(
     keyless: dict[str, Path], services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,6 +353,7 @@ def test_seal_signs_keyless_before_the_ref_moves(
     assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
 
 
+@pytest.mark.slow
 def test_a_root_planted_in_the_users_sigstore_cache_does_not_become_the_public_good_root(
     keyless: dict[str, Path], sigstore: SigstoreInstance, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_a_hostile_policy_is_refused_in_one_line_within_seconds(tmp_path: Path, case: str) -> None:
     text, expected = CASES[case]
     (tmp_path / "policy.yaml").write_text(text)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from neuronbuild.attest.envelope import read_attestation
 from neuronbuild.orchestrate.seal import seal_plans
 from neuronbuild.plan import build_plan
@@ -52,6 +54,7 @@ def test_a_bad_key_is_refused_before_anything_is_sealed(node: dict[str, Path]) -
     assert Store(str(node["store"])).get_ref("tiny", "never") is None
 
 
+@pytest.mark.slow
 def test_compile_sign_in_ci_and_a_node_under_the_policy_serves_the_build(tmp_path: Path) -> None:
     from tests.lib.keys import write_key, write_policy
     from tests.orchestrate.test_shards import double_env, double_recipe, neuronbuild, write_recipes

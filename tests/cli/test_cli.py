@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from neuronbuild.store.cas import Store
 from tests.conftest import RECIPES, cpu_recipe, neuron_recipe, neuronbuild, publish_build
 
@@ -196,6 +198,7 @@ def test_a_hub_model_on_a_branch_warns_and_strict_makes_it_an_error(write_recipe
     assert neuronbuild("validate", "--strict", str(pinned)).returncode == 0
 
 
+@pytest.mark.slow
 def test_compile_and_serve_name_each_variable_they_keep_from_vllm(write_recipe: Any) -> None:
     import os
 

@@ -95,6 +95,7 @@ def neuronbuild_argv(*args: str) -> list[str]:
 @pytest.mark.parametrize(
     "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"]
 )
+@pytest.mark.slow
 def test_gc_stopped_by_a_signal_in_a_store_call_exits_128_plus_n_with_one_line(
     remote: str, moto_env: dict[str, str], signum: int
 ) -> None:
@@ -102,6 +103,7 @@ def test_gc_stopped_by_a_signal_in_a_store_call_exits_128_plus_n_with_one_line(
     assert_stopped(done, signum)
 
 
+@pytest.mark.slow
 def test_push_stopped_by_sigterm_while_uploading_exits_143(
     moto_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -112,6 +114,7 @@ def test_push_stopped_by_sigterm_while_uploading_exits_143(
     assert_stopped(done, signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_pull_stopped_by_sigterm_while_fetching_exits_143(
     remote: str, moto_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -121,6 +124,7 @@ def test_pull_stopped_by_sigterm_while_fetching_exits_143(
     assert_stopped(done, signal.SIGTERM)
 
 
+@pytest.mark.slow
 def test_serve_stopped_by_sigterm_while_fetching_exits_143(
     remote: str, moto_env: dict[str, str], tmp_path: Path
 ) -> None:

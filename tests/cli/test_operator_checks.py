@@ -285,6 +285,7 @@ def test_doctor_prints_the_summary_then_the_differing_factor_before_every_factor
     assert "\x1b[" not in result.stdout  # piped: no colour
 
 
+@pytest.mark.slow
 def test_doctor_colours_a_terminal_unless_no_color_is_set(missed: tuple[Path, str]) -> None:
     recipe, store = missed
     coloured = on_a_terminal("doctor", str(recipe), "--cache", store, env={"NO_COLOR": ""})

@@ -280,6 +280,7 @@ def test_the_walkthrough_extraction_reads_prompts_continuations_files_and_exits(
     ]
 
 
+@pytest.mark.slow
 def test_the_walkthrough_runner_stops_at_a_command_whose_exit_differs(tmp_path: Path) -> None:
     folder = tmp_path / "fresh"
     folder.mkdir()

@@ -355,6 +355,7 @@ def resolve(
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
 @given(data=recipes())
+@pytest.mark.slow
 def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
     models: Path,
     the_double: tuple[ModuleType, ModuleType],

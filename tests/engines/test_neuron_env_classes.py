@@ -116,6 +116,7 @@ def test_values_the_plugin_reads_alike_give_one_key() -> None:
     assert keyed_env({"NEURON_CC_FLAGS": "-O2"}) == {"NEURON_CC_FLAGS": "-O2"}  # verbatim
 
 
+@pytest.mark.slow
 def test_compile_pins_the_cache_roots_and_strips_assert_cache_hit(
     double: Path,  # noqa: F811 (the imported fixture)
     tmp_path: Path,
@@ -147,6 +148,7 @@ def test_compile_pins_the_cache_roots_and_strips_assert_cache_hit(
     assert prepared.env["NEURON_LIBTORCH_ASSERT_CACHE_HIT"] == "1"
 
 
+@pytest.mark.slow
 def test_a_graph_changing_switch_set_at_compile_is_what_serve_runs_with(
     double: Path,  # noqa: F811 (the imported fixture)
     tmp_path: Path,

@@ -76,6 +76,7 @@ def test_the_double_reports_the_labelled_versions_sdk_2_32_installs(site: Path) 
         assert versions.installed_build(dist).startswith(f"{version} sha256:")  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_compile_accepts_base_and_labelled_pins_against_labelled_builds(site: Path) -> None:
     class Compiler:
         installed_versions = staticmethod(build.UnitCompiler.installed_versions)
@@ -215,6 +216,7 @@ def test_serve_names_a_node_whose_build_differs_from_the_compiled_one(
     assert len(allowed) == 2
 
 
+@pytest.mark.slow
 def test_a_patched_plugin_recompiles_every_graph_instead_of_reusing_the_old_entries(
     site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,7 @@ def served_root(store: Store, digest: str, mount: Path, env: dict[str, str], *mo
     return Path(json.loads(out)["env"]["VLLM_CACHE_ROOT"])
 
 
+@pytest.mark.slow
 def test_a_running_servers_mirror_is_its_own_and_outlives_every_later_serve(
     reg: RegistryServer, tmp_path: Path
 ) -> None:
@@ -105,6 +106,7 @@ def test_a_running_servers_mirror_is_its_own_and_outlives_every_later_serve(
     assert len(leftovers) == 2, leftovers  # the last serve's mirror and its lock
 
 
+@pytest.mark.slow
 def test_the_layout_only_mirror_is_kept_reused_and_rebuilt_when_broken(
     reg: RegistryServer, tmp_path: Path
 ) -> None:

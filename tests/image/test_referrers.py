@@ -19,6 +19,7 @@ from tests.store.test_oci import oci_url, registry_root
 __all__ = ["oci_url", "registry_root"]  # the fixtures this module uses
 
 
+@pytest.mark.slow
 def test_attestations_pushed_at_once_each_end_in_the_referrers_index(
     oci_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,6 +70,7 @@ def engines_of(build: str) -> list[psutil.Process]:
     ]
 
 
+@pytest.mark.slow
 def test_kill9_just_after_the_engines_exited_leaves_their_helpers_nowhere(tmp_path: Path) -> None:
     build = uuid.uuid4().hex
     proc = with_fake(tmp_path, build, "leave")

@@ -76,6 +76,7 @@ def test_a_lease_is_held_by_one_builder_until_released(store: Store) -> None:
     taken.release()
 
 
+@pytest.mark.slow
 def test_an_expired_lease_is_taken_over_by_one_builder_and_its_release_spares_the_new_one(
     store: Store,
 ) -> None:
@@ -95,6 +96,7 @@ def test_an_expired_lease_is_taken_over_by_one_builder_and_its_release_spares_th
     taken[0].release()
 
 
+@pytest.mark.slow
 def test_a_renewed_lease_outlives_its_expiry(store: Store) -> None:
     times = LeaseTimes(lease=2.0, renew=0.3)
     lease = Leases(store, times).take(KEY)
@@ -133,6 +135,7 @@ def test_a_release_spares_a_lease_taken_over_after_its_owner_read_it(
     assert Leases(store).holder(KEY) is None
 
 
+@pytest.mark.slow
 def test_a_lease_expires_by_its_taken_time_where_the_store_keeps_no_times(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,6 +282,7 @@ def lease_of(recipe: str, cache: Path) -> Path:
     return cache / "leases" / f"{key.removeprefix('sha256:')}.json"
 
 
+@pytest.mark.slow
 def test_a_second_compile_of_one_recipe_waits_for_the_first_and_adopts_its_unit(
     tmp_path: Path,
 ) -> None:
@@ -324,6 +328,7 @@ def test_an_expired_lease_of_a_dead_builder_is_taken_over(tmp_path: Path) -> Non
     assert builds(tmp_path) == {4: 1} and not lease.exists()
 
 
+@pytest.mark.slow
 def test_a_unit_another_live_builder_holds_is_left_while_the_others_compile(
     tmp_path: Path,
 ) -> None:

@@ -210,6 +210,7 @@ def test_a_heartbeat_interval_that_is_not_a_positive_number_is_refused(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_push_and_pull_show_bytes_and_rate_on_a_terminal_and_keep_json_stdout_clean(
     tmp_path: Path,
 ) -> None:
@@ -251,6 +252,7 @@ def test_serves_fetch_into_the_local_tier_shows_its_bytes(tmp_path: Path) -> Non
     assert "fetch: 2 blobs, 8.0 kB to copy\n" in served.stderr
 
 
+@pytest.mark.slow
 def test_byte_progress_without_a_terminal_prints_bytes_rate_and_eta_at_the_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -378,6 +380,7 @@ def test_a_store_fault_is_retried_and_each_retry_says_so_on_stderr(
     assert {"PutObject", "HeadObject"} <= {m.group(2) for m in found if m}, lines
 
 
+@pytest.mark.slow
 def test_a_persistent_store_fault_reports_each_retry_then_fails(
     s3_behind: Behind,
     tmp_path: Path,
@@ -432,6 +435,7 @@ def test_a_body_cut_mid_read_is_read_again_and_says_so(
     assert all(re.match(named, x) for x in lines), lines
 
 
+@pytest.mark.slow
 def test_byte_progress_counts_every_byte_of_an_upload_to_s3_and_a_download_from_it(
     s3_behind: Behind, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

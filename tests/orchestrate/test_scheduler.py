@@ -100,6 +100,7 @@ def test_an_engine_log_collects_stdout_and_stderr(tmp_path: Path) -> None:
     assert log.read_text().split() == ["out", "err"]
 
 
+@pytest.mark.slow
 def test_a_timeout_returns_once_sigterm_ended_the_process_not_after_the_kill_grace(
     tmp_path: Path,
 ) -> None:

@@ -203,6 +203,7 @@ def test_costs_use_earlier_builds_of_the_same_shape_never_this_runs(tmp_path: Pa
 # Several recipes in one run.
 
 
+@pytest.mark.slow
 def test_several_recipes_compile_together_one_manifest_and_ref_each(tmp_path: Path) -> None:
     paths = write_recipes(
         tmp_path / "recipes",

@@ -25,6 +25,7 @@ def blob_files(folder: Path) -> list[Path]:
     return [p for p in (folder / "blobs").rglob("*") if p.is_file()] if folder.exists() else []
 
 
+@pytest.mark.slow
 def test_a_fresh_stage_reads_the_shared_store_and_fetches_no_blob(tmp_path: Path) -> None:
     env = double_env(tmp_path)
     (path,) = write_recipes(tmp_path, [double_recipe("app")])
@@ -68,6 +69,7 @@ def blob_gets(requests: list[tuple[str, str]]) -> list[str]:
     return [path for method, path in requests if method == "GET" and "/blobs/" in path]
 
 
+@pytest.mark.slow
 def test_a_fresh_stage_on_s3_gets_no_blob_of_a_unit_the_store_holds_and_pushes_none(
     tmp_path: Path, s3_env: dict[str, str]
 ) -> None:
@@ -97,6 +99,7 @@ def test_a_fresh_stage_on_s3_gets_no_blob_of_a_unit_the_store_holds_and_pushes_n
     assert sum(builds(tmp_path).values()) == 1
 
 
+@pytest.mark.slow
 def test_push_of_a_stage_to_a_store_lacking_its_blobs_is_one_line_exit_2(tmp_path: Path) -> None:
     env = double_env(tmp_path)
     (path,) = write_recipes(tmp_path, [double_recipe("app")])

@@ -268,6 +268,7 @@ def without_never_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(NeuronEngine, "serve_env", compiles)
 
 
+@pytest.mark.slow
 def test_a_node_start_still_compiling_at_the_limit_fails_and_leaves_no_process(
     on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

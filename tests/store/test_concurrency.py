@@ -115,6 +115,7 @@ def test_a_tag_killed_around_the_ref_swap_loses_no_history_and_invents_none(
         assert report.deleted["history"] == off_chain
 
 
+@pytest.mark.slow
 def test_concurrent_tags_of_one_ref_record_exactly_the_moves_that_happened(
     tmp_path: Path,
 ) -> None:

@@ -52,6 +52,7 @@ class TestFolderStore(AtomicContract):
         return fresh_url("folder", tmp_path, None)
 
 
+@pytest.mark.slow  # a server on loopback per module: the folder classes run the contract fast
 class TestS3Store(AtomicContract):
     """moto's S3 server on loopback, one per module (``s3_root``)."""
 
@@ -77,6 +78,7 @@ class TestS3Store(AtomicContract):
         super().test_set_ref_retries_until_its_move_lands_on_top_of_the_others(connect, tmp_path)
 
 
+@pytest.mark.slow  # a server on loopback per module: the folder classes run the contract fast
 class TestSeaweedStore(AtomicContract):
     """A real S3-compatible server, SeaweedFS (``weed mini``) on loopback, one per module
     (``seaweed_root``): the S3 backend's conditional writes as another implementation answers
@@ -120,6 +122,7 @@ class TestReadOnlyStore(ReadOnlyContract):
         return url, publish_build(writer, small_recipe(tmp_path), tmp_path, "a")
 
 
+@pytest.mark.slow  # a server on loopback per module: the folder classes run the contract fast
 class TestRegistryStore(AtomicContract):
     """The CNCF distribution registry on loopback (``registry_root``), one per module, a
     repository per test. The registry has no conditional write (:mod:`neuronbuild.store.oci`):

@@ -114,6 +114,7 @@ def interleavings(kill: str | None) -> Iterator[tuple[int, ...]]:
         pytest.param(GC_STEPS[-1], marks=pytest.mark.slow),
     ],
 )
+@pytest.mark.slow
 def test_every_interleaving_of_a_ref_move_with_a_gc_killed_at_a_step_leaves_refs_complete(
     tmp_path: Path, kill: str | None
 ) -> None:
@@ -288,6 +289,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fresh_url(request.param, tmp_path, root)
 
 
+@pytest.mark.slow
 def test_gc_on_a_host_two_days_ahead_keeps_a_shard_published_seconds_before(
     store_url: str, tmp_path: Path
 ) -> None:
@@ -302,6 +304,7 @@ def test_gc_on_a_host_two_days_ahead_keeps_a_shard_published_seconds_before(
     assert store.cached_units([record.key]) == {record.key: record}
 
 
+@pytest.mark.slow
 def test_a_move_by_a_host_a_minute_slow_stays_in_history_and_keeps_its_manifest(
     store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,6 +55,7 @@ def pushed(src: Store, url: str, env: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize(("kind", "s3_checksum"), [("folder", False), ("s3", True), ("s3", False)])
+@pytest.mark.slow
 def test_push_replaces_a_same_size_corrupt_blob_the_destination_holds(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str, s3_checksum: bool
 ) -> None:
@@ -101,6 +102,7 @@ def test_compile_ingest_replaces_a_same_size_corrupt_blob_instead_of_sealing_it(
     assert store.check_blob(file) is None
 
 
+@pytest.mark.slow
 def test_a_push_to_s3_whose_temporary_folder_refuses_a_write_names_that_folder(
     s3_env: dict[str, str], tmp_path: Path
 ) -> None:

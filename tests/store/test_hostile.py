@@ -178,6 +178,7 @@ PARSERS = [
 
 @settings(max_examples=examples(300), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=200) | JSON.map(lambda v: json.dumps(v).encode()))
+@pytest.mark.slow
 def test_any_bytes_parse_to_a_record_or_bad_store_data(data: bytes) -> None:
     for parse in PARSERS:
         try:
@@ -253,6 +254,7 @@ NESTED = b"[" * 100_000 + b"]" * 100_000
         "segment too long",
     ],
 )
+@pytest.mark.slow
 def test_a_manifest_is_accepted_only_in_canonical_form_with_exact_types(
     mutate: Any, message: str, tmp_path: Path
 ) -> None:
@@ -287,6 +289,7 @@ def file(path: str, content: bytes = b"x", size: int = 1) -> dict[str, Any]:
     ],
     ids=["one path, two units", "a file and a folder", "one digest, two sizes"],
 )
+@pytest.mark.slow
 def test_layouts_a_manifest_cannot_describe_are_refused_when_parsed(
     manifest: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
@@ -324,6 +327,7 @@ def test_serve_refuses_a_manifest_whose_recipe_does_not_plan_its_units(
     assert_bad_data(nb("serve", "--manifest", edited, "--cache", store.url, "--dry-run"), message)
 
 
+@pytest.mark.slow
 def test_pull_re_checks_the_blobs_and_manifest_the_local_tier_holds(
     published: tuple[Store, str], tmp_path: Path
 ) -> None:
@@ -346,6 +350,7 @@ def test_pull_re_checks_the_blobs_and_manifest_the_local_tier_holds(
     assert verified.returncode == 0, verified.stderr
 
 
+@pytest.mark.slow
 def test_a_store_folder_nested_too_deeply_is_bad_data_not_a_traceback() -> None:
     # Outside pytest's tmp folders: removing them recurses and would fail on this tree.
     top = Path(tempfile.mkdtemp(prefix="neuronbuild-deep-"))

@@ -56,6 +56,7 @@ def demo_recipe(tmp_path: Path) -> dict[str, object]:
     return cpu_recipe(name="remote-demo", cpu_isa="host", model=str(model_folder(tmp_path)))
 
 
+@pytest.mark.slow
 def test_the_readme_ci_flow_compile_push_tag_pull_serve(oci_url: str, tmp_path: Path) -> None:
     """A CI job's stage (a published build in a folder store) pushed to the registry, tagged,
     pulled onto a node and served (up to the exec of vLLM), each as its command."""
@@ -138,6 +139,7 @@ def test_a_registry_that_goes_down_is_retried_with_lines_then_a_store_error(
     assert all("HTTP 500" in line for line in fast_retries)
 
 
+@pytest.mark.slow
 def test_injected_500s_are_retried_and_the_build_goes_through(
     oci_url: str, tmp_path: Path, fast_retries: list[str]
 ) -> None:
@@ -151,6 +153,7 @@ def test_injected_500s_are_retried_and_the_build_goes_through(
     assert Store(oci_url).get_ref("remote-demo", "latest") == digest
 
 
+@pytest.mark.slow
 def test_a_blob_served_with_other_bytes_is_corrupt_exit_2(oci_url: str, tmp_path: Path) -> None:
     digest = publish_build(Store(oci_url), demo_recipe(tmp_path), tmp_path, "a")
     with FaultyProxy(registry_port(oci_url), corrupt_every=1, body_path="/blobs/") as proxy:
@@ -208,6 +211,7 @@ def test_tags_of_other_tools_are_left_alone(oci_url: str, tmp_path: Path) -> Non
         ("malformed record", "unit sha256:"),
     ],
 )
+@pytest.mark.slow
 def test_a_tag_of_our_shape_that_is_not_ours_is_bad_store_data_exit_2(
     oci_url: str, tmp_path: Path, hostile: str, said: str
 ) -> None:
@@ -302,6 +306,7 @@ def many_blobs(count: int) -> Manifest:
     return Manifest("big", {}, (UnitRecord(key, {}, (), files, {}),))
 
 
+@pytest.mark.slow
 def test_a_manifest_whose_layers_a_registry_would_refuse_is_one_line_and_writes_nothing(
     oci_url: str,
 ) -> None:
@@ -320,6 +325,7 @@ def test_a_manifest_whose_layers_a_registry_would_refuse_is_one_line_and_writes_
     assert registry.blob_size(sha256_digest(over.to_bytes())) is None  # not even its config
 
 
+@pytest.mark.slow
 def test_a_refusal_listing_an_error_per_blob_names_the_first(oci_url: str) -> None:
     """The registry answers a manifest whose 20,000 blobs it lacks with an error per blob (over
     the 64 KiB of an answer read): the line still says which error it was."""

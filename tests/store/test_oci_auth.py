@@ -102,6 +102,7 @@ def refused_in_one_line(result: object, host: str) -> None:
     assert "HTTP 401" in line and f"docker login {host}" in line, line
 
 
+@pytest.mark.slow
 def test_a_token_registry_takes_the_ci_flow_with_the_login_s_credentials(
     tokens: TokenService, token_registry: RegistryServer, tmp_path: Path
 ) -> None:
@@ -125,6 +126,7 @@ def test_a_token_registry_refuses_a_user_with_no_login_in_one_line(
     refused_in_one_line(neuronbuild("ls", "--cache", url, env=wrong), token_registry.host)
 
 
+@pytest.mark.slow
 def test_pulls_and_pushes_at_once_on_one_session_each_use_a_token_of_their_scope(
     tokens: TokenService,
     token_registry: RegistryServer,
@@ -162,6 +164,7 @@ def test_pulls_and_pushes_at_once_on_one_session_each_use_a_token_of_their_scope
     assert sorted(actions) == ["pull", "pull,push"], tokens.asked
 
 
+@pytest.mark.slow
 def test_a_held_token_that_expired_is_exchanged_for_a_fresh_one(
     tokens: TokenService,
     token_registry: RegistryServer,
@@ -183,6 +186,7 @@ def test_a_held_token_that_expired_is_exchanged_for_a_fresh_one(
     assert [scope for _, scope in tokens.asked] == ["repository:team/cache:pull"] * 2
 
 
+@pytest.mark.slow
 def test_an_anonymous_pull_token_reads_and_a_push_is_refused(tmp_path: Path) -> None:
     """A public repository: anyone pulls, only a login pushes."""
     service = TokenService(tmp_path, {USER: PASSWORD}, anonymous_pull=True)
@@ -202,6 +206,7 @@ def test_an_anonymous_pull_token_reads_and_a_push_is_refused(tmp_path: Path) -> 
         service.stop()
 
 
+@pytest.mark.slow
 def test_a_basic_auth_registry_takes_the_ci_flow_with_the_login_s_credentials(
     basic_registry: RegistryServer, tmp_path: Path
 ) -> None:
@@ -227,6 +232,7 @@ def test_a_basic_auth_registry_refuses_a_user_with_no_login_in_one_line(
         ('Bearer realm="{realm}",service="reg"', b'["not", "an", "object"]'),
     ],
 )
+@pytest.mark.slow
 def test_a_malformed_token_challenge_or_answer_is_one_store_error(
     challenge: str, token_body: bytes, tmp_path: Path
 ) -> None:
@@ -280,6 +286,7 @@ def helper_login(tmp_path: Path, host: str, script: str) -> dict[str, str]:
     return {"DOCKER_CONFIG": str(docker), "HOME": str(tmp_path), "PATH": path}
 
 
+@pytest.mark.slow
 def test_a_credential_helper_s_answer_logs_in(
     basic_registry: RegistryServer, tmp_path: Path
 ) -> None:

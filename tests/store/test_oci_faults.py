@@ -39,6 +39,7 @@ def one_line(stderr: str) -> str:
 
 
 @pytest.mark.parametrize("part", ["/manifests/", "/tags/list", "/blobs/"])
+@pytest.mark.slow
 def test_a_body_cut_short_is_retried_and_the_read_goes_through(
     oci_url: str, tmp_path: Path, fast_retries: list[str], part: str
 ) -> None:
@@ -55,6 +56,7 @@ def test_a_body_cut_short_is_retried_and_the_read_goes_through(
 
 
 @pytest.mark.parametrize("part", ["/manifests/", "/tags/list"])
+@pytest.mark.slow
 def test_bodies_that_always_break_are_one_store_error(
     oci_url: str, tmp_path: Path, fast_retries: list[str], part: str
 ) -> None:
@@ -85,6 +87,7 @@ def test_a_resumed_read_from_a_registry_that_ignores_range_is_the_blob(
     assert got == data
 
 
+@pytest.mark.slow
 def test_a_tag_list_that_links_to_itself_ends(oci_url: str, tmp_path: Path) -> None:
     publish_build(Store(oci_url), demo_recipe(tmp_path), tmp_path, "a")
     with FaultyProxy(registry_port(oci_url), repeat_link="/tags/list") as proxy:
@@ -93,6 +96,7 @@ def test_a_tag_list_that_links_to_itself_ends(oci_url: str, tmp_path: Path) -> N
     assert "remote-demo/latest" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_ping_that_times_out_is_retried_then_one_store_error(
     oci_url: str, monkeypatch: pytest.MonkeyPatch, fast_retries: list[str]
 ) -> None:
@@ -251,6 +255,7 @@ def test_credential_files_are_read_in_one_order_the_later_winning(
     assert Registry(parse_registry_url("oci://r.example/team/cache")).login == token["podman"]
 
 
+@pytest.mark.slow
 def test_an_ipv6_registry_is_a_store(registry_root: str, tmp_path: Path) -> None:
     url = f"{registry_root}/neuronbuild/{uuid.uuid4().hex[:10]}"
     with FaultyProxy(registry_port(url), listen="::1") as proxy:
@@ -267,6 +272,7 @@ def test_an_ipv6_registry_is_a_store(registry_root: str, tmp_path: Path) -> None
         parse_registry_url("oci://[::1]:99999/team/image", "--to")
 
 
+@pytest.mark.slow
 def test_a_registry_that_throttles_is_waited_for_as_long_as_it_asks(
     oci_url: str, fast_retries: list[str]
 ) -> None:

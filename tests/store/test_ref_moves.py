@@ -51,6 +51,7 @@ def push(job: str, cache: str, *extra: str) -> tuple[int, str, str]:
     return nb("push", "tiny/latest", "--from", job, "--cache", cache, *extra)
 
 
+@pytest.mark.slow
 def test_push_of_an_old_job_folder_is_refused_then_allowed_with_rollback(
     shared: str, tmp_path: Path
 ) -> None:
@@ -81,6 +82,7 @@ def test_push_of_an_old_job_folder_is_refused_then_allowed_with_rollback(
     assert out.splitlines()[-1] == f"tiny/latest: already at {one}; nothing moved"
 
 
+@pytest.mark.slow
 def test_tag_backwards_is_refused_and_every_move_names_its_previous_value(
     shared: str, tmp_path: Path
 ) -> None:
@@ -113,6 +115,7 @@ def test_tag_backwards_is_refused_and_every_move_names_its_previous_value(
     assert code == 0, err
 
 
+@pytest.mark.slow
 def test_expect_moves_only_from_the_value_named(shared: str, tmp_path: Path) -> None:
     (job1, one), (job2, two) = job_folder(tmp_path, 1), job_folder(tmp_path, 2)
     code, _, err = push(job1, shared, "--expect", "none")
@@ -153,6 +156,7 @@ def test_expect_moves_only_from_the_value_named(shared: str, tmp_path: Path) -> 
     assert store.get_ref("tiny", "prod") == one
 
 
+@pytest.mark.slow
 def test_pull_follows_a_rolled_back_ref_and_names_its_previous_value(
     shared: str, tmp_path: Path
 ) -> None:
@@ -175,6 +179,7 @@ def test_pull_follows_a_rolled_back_ref_and_names_its_previous_value(
     assert out.splitlines()[-1] == f"tiny/prod: already at {one}; nothing moved"
 
 
+@pytest.mark.slow
 def test_compile_of_an_old_recipe_is_refused_then_allowed_with_rollback(
     shared: str, tmp_path: Path
 ) -> None:
@@ -208,6 +213,7 @@ def test_compile_of_an_old_recipe_is_refused_then_allowed_with_rollback(
     assert (report["previous"], report["manifest"]) == (two, one)
 
 
+@pytest.mark.slow
 def test_a_refused_move_does_not_hide_another_recipes_failure(tmp_path: Path) -> None:
     """Two recipes in one run: ``app``'s move back is refused, ``broken``'s unit fails. Both
     are reported (the refusal on stderr and in ``--json``), and the exit code is the failed
@@ -243,6 +249,7 @@ def test_a_refused_move_does_not_hide_another_recipes_failure(tmp_path: Path) ->
     assert [r["n_units_by_status"]["failed"] for r in report["recipes"]] == [0, 1]
 
 
+@pytest.mark.slow
 def test_seal_reports_previous_and_refuses_a_move_back(tmp_path: Path) -> None:
     env = double_env(tmp_path)
     (path,) = write_recipes(tmp_path, [double_recipe("app")])
@@ -266,6 +273,7 @@ def test_seal_reports_previous_and_refuses_a_move_back(tmp_path: Path) -> None:
     assert Store(cache).get_ref("app", "prod") == two
 
 
+@pytest.mark.slow
 def test_expect_with_several_recipes_or_a_shard_is_a_usage_error(tmp_path: Path) -> None:
     env = double_env(tmp_path)
     paths = write_recipes(tmp_path, [double_recipe("a"), double_recipe("b", seed=1)])

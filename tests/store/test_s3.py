@@ -312,6 +312,7 @@ def test_a_corrupt_local_tier_blob_is_fetched_again_from_the_remote(
     assert not verify_manifest(node, digest, deep=True).problems
 
 
+@pytest.mark.slow
 def test_gc_aborts_abandoned_multipart_uploads_only(s3_url: str, tmp_path: Path) -> None:
     store = Store(s3_url)
     digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")

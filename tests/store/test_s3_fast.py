@@ -61,6 +61,7 @@ def blob_gets(proxy: FaultyProxy) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [4000, 3 << 20], ids=["small", "ranged"])
+@pytest.mark.slow
 def test_blob_gets_go_through_obstore_and_the_rest_through_botocore(
     proxied: FaultyProxy, tmp_path: Path, size: int
 ) -> None:
@@ -81,6 +82,7 @@ def test_blob_gets_go_through_obstore_and_the_rest_through_botocore(
     assert len(others) == (2 if size >= 1 << 20 else 0), others
 
 
+@pytest.mark.slow
 def test_without_obstore_blob_gets_go_through_s3fs(
     proxied: FaultyProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

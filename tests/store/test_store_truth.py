@@ -69,6 +69,7 @@ def test_a_store_root_that_is_a_file_exits_2_for_every_command(
     ("url", "message"),
     [("", "give a folder or a URL"), ("s3:/bucket", "did you mean s3://bucket"), ("s3:b", "'//'")],
 )
+@pytest.mark.slow
 def test_store_urls_that_name_another_place_are_refused(
     tmp_path: Path, url: str, message: str
 ) -> None:
