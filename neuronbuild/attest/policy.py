@@ -39,7 +39,9 @@ A pattern's ``*`` matches any characters but ``/`` (so ``app/*`` covers every ta
 (``**`` covers every ref); every other character matches itself (no ``[...]`` classes: a ref
 never holds ``[``, so such a pattern is refused, as is one that matches no ref, such as ``*``
 or ``app``). A manifest served by digest is matched as
-``<recipe name>/sha256:<hex>`` (so ``app/*`` and ``**`` cover it, ``app/prod`` does not). Under
+``<recipe name>/sha256:<hex>`` (so ``app/*`` and ``**`` cover it, ``app/prod`` does not). A rule
+that can never apply, every ref it matches matched by an earlier rule (``app/prod`` after ``**``),
+is refused naming both (:func:`~.ref_patterns.covers`): the narrower rule goes first. Under
 a policy, ``serve``, ``pull`` and ``verify`` refuse a ref no rule matches (fail closed); ``tag``
 refuses an unsigned move only onto a ref a rule matches (a *protected* name).
 
@@ -68,7 +70,7 @@ from neuronbuild.attest.additions import verified_by
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
-from neuronbuild.attest.ref_patterns import compile_pattern
+from neuronbuild.attest.ref_patterns import compile_pattern, covers
 from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
@@ -350,7 +352,7 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         for name, entry in raw_signers.items()
     }
     _check_listed_once(signers, where)
-    rules = []
+    rules: list[Rule] = []
     for i, entry in enumerate(_list(data["refs"], f"{where}: refs", "{match, signers}")):
         field = f"{where}: refs[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"match", "signers"}:
@@ -367,6 +369,13 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
                 known = ", ".join(sorted(signers))
                 raise PolicyInvalid(f"{field}.signers: {name!r} is not a signer (known: {known})")
             named.append(signers[str(name)])
+        for j, earlier in enumerate(rules):
+            if covers(earlier.match, entry["match"]):
+                raise PolicyInvalid(
+                    f"{field}.match: {entry['match']!r} can never apply: refs[{j}] "
+                    f"({earlier.match!r}) comes first and matches every ref it does (the first "
+                    "match wins); put the narrower rule first"
+                )
         rules.append(Rule(entry["match"], tuple(named), pattern))
     additions = _additions(data.get("additions"), signers, rules, where)
     return Policy(source, signers, tuple(rules), additions)

@@ -104,6 +104,17 @@ def _accepts(state: _State) -> bool:
     return (part == "tag" and n > 0) or (part == "digest" and n == 64)
 
 
+def _tokens(pattern: str) -> list[str]:
+    """``pattern`` as its characters and wildcards (``**``, ``*``, ``?``), in order."""
+    tokens: list[str] = []
+    at = 0
+    for wildcard in _WILDCARD.finditer(pattern):
+        tokens += pattern[at : wildcard.start()]
+        tokens.append(wildcard.group())
+        at = wildcard.end()
+    return tokens + list(pattern[at:])
+
+
 def example_ref(pattern: str) -> str | None:
     """A ref (``<name>/<tag>``, each part :data:`~neuronbuild.store.layout.REF_PART`, or
     ``<name>/sha256:<64 hex>``) that ``pattern`` matches, or None when it matches none.
@@ -112,13 +123,7 @@ def example_ref(pattern: str) -> str | None:
     wildcard stands for one character of each kind the grammar tells apart, so the answer is
     exact. Time: tokens x a few hundred states x 28 characters, at most.
     """
-    tokens: list[str] = []
-    at = 0
-    for wildcard in _WILDCARD.finditer(pattern):
-        tokens += pattern[at : wildcard.start()]
-        tokens.append(wildcard.group())
-        at = wildcard.end()
-    tokens += pattern[at:]
+    tokens = _tokens(pattern)
     start: tuple[int, _State] = (0, ("name", 0, False))
     came_from: dict[tuple[int, _State], tuple[tuple[int, _State], str] | None] = {start: None}
     queue = [start]
@@ -147,3 +152,54 @@ def example_ref(pattern: str) -> str | None:
                 came_from[target] = (node, char)
                 queue.append(target)
     return None
+
+
+def _advance(tokens: list[str], states: frozenset[int], char: str | None) -> frozenset[int]:
+    """The positions in ``tokens`` a pattern can be at after reading ``char`` from ``states``
+    (None: none read), each with the wildcards it may then skip (matching nothing)."""
+    reached = set(states)
+    if char is not None:
+        reached = set()
+        for i in states:
+            token = tokens[i] if i < len(tokens) else None
+            if token == "**" or (token == "*" and char != "/"):
+                reached.add(i)
+            elif token == char or (token == "?" and char != "/"):
+                reached.add(i + 1)
+    for i in sorted(reached):  # a wildcard may match nothing: the next token too
+        while i < len(tokens) and tokens[i] in ("*", "**"):
+            i += 1
+            reached.add(i)
+    return frozenset(reached)
+
+
+def covers(outer: str, inner: str) -> bool:
+    """Whether pattern ``outer`` matches every ref pattern ``inner`` matches: then a rule of
+    ``inner`` listed after one of ``outer`` never applies (first match wins).
+
+    A breadth-first walk of both patterns side by side against the ref grammar (as
+    :func:`example_ref`), each wildcard standing for one character of each kind the grammar
+    and either pattern's own characters tell apart, so the answer is exact: False as soon as a
+    ref ``inner`` matches and ``outer`` does not is found.
+    """
+    a, b = _tokens(outer), _tokens(inner)
+    literal = {t for t in a + b if t not in ("*", "**", "?")}
+    fresh = next(c for c in "xyzwvuXYZWVU" if c not in literal)  # a letter neither names
+    alphabet = tuple(dict.fromkeys((*_ALPHABET, *sorted(literal), fresh)))
+    start = (_advance(a, frozenset({0}), None), _advance(b, frozenset({0}), None))
+    seen = {(*start, ("name", 0, False))}
+    queue = list(seen)
+    for at_a, at_b, state in queue:  # grows as it is walked: breadth first
+        for char in alphabet:
+            step = _step(state, char)
+            next_b = _advance(b, at_b, char) if step is not None else frozenset()
+            if not next_b or step is None:
+                continue
+            next_a = _advance(a, at_a, char)
+            if len(b) in next_b and _accepts(step) and len(a) not in next_a:
+                return False
+            node = (next_a, next_b, step)
+            if node not in seen:
+                seen.add(node)
+                queue.append(node)
+    return True

@@ -13,7 +13,7 @@ import pytest
 
 from neuronbuild.attest.keys import load_public_key, load_signer
 from neuronbuild.attest.policy import PolicyInvalid, load_policy
-from neuronbuild.attest.ref_patterns import translate
+from neuronbuild.attest.ref_patterns import covers, translate
 from neuronbuild.errors import UserError
 from tests.lib.commands import neuronbuild_in_process
 from tests.lib.keys import write_key
@@ -108,6 +108,77 @@ def test_the_first_rule_whose_pattern_covers_the_ref_decides(tmp_path: Path) -> 
         "*/*",
         "*/*",
     ]
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [("**", "app/prod"), ("*/*", "app/prod"), ("app/*", "app/rel-?"), ("*/*", "app/**")],
+)
+def test_a_rule_an_earlier_rule_shadows_is_refused_naming_both(
+    tmp_path: Path, first: str, later: str
+) -> None:
+    """Issue 43 item 6: with ``**`` listed before ``app/prod``, the stricter rule never applied,
+    silently."""
+    write_key(tmp_path / "ci.key")
+    write_key(tmp_path / "rel.key")
+    text = (
+        "signers: {ci: {keys: [ci.pub]}, rel: {keys: [rel.pub]}}\n"
+        f"refs: [{{match: '{first}', signers: [ci]}}, {{match: '{later}', signers: [rel]}}]\n"
+    )
+    message = refused(policy_at(tmp_path, text))
+    assert f"refs[1].match: '{later}' can never apply: refs[0] ('{first}') comes first" in message
+    assert "put the narrower rule first" in message
+    swapped = text.replace(first, "@").replace(later, first).replace("@", later)
+    assert [r.match for r in load_policy(policy_at(tmp_path, swapped)).rules] == [later, first]
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner", "covered"),
+    [
+        ("**", "app/prod", True),
+        ("app/prod", "*/*", False),
+        ("app/*", "app/sha256:*", True),
+        ("app/*", "apps/prod", False),
+        ("*p/*", "app/x", True),
+        ("app/p?od", "app/p*d", False),
+        ("app/x*", "app/*x", False),
+        ("*/prod", "**/prod", True),  # no ref holds two /
+        ("app/*", "app/-*", True),  # matches no ref: vacuously
+    ],
+)
+def test_covers_decides_by_every_ref_not_by_the_text(outer: str, inner: str, covered: bool) -> None:
+    assert covers(outer, inner) is covered
+
+
+@pytest.mark.parametrize("who", ["file", "folder"])
+def test_a_policy_or_key_every_user_may_write_is_refused(tmp_path: Path, who: str) -> None:
+    """Issue 43 item 6, as sshd's StrictModes: a world-writable policy was used."""
+    folder = tmp_path / "trust"
+    folder.mkdir()
+    write_key(folder / "ci.key")
+    path = policy_at(
+        folder, "signers: {ci: {keys: [ci.pub]}}\nrefs: [{match: '**', signers: [ci]}]\n"
+    )
+    load_policy(path)
+    target = path if who == "file" else folder
+    target.chmod(target.stat().st_mode | 0o002)
+    message = refused(path)
+    fix = f"chmod o-w {target}"
+    assert "writable by every user" in message and fix in message, message
+    folder.chmod(folder.stat().st_mode | 0o1000)  # sticky: no one replaces another's file
+    if who == "folder":
+        assert load_policy(path).rules
+
+
+def test_a_key_every_user_may_write_is_refused_naming_its_field(tmp_path: Path) -> None:
+    write_key(tmp_path / "ci.key")
+    (tmp_path / "ci.pub").chmod(0o646)
+    message = refused(
+        policy_at(
+            tmp_path, "signers: {ci: {keys: [ci.pub]}}\nrefs: [{match: '**', signers: [ci]}]\n"
+        )
+    )
+    assert "signers.ci.keys[0]" in message and "chmod o-w" in message, message
 
 
 def _in_a_thread(call: object) -> BaseException | None:
