@@ -91,9 +91,11 @@ def _listed(client: Registry, tag: str) -> list[dict[str, object]]:
     if got is None:
         return []
     try:
-        value = json.loads(got[0])
-        return [m for m in value.get("manifests", []) if isinstance(m, dict)]
-    except (ValueError, AttributeError):
+        listed = json.loads(got[0]).get("manifests", [])
+        if not isinstance(listed, list):
+            raise ValueError("manifests is not a list")
+        return [m for m in listed if isinstance(m, dict)]
+    except (ValueError, AttributeError, RecursionError):
         raise StoreError(
             f"{client.where.url}: the referrers index {tag} is not an image index"
         ) from None

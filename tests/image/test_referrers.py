@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from neuronbuild.digest import hex_of, sha256_digest
+from neuronbuild.errors import StoreError
 from neuronbuild.image import referrers
 from neuronbuild.transports.oci_registry import Registry, parse_registry_url
 from tests.store.test_oci import oci_url, registry_root
@@ -54,3 +55,19 @@ def test_attestations_pushed_at_once_each_end_in_the_referrers_index(
     keyids = sorted(m["annotations"][referrers.KEYID_ANNOTATION] for m in listed)
     assert keyids == sorted(envelopes), keyids
     assert index_reads > 2 * len(envelopes)  # each push read it again after writing
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"manifests": 5}', b"[1, 2]", b"not json", b'{"manifests": {"a": 1}}']
+)
+def test_a_malformed_referrers_index_is_one_store_error(body: bytes) -> None:
+    """Issue 43 item 8: ``{"manifests": 5}`` printed a traceback."""
+
+    class Answers:
+        where = parse_registry_url("oci://reg.example/team/images")
+
+        def get_manifest(self, reference: str, media_type: str) -> tuple[bytes, str]:
+            return body, "sha256:" + "0" * 64
+
+    with pytest.raises(StoreError, match="the referrers index sha256-ab is not an image index"):
+        referrers._listed(Answers(), "sha256-ab")  # type: ignore[arg-type]
