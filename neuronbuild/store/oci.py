@@ -71,8 +71,10 @@ from neuronbuild.transports.oci_registry import (
     FileBodies,
     Registry,
     RegistryURL,
+    body_deadline,
     bytes_body,
     parse_registry_url,
+    read_before,
 )
 
 PATH_ANNOTATION = "dev.neuronbuild.path"
@@ -517,11 +519,13 @@ class RegistryBackend(Backend):
 class BlobReader:
     """A blob read as one streaming ``GET``; a body that breaks is read on from where it broke
     (``Range``), each retry said on stderr, up to
-    :data:`~neuronbuild.transports.retry.ATTEMPTS` reads.
+    :data:`~neuronbuild.transports.retry.ATTEMPTS` reads; each body within its deadline
+    (:func:`~neuronbuild.transports.oci_registry.body_deadline`). ``read(n)`` returns what one
+    receive brings (at most ``n`` bytes; b"" only at the end), as a raw stream does.
 
     Raises:
         FileNotFoundError: the blob is absent (at the first read). StoreError: the body kept
-            breaking.
+            breaking. StoreDataInvalid: a body arrived too slowly.
     """
 
     def __init__(self, registry: Registry, digest: str) -> None:
@@ -529,6 +533,7 @@ class BlobReader:
         self.response: Any = registry.open_blob(digest)
         if self.response is None:
             raise FileNotFoundError(digest)
+        self.deadline = self._deadline()
         self.breaks = [0]
         """Reads that broke so far: one budget for every read of the blob."""
 
@@ -537,9 +542,24 @@ class BlobReader:
             self.response = self.registry.open_blob(self.digest, self.at)
             if self.response is None:
                 raise StoreError(f"{self.registry.where.url}: blob {self.digest}: gone")
-        chunk: bytes = self.response.raw.read(n if n >= 0 else None, decode_content=True)
+            self.deadline = self._deadline()
+        what = f"{self.registry.where.url}: blob {self.digest}"
+        if n >= 0:  # what one receive brings: fewer bytes than asked, b"" only at the end
+            chunk = read_before(self.response.raw, n, self.deadline, what)
+        else:
+            parts = iter(lambda: read_before(self.response.raw, 1 << 20, self.deadline, what), b"")
+            chunk = b"".join(parts)
         self.at += len(chunk)
         return chunk
+
+    def _deadline(self) -> float:
+        """When the open body must end (:func:`~neuronbuild.transports.oci_registry.
+        body_deadline` of the bytes its ``Content-Length`` announces)."""
+        try:
+            size = int(self.response.headers.get("Content-Length", 0))
+        except ValueError:
+            size = 0
+        return body_deadline(size)
 
     def _drop(self) -> None:
         if self.response is not None:

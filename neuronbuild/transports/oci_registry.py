@@ -35,7 +35,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from neuronbuild.errors import StoreError, UserError
 from neuronbuild.transports import retry
@@ -62,6 +62,16 @@ READ_SECONDS = 30.0
 """Seconds to connect, and to wait for each read, of every request (ORAS's token exchange too)."""
 HELPER_SECONDS = 30.0
 """Seconds a credential helper (``docker-credential-NAME get``) has to answer (ORAS: no limit)."""
+BODY_SECONDS = 60.0
+MIN_BODY_RATE = 1 << 20
+"""The whole of a response body is read within :data:`BODY_SECONDS` plus its size over
+:data:`MIN_BODY_RATE` (bytes per second): :data:`READ_SECONDS` bounds each wait for a byte, so
+a body trickled a byte every few seconds would never end without it. Past it, the read is bad
+data from the registry (exit 2), not a fault to retry."""
+MAX_TAGS = 1_000_000
+LIST_SECONDS = 900.0
+"""A tag listing ends within :data:`MAX_TAGS` tags and :data:`LIST_SECONDS`: a registry that
+pages without end (a new ``Link`` and new tags on every page) is bad data, not a listing."""
 TAGS_PAGE = 1000
 CHUNK_BYTES = 64 << 20
 MIN_CHUNK_BYTES = 256 << 10
@@ -495,7 +505,7 @@ class Registry:
                 response = self._send(method, url, headers or {}, body, stream or bool(read))
                 if read is not None and response.status_code in ok:
                     with response:
-                        response._content = _read_at_most(response.raw, read)
+                        response._content = _read_at_most(response.raw, read, what)
             except requests.exceptions.SSLError as exc:
                 raise StoreError(
                     f"{what}: TLS failed ({retry.one_line(str(exc))}); a registry without TLS "
@@ -858,14 +868,29 @@ class Registry:
 
     def tags(self) -> list[str]:
         """Every tag of the repository, page by page (``n`` and the ``Link`` header); [] for a
-        repository nothing was pushed to yet."""
+        repository nothing was pushed to yet.
+
+        Raises:
+            StoreDataInvalid: a page is malformed, or the listing passes :data:`MAX_TAGS` or
+                :data:`LIST_SECONDS`.
+        """
         found: dict[str, None] = {}  # in the registry's order, each tag once
         path = f"/tags/list?n={TAGS_PAGE}"
         asked = {path}
+        deadline, pages = time.monotonic() + LIST_SECONDS, 0
         while True:
+            if len(found) > MAX_TAGS or time.monotonic() > deadline:
+                from neuronbuild.errors import StoreDataInvalid
+
+                raise StoreDataInvalid(
+                    f"{self.where.url}: the tag list runs past {len(found):,} tags in "
+                    f"{pages} pages (limits: {MAX_TAGS:,} tags, {LIST_SECONDS:g} s); a "
+                    "registry paging without end? check it"
+                )
             response = self.request("GET", path, read=MAX_MANIFEST_BYTES)
             if response is None:
                 break
+            pages += 1
             page = _tags_page(response.content, self.where.url)
             link = response.links.get("next", {}).get("url")
             new = [t for t in page if t not in found]
@@ -941,17 +966,48 @@ def _error_text(response: Any) -> str:
     return retry.one_line(f"{code[1]}: {message[1] if message else ''}")
 
 
-def _read_at_most(raw: IO[bytes], limit: int) -> bytes:
-    """Up to ``limit`` bytes of a response body (decoded as sent: urllib3's ``decode_content``)."""
+def _read_at_most(raw: Any, limit: int, what: str) -> bytes:
+    """Up to ``limit`` bytes of a response body (decoded as sent: urllib3's ``decode_content``),
+    within :func:`body_deadline` of ``limit`` bytes.
+
+    Raises:
+        StoreDataInvalid: the deadline passed (naming ``what``).
+    """
+    deadline = body_deadline(limit)
     chunks: list[bytes] = []
     got = 0
     while got < limit:
-        chunk = raw.read(min(1 << 20, limit - got), decode_content=True)  # type: ignore[call-arg]
+        chunk = read_before(raw, min(1 << 20, limit - got), deadline, what)
         if not chunk:
             break
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def body_deadline(size: int) -> float:
+    """When a body of ``size`` bytes must have been read (``time.monotonic()`` seconds):
+    :data:`BODY_SECONDS` from now, plus ``size`` at :data:`MIN_BODY_RATE`."""
+    return time.monotonic() + BODY_SECONDS + size / MIN_BODY_RATE
+
+
+def read_before(raw: Any, n: int, deadline: float, what: str) -> bytes:
+    """What one receive of urllib3 response body ``raw`` brings, at most ``n`` bytes (``read1``:
+    a trickled body returns its bytes as they come, so the deadline is checked between them);
+    b"" at its end.
+
+    Raises:
+        StoreDataInvalid: ``deadline`` (``time.monotonic()`` seconds) passed, naming ``what``.
+    """
+    if time.monotonic() > deadline:
+        from neuronbuild.errors import StoreDataInvalid
+
+        raise StoreDataInvalid(
+            f"{what}: the body arrives too slowly (under {MIN_BODY_RATE >> 10} KiB/s after "
+            f"{BODY_SECONDS:g} s); check the registry, or the network before it"
+        )
+    chunk: bytes = raw.read1(n, decode_content=True)
+    return chunk
 
 
 def bytes_body(data: bytes) -> Callable[[int, int], bytes]:
