@@ -158,11 +158,14 @@ class Store:
         return isinstance(self.backend, FolderBackend)
 
     def check_writable(self, *, leave_nothing: bool = False, option: str = "--cache") -> None:
-        """Write and delete a probe object, so a read-only store fails before hours of work.
+        """Write and delete a probe object (:meth:`~neuronbuild.transports.backends.Backend.
+        probe`), so a read-only store fails before hours of work.
 
-        ``leave_nothing`` (a dry run): a folder store, existing or not, is probed by
-        :func:`~neuronbuild.folders.check_writable_folder`, which creates no folder either;
-        ``option`` names the store in messages.
+        ``leave_nothing`` (a dry run) writes nothing anywhere: a folder store, existing or not,
+        is probed by :func:`~neuronbuild.folders.check_writable_folder`, which creates no folder
+        either; any other store is refused when it refuses every write (no atomic writes and
+        no ``--last-writer-wins``) or its root does not answer (a missing bucket). ``option``
+        names the store in messages.
 
         Raises:
             UserError: publishing is not possible at this URL, or a file stands where the store
@@ -179,14 +182,16 @@ class Store:
                     "give a folder this user can write, or fix its permissions"
                 ) from None
             return
-        probe = self.layout.tmp(f"probe-{uuid.uuid4().hex}")
+        if leave_nothing:  # a dry run writes nothing anywhere
+            self.backend.check_writes_allowed()
+            self.backend.check_root(create=False)  # a bucket or repository that answers
+            return
         try:
-            self.backend.put(probe, b"")
+            self.backend.probe(self.layout.tmp(f"probe-{uuid.uuid4().hex}"))
         except FileNotFoundError as exc:  # s3fs's NoSuchBucket
             raise StoreError(
                 f"{option} {self.url}: cannot write there: {exc.strerror or exc}; check the URL"
             ) from None
-        self.backend.delete(probe)
 
     def url_of(self, path: str) -> str:
         """The full URL of a path of this store, for messages."""
@@ -995,12 +1000,7 @@ def store_now(store: Store, *, dry_run: bool = False) -> float:
     """
     if dry_run:
         return time.time()
-    probe = store.layout.tmp(f"clock-{uuid.uuid4().hex}")
-    store.backend.put(probe, b"")
-    try:
-        when = store.backend.modified(probe)
-    finally:
-        store.backend.delete(probe)
+    when = store.backend.probe(store.layout.tmp(f"clock-{uuid.uuid4().hex}"))
     return time.time() if when is None else when
 
 

@@ -33,6 +33,7 @@ from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store, store_now
 from neuronbuild.store.layout import MAX_SMALL_BYTES
 from neuronbuild.transports.backends import SwapConflict
+from neuronbuild.transports.oci_registry import Unsupported
 
 LEASE_SECONDS = 300.0
 """A lease not renewed for this long (store clock) is expired: its builder is gone."""
@@ -173,8 +174,9 @@ class Leases:
 
     def release(self, key: str) -> None:
         """Delete this builder's lease of ``key``, the version it read only: one another builder
-        took over in between stays (a store failure leaves it to expire)."""
-        with contextlib.suppress(StoreError, StoreDataInvalid):
+        took over in between stays (a store failure, or a registry that refuses deletes, leaves
+        it to expire)."""
+        with contextlib.suppress(StoreError, StoreDataInvalid, Unsupported):
             token = self._ours(key)
             if token is not None:
                 self.backend.delete_if(self.store.layout.lease(key), token)

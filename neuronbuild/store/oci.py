@@ -53,6 +53,8 @@ import hashlib
 import json
 import re
 import time
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, cast
@@ -71,6 +73,7 @@ from neuronbuild.transports.oci_registry import (
     FileBodies,
     Registry,
     RegistryURL,
+    Unsupported,
     body_deadline,
     bytes_body,
     parse_registry_url,
@@ -500,20 +503,55 @@ class RegistryBackend(Backend):
 
     def delete(self, path: str) -> None:
         digest = self._blob_digest(path)
-        if digest is not None:
-            self.registry.delete_blob(digest)
-            return
-        current = self.registry.manifest_digest(self.tag_of(path))
-        if current is not None:
-            self.registry.delete_manifest(current)
+        with self._deletes(path):
+            if digest is not None:
+                self.registry.delete_blob(digest)
+                return
+            current = self.registry.manifest_digest(self.tag_of(path))
+            if current is not None:
+                self.registry.delete_manifest(current)
 
     def delete_if(self, path: str, token: Any) -> bool:
         # Deleting by digest removes the tag only while it still names that digest.
         current = self.registry.manifest_digest(self.tag_of(path))
         if current is None or current != token:
             return False
-        self.registry.delete_manifest(current)
+        with self._deletes(path):
+            self.registry.delete_manifest(current)
         return True
+
+    @contextlib.contextmanager
+    def _deletes(self, path: str) -> Iterator[None]:
+        """A registry that refuses deletes (405) said in one line naming the setting.
+
+        Raises:
+            Unsupported: the registry refused the delete (exit 2).
+        """
+        try:
+            yield
+        except Unsupported as exc:
+            raise Unsupported(
+                f"{self.url_of(path)}: the registry refuses deletes ({exc}); gc, and releasing "
+                "a lease early, need them: enable them (the distribution registry: "
+                "storage.delete.enabled: true; GHCR and Docker Hub allow none through the API)"
+            ) from None
+
+    PROBE = "probe"
+    """The one temporary name :meth:`probe` writes: written again by every run, never deleted
+    (a registry may refuse deletes), so at most one probe tag stays in the repository."""
+
+    def probe(self, path: str) -> float | None:
+        """Write the probe tag (:data:`PROBE`, whatever ``path`` says) twice with other bytes,
+        so a repository whose tags are immutable, where no ref could move, is found before
+        hours of work; nothing is deleted. The registry keeps no times: None.
+
+        Raises:
+            Unsupported: the repository's tags are immutable. StoreError: a write failed.
+        """
+        fixed = self.layout.tmp(self.PROBE)
+        for _ in range(2):
+            self.put(fixed, uuid.uuid4().hex.encode())
+        return None
 
 
 class BlobReader:

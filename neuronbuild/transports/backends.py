@@ -279,6 +279,29 @@ class Backend(ABC):
     def put(self, path: str, data: bytes) -> None:
         """Replace ``path`` with ``data`` atomically."""
 
+    def check_writes_allowed(self) -> None:
+        """Raise where this backend refuses every write (:class:`ReadOnly`); elsewhere nothing:
+        what a dry run, which writes nothing, can know of a store's writes.
+
+        Raises:
+            UserError: writes are refused here (naming the opt-in that allows them).
+        """
+
+    def probe(self, path: str) -> float | None:
+        """Write an empty probe object at ``path`` (a fresh temporary name), read its
+        modification time and delete it: the store is writable, and that is its clock (seconds
+        since the epoch; None where it keeps no times).
+
+        Raises:
+            StoreError: the write or the delete failed (a store that refuses deletes says
+                which setting it needs). FileNotFoundError: the store's root is gone.
+        """
+        self.put(path, b"")
+        try:
+            return self.modified(path)
+        finally:
+            self.delete(path)
+
     @abstractmethod
     def create(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` unless it exists; True if this call created it."""
@@ -767,6 +790,9 @@ class ReadOnly(Backend):
 
     def check_root(self, create: bool) -> None:
         self.inner.check_root(create)
+
+    def check_writes_allowed(self) -> None:
+        raise self._refuse()
 
     def read_versioned(self, path: str, limit: int) -> tuple[bytes | None, Any]:
         return self.inner.read_versioned(path, limit)

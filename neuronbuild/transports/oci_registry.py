@@ -484,8 +484,8 @@ class Registry:
 
         Raises:
             Unauthorized: 401/403 after authenticating. Transient: a refused or broken
-                connection, a timeout, 429 or 5xx that outlasted the attempts. StoreError: any
-                other status (one line, ``what`` named).
+                connection, a timeout, 429 or 5xx that outlasted the attempts. Unsupported: 405.
+                StoreError: any other status (one line, ``what`` named).
         """
         import requests
         import urllib3.exceptions
@@ -532,6 +532,8 @@ class Registry:
                 raise retry.Failing(retry.Fault(fault, asked))
             if status == 413:
                 raise BodyTooLarge(f"{what}: HTTP 413 {message}".strip())
+            if status == 405:
+                raise Unsupported(f"{what}: HTTP 405 {message}".strip())
             if status in (401, 403):
                 raise Unauthorized(
                     f"{what}: HTTP {status} {message}; log in (docker login "
@@ -839,7 +841,8 @@ class Registry:
 
         Raises:
             UserError: the registry refuses the repository's name (``NAME_INVALID``), naming
-                :attr:`RegistryURL.option`. StoreError: as :meth:`must`.
+                :attr:`RegistryURL.option`. Unsupported: the tag exists and the repository's
+                tags are immutable (ECR's ``TAG_INVALID``). StoreError: as :meth:`must`.
         """
         try:
             response = self.must(
@@ -850,10 +853,17 @@ class Registry:
                 ok=(201, 200),
             )
         except StoreError as exc:
+            said = str(exc).rpartition("HTTP 400 ")[2]
             if "NAME_INVALID" in str(exc):
                 raise UserError(
-                    f"{self.where.option} {self.where.url}: the registry refuses the name: "
-                    f"{str(exc).rpartition('HTTP 400 ')[2]}"
+                    f"{self.where.option} {self.where.url}: the registry refuses the name: {said}"
+                ) from None
+            if "TAG_INVALID" in str(exc) and "immutable" in str(exc).lower():
+                raise Unsupported(
+                    f"{self.where.option} {self.where.url}: tag {reference}: the repository's "
+                    f"tags are immutable ({said}); a store moves refs by writing their tags "
+                    "again: make its tags mutable (ECR: aws ecr put-image-tag-mutability "
+                    "--image-tag-mutability MUTABLE) or give another repository"
                 ) from None
             raise
         response.close()
@@ -909,6 +919,12 @@ class Registry:
 class Transient(StoreError):
     """A fault that may pass (a refused or broken connection, a timeout, 429, 5xx) outlasted
     the attempts (exit code 3, as every StoreError)."""
+
+
+class Unsupported(UserError):
+    """The registry does not offer the request (HTTP 405: deletes switched off, as the
+    distribution registry's default, GHCR and Docker Hub answer; or an immutable tag): exit 2,
+    since retrying cannot change it; the caller says which setting its feature needs."""
 
 
 class BodyTooLarge(StoreError):

@@ -504,7 +504,7 @@ def test_dry_run_probes_an_s3_store_leaving_nothing_and_refuses_a_missing_bucket
         assert result.returncode == 0, result.stderr
         assert "compile  dynamic" in result.stdout
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        assert fs.find("neuronbuild-dry-run") == []  # the probe object is gone
+        assert fs.find("neuronbuild-dry-run") == []  # a dry run writes nothing
         missing = neuronbuild(*args, "s3://no-such-bucket/store", env=env)
         assert missing.returncode == 3, missing.stderr
         assert "no-such-bucket" in missing.stderr and "Traceback" not in missing.stderr

@@ -32,8 +32,10 @@ class RegistryServer(LoopbackService):
     """A running registry at :attr:`host` (``127.0.0.1:PORT``, plain HTTP); :meth:`stop` ends it
     and removes its data."""
 
-    def __init__(self, binary: str, auth: str = "") -> None:
-        """``auth``: the config's ``auth:`` section, as YAML indented under it (none: open)."""
+    def __init__(self, binary: str, auth: str = "", deletes: bool = True) -> None:
+        """``auth``: the config's ``auth:`` section, as YAML indented under it (none: open);
+        ``deletes``: False answers every DELETE 405, as the registry's default configuration,
+        GHCR and Docker Hub do."""
         super().__init__("neuronbuild-registry-", "registry.log")
         (port,) = free_ports(1)
         self.host = f"127.0.0.1:{port}"
@@ -43,7 +45,7 @@ class RegistryServer(LoopbackService):
             "version: 0.1\n"
             "log:\n  level: error\n  accesslog:\n    disabled: true\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.dir / 'data'}\n"
-            "  delete:\n    enabled: true\n"
+            f"  delete:\n    enabled: {'true' if deletes else 'false'}\n"
             f"http:\n  addr: {self.host}\n" + (f"auth:\n{auth}" if auth else "")
         )
         self.spawn([binary, "serve", str(config)])
@@ -69,14 +71,14 @@ class RegistryServer(LoopbackService):
             time.sleep(0.1)
 
 
-def start_registry(auth: str = "") -> RegistryServer:
+def start_registry(auth: str = "", deletes: bool = True) -> RegistryServer:
     """A ready registry on loopback (``auth`` as :class:`RegistryServer` takes it); the caller
     stops it. Raises :class:`FileNotFoundError` with the install hint when the registry is not
     installed."""
     binary = registry_binary()
     if binary is None:
         raise FileNotFoundError(INSTALL_HINT)
-    server = RegistryServer(binary, auth)
+    server = RegistryServer(binary, auth, deletes)
     try:
         server.wait_ready()
     except BaseException:
@@ -86,9 +88,10 @@ def start_registry(auth: str = "") -> RegistryServer:
 
 
 @contextlib.contextmanager
-def registry(auth: str = "") -> Iterator[RegistryServer]:
-    """A registry on loopback for the block's length (``auth`` as :class:`RegistryServer`)."""
-    server = start_registry(auth)
+def registry(auth: str = "", deletes: bool = True) -> Iterator[RegistryServer]:
+    """A registry on loopback for the block's length (``auth`` and ``deletes`` as
+    :class:`RegistryServer` takes them)."""
+    server = start_registry(auth, deletes)
     try:
         yield server
     finally:
