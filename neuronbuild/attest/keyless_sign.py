@@ -7,6 +7,7 @@ Google Cloud). Verifying is :mod:`neuronbuild.attest.keyless`'s.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,36 @@ def identity_token(key_ref: str, option: str, environ: Mapping[str, str] | None)
     try:
         return IdentityToken(token)
     except Error as exc:
-        raise UserError(f"{option} {key_ref!r}: {first_line(exc)}") from None
+        raise UserError(f"{option} {key_ref!r}: {expired(token) or first_line(exc)}") from None
+
+
+def expired(token: str) -> str | None:
+    """Why an OIDC identity token sigstore refused is no longer valid, when its ``exp`` claim
+    has passed (sigstore says only "Identity token is malformed or missing claims"): when it
+    expired, how long ago, and how to get a fresh one; None when it has not expired or holds
+    no readable ``exp``. The claims are read unverified: the signature is Fulcio's to check,
+    and nothing is decided on them here but the words of a refusal."""
+    import datetime
+
+    import jwt
+
+    from neuronbuild.human import duration
+
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False, "verify_exp": False})
+        at = float(claims["exp"])
+    except (jwt.PyJWTError, KeyError, TypeError, ValueError):
+        return None
+    now = time.time()
+    if at > now:
+        return None
+    when = datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(timespec="seconds")
+    return (
+        f"the OIDC identity token expired at {when} ({duration(now - at)} ago); CI tokens last "
+        "minutes: let the step that signs fetch its own (GitHub Actions: permissions: "
+        f"id-token: write, with no ${envs.SIGSTORE_ID_TOKEN} set at the job's start), or set "
+        f"${envs.SIGSTORE_ID_TOKEN} to a fresh one"
+    )
 
 
 class KeylessSigner:
