@@ -141,8 +141,10 @@ class RegistryBackend(Backend):
 
     rereads_mismatch = True
     lists_blobs = False
-    settle_seconds = 0.25
-    """How long a ref move waits before checking its move is on the ref's history chain."""
+    settle_seconds = 1.0
+    """How long a ref move waits before checking its move is on the ref's history chain
+    (seconds): longer than a racer's read-to-write window over a WAN, or on a loaded CI host,
+    where 0.25 s let a racing mover's overwrite go unseen; a ref moves once per build."""
 
     def __init__(self, url: str) -> None:
         where = parse_registry_url(url)
