@@ -141,6 +141,13 @@ class StoreDataInvalid(UserError):
     """Data read from a store is malformed, hostile or incomplete: exit code 2."""
 
 
+class Unsupported(UserError):
+    """The store does not offer an operation a command needs (a registry answering HTTP 405
+    with deletes switched off, as the distribution registry's default, GHCR and Docker Hub do;
+    an immutable tag): exit code 2, since retrying cannot change it; the message names the
+    setting the command's feature needs."""
+
+
 class UnitsFailed(Exception):
     """Some compile units failed; the others were published and nothing was sealed: exit 1."""
 

@@ -29,11 +29,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError, Unsupported
 from neuronbuild.store.cas import Store, store_now
 from neuronbuild.store.layout import MAX_SMALL_BYTES
 from neuronbuild.transports.backends import SwapConflict
-from neuronbuild.transports.oci_registry import Unsupported
 
 LEASE_SECONDS = 300.0
 """A lease not renewed for this long (store clock) is expired: its builder is gone."""

@@ -62,7 +62,7 @@ from typing import IO, Any, cast
 from fsspec import AbstractFileSystem
 
 from neuronbuild.digest import hash_file, hex_of, sha256_digest
-from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, StoreError, Unsupported, UserError
 from neuronbuild.human import count
 from neuronbuild.store.layout import MAX_RECORD_BYTES, Layout
 from neuronbuild.store.records import Manifest, UnitRecord
@@ -73,7 +73,6 @@ from neuronbuild.transports.oci_registry import (
     FileBodies,
     Registry,
     RegistryURL,
-    Unsupported,
     body_deadline,
     bytes_body,
     parse_registry_url,

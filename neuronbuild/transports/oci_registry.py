@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.errors import StoreError, UserError
+from neuronbuild.errors import StoreDataInvalid, StoreError, Unsupported, UserError
 from neuronbuild.transports import retry
 
 SCHEMES = {"oci": "https", "oci+http": "http"}
@@ -802,7 +802,6 @@ class Registry:
             StoreDataInvalid: larger than the limit.
         """
         from neuronbuild.digest import sha256_digest
-        from neuronbuild.errors import StoreDataInvalid
 
         response = self.request(
             "GET", f"/manifests/{reference}", headers={"Accept": media_type},
@@ -890,8 +889,6 @@ class Registry:
         deadline, pages = time.monotonic() + LIST_SECONDS, 0
         while True:
             if len(found) > MAX_TAGS or time.monotonic() > deadline:
-                from neuronbuild.errors import StoreDataInvalid
-
                 raise StoreDataInvalid(
                     f"{self.where.url}: the tag list runs past {len(found):,} tags in "
                     f"{pages} pages (limits: {MAX_TAGS:,} tags, {LIST_SECONDS:g} s); a "
@@ -921,12 +918,6 @@ class Transient(StoreError):
     the attempts (exit code 3, as every StoreError)."""
 
 
-class Unsupported(UserError):
-    """The registry does not offer the request (HTTP 405: deletes switched off, as the
-    distribution registry's default, GHCR and Docker Hub answer; or an immutable tag): exit 2,
-    since retrying cannot change it; the caller says which setting its feature needs."""
-
-
 class BodyTooLarge(StoreError):
     """The registry, or a proxy before it, refused a request body's size (HTTP 413)."""
 
@@ -951,8 +942,6 @@ def _tags_page(content: bytes, url: str) -> list[str]:
     Raises:
         StoreDataInvalid: it is no JSON object with a list of strings (or null) as ``tags``.
     """
-    from neuronbuild.errors import StoreDataInvalid
-
     try:
         page = json.loads(content)
     except (ValueError, RecursionError):
@@ -1016,8 +1005,6 @@ def read_before(raw: Any, n: int, deadline: float, what: str) -> bytes:
         StoreDataInvalid: ``deadline`` (``time.monotonic()`` seconds) passed, naming ``what``.
     """
     if time.monotonic() > deadline:
-        from neuronbuild.errors import StoreDataInvalid
-
         raise StoreDataInvalid(
             f"{what}: the body arrives too slowly (under {MIN_BODY_RATE >> 10} KiB/s after "
             f"{BODY_SECONDS:g} s); check the registry, or the network before it"

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from neuronbuild.errors import UserError
+from neuronbuild.errors import Unsupported, UserError
 from neuronbuild.store.cas import Store, store_now
 from neuronbuild.store.leases import Leases
-from neuronbuild.transports.oci_registry import Registry, Unsupported, parse_registry_url
+from neuronbuild.transports.oci_registry import Registry, parse_registry_url
 from tests.lib.registry import INSTALL_HINT, registry, registry_binary
 
 
