@@ -158,8 +158,8 @@ class Store:
         return isinstance(self.backend, FolderBackend)
 
     def check_writable(self, *, leave_nothing: bool = False, option: str = "--cache") -> None:
-        """Write and delete a probe object (:meth:`~neuronbuild.transports.backends.Backend.
-        probe`), so a read-only store fails before hours of work.
+        """Write and delete a probe object (the backend's ``probe``), so a read-only store fails
+        before hours of work.
 
         ``leave_nothing`` (a dry run) writes nothing anywhere: a folder store, existing or not,
         is probed by :func:`~neuronbuild.folders.check_writable_folder`, which creates no folder
