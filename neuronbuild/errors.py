@@ -195,7 +195,12 @@ def exit_code(exc: BaseException) -> int | None:
 
 
 def message_lines(exc: BaseException) -> list[str]:
-    """The one-line messages the CLI prints for ``exc`` (several for a recipe's errors)."""
+    """The one-line messages the CLI prints for ``exc`` (several for a recipe's errors), each
+    without trailing whitespace (a message built from parts can end in a blank one)."""
+    return [line.rstrip() for line in _message_lines(exc)]
+
+
+def _message_lines(exc: BaseException) -> list[str]:
     if isinstance(exc, RecipeInvalid):
         return [f"{exc.source}: {error}" for error in exc.errors]
     if isinstance(exc, UserError):

@@ -23,6 +23,7 @@ from neuronbuild.ui.options import (
 from neuronbuild.ui.verbosity import key_text
 
 if TYPE_CHECKING:
+    from neuronbuild.store.cas import Store
     from neuronbuild.store.records import Manifest
 
 
@@ -277,7 +278,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     from neuronbuild.ui.verbosity import echo_notes
 
     store = Store(cache)
-    data = store.overview()
+    data = overview(store)
     refs = data["refs"]
     data["attestations"], notes = {}, []
     for d in sorted(set(refs.values())):
@@ -316,11 +317,24 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     click.echo(store_counts(data, store.url))
 
 
+def overview(store: Store) -> dict[str, Any]:
+    """``ls`` and ``status``'s account of ``store`` (:meth:`Store.overview`), its seed records
+    (:mod:`~neuronbuild.orchestrate.seeds`) counted apart from the unit records of builds."""
+    from neuronbuild.orchestrate.seeds import count_seed_records
+
+    data = store.overview()
+    data["n_seed_records"] = count_seed_records(store)
+    data["n_unit_records"] -= data["n_seed_records"]
+    return data
+
+
 def store_counts(data: dict[str, Any], url: str) -> str:
-    """``ls`` and ``status``'s line of what a store holds (``data``: :meth:`Store.overview`)."""
+    """``ls`` and ``status``'s line of what a store holds (``data``: :func:`overview`)."""
+    seeds = data["n_seed_records"]
+    kept = f" (and {count(seeds, 'seed record')} of failed runs)" if seeds else ""
     return (
         f"{count(data['n_manifests'], 'manifest')}, "
-        f"{count(data['n_unit_records'], 'unit record')}, {count(data['n_blobs'], 'blob')} "
+        f"{count(data['n_unit_records'], 'unit record')}{kept}, {count(data['n_blobs'], 'blob')} "
         f"({size(data['bytes'])}), {count(data['n_layouts'], 'node layout')} in {url}"
     )
 
@@ -401,7 +415,7 @@ def status(recipe_path: str | None, cache: str, as_json: bool) -> None:
     from neuronbuild.store.cas import Store
 
     store = Store(cache)
-    data = store.overview()
+    data = overview(store)
     if recipe_path is not None:
         data["recipe"] = recipe_status(load_or_exit(recipe_path), store)
     if as_json:

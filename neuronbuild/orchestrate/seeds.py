@@ -16,6 +16,7 @@ records like any unit record past its grace period (DESIGN.md, "Store").
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -137,3 +138,21 @@ def keep_finished(
         file=stream or sys.stderr,
     )
     return len(files)
+
+
+def count_seed_records(store: Store, workers: int = 16) -> int:
+    """How many of the store's unit records are seed records (``status`` and ``ls`` count them
+    apart from published units). Reads every unit record, ``workers`` at a time; one that
+    cannot be read is not a seed record (``verify`` and ``doctor`` report it)."""
+
+    def is_seed(key: str | None) -> bool:
+        try:
+            record = store.get_unit(key) if key is not None else None
+        except StoreDataInvalid:
+            return False
+        return record is not None and record.factors.get("schema") == SEED_SCHEMA
+
+    paths = store.backend.find(store.layout.folder("units"))
+    keys = [store.layout.digest_of("units", path) for path in paths]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(is_seed, keys))

@@ -146,3 +146,17 @@ def test_doctor_prints_a_keyed_variable_s_value_as_the_environment_s(
     assert code == 0, err
     assert '       env.CXX: environment "clang++", manifest null' in out.splitlines()
     assert 'recipe "clang++"' not in out
+
+
+def test_no_printed_refusal_ends_in_whitespace() -> None:
+    """Issue 46 item 13: a message built from parts (a rollback refusal) ended in a space."""
+    from neuronbuild.errors import RecipeInvalid, StoreError, message_lines
+
+    for exc in (
+        UserError("nothing moved; pass --rollback to move it back "),
+        StoreError("s3://b/store: refused\t"),
+        RecipeInvalid("recipe.yaml", ["max_model_len: give a number "]),
+        FileNotFoundError(2, "No such file or directory ", None),
+    ):
+        for line in message_lines(exc):
+            assert line == line.rstrip(), (exc, line)

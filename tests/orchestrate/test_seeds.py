@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from neuronbuild.keys import UnitKey
 from neuronbuild.plan import build_plan
 from neuronbuild.store.cas import Store
 from tests.engines.test_neuron_engine import (  # noqa: F401 (double: a fixture)
@@ -84,3 +85,31 @@ def test_a_run_killed_for_memory_is_retried_with_a_smaller_trace_pool(
     recipe = small_recipe(tmp_path, vision=False)
     report = compile_small(recipe, Store(str(tmp_path / "store"), create=True), tmp_path, jobs=1)
     assert report.failed == 0 and report.manifest is not None
+
+
+def test_status_and_ls_count_seed_records_apart_from_the_units_of_builds(
+    tmp_path: Path,
+) -> None:
+    """Issue 46 item 13: a failed run's seed records are no published unit."""
+    import json
+
+    from neuronbuild.orchestrate.seeds import SEED_SCHEMA
+    from neuronbuild.store.records import UnitRecord
+    from tests.conftest import cpu_recipe, publish_build
+    from tests.lib.commands import neuronbuild_in_process
+
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, cpu_recipe(cpu_isa="host"), tmp_path, "a")
+    [built] = store.get_manifest(digest).units
+    for generation in (0, 1):
+        key = UnitKey({"schema": SEED_SCHEMA, "generation": generation})
+        store.put_unit(UnitRecord(key.digest, key.factors, (), built.files, {}))
+    store.backend.put(store.layout.unit("sha256:" + "e" * 64), b"not a record")
+
+    for command in ("status", "ls"):
+        code, out, err = neuronbuild_in_process(command, "--cache", store.url, "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert (data["n_unit_records"], data["n_seed_records"]) == (2, 2)  # 1 built, 1 unreadable
+        code, out, err = neuronbuild_in_process(command, "--cache", store.url)
+        assert "2 unit records (and 2 seed records of failed runs)," in out
