@@ -782,8 +782,9 @@ class Store:
         and keeps the manifest, or this move sees the marker (or the manifest gone) and fails
         cleanly. A crash in between leaves an entry of a move that never happened, which
         :meth:`ref_history` skips, never a move without its entry (see
-        :mod:`neuronbuild.store.gc`). A swap that fails with a store error keeps its entry: it
-        may have moved the ref (its answer lost).
+        :mod:`neuronbuild.store.gc`). A swap that fails with a store error removes its entry
+        where the ref, read again, does not hold ``digest``; one that may have moved the ref (its
+        answer lost, the read failing too) keeps it.
 
         Raises:
             RefConflict: the ref points elsewhere (another builder moved it first).
@@ -810,12 +811,17 @@ class Store:
             self._forget(intent)
             raise StoreError(f"{self.url}: {name}/{tag}: {refusal}")
         try:
-            # A swap that fails with a store error may have landed (its answer lost): its entry
-            # stays, off the chain if the ref did not move.
             self.backend.swap(path, (digest + "\n").encode(), token)
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
+        except (StoreError, UserError):
+            # It may have landed (its answer lost): the entry goes only where a read of the
+            # ref says it did not (an unwritable refs/), and stays, off the chain, otherwise.
+            with contextlib.suppress(StoreError, UserError):
+                if self.get_ref(name, tag) != digest:
+                    self._forget(intent)
+            raise
         if self.backend.settle_seconds:
             self._check_landed(name, tag, intent)
         return current

@@ -399,3 +399,31 @@ def test_compile_stage_refuses_expect_and_rollback(tmp_path: Path) -> None:
             f"error: {option[0]}: --stage moves no shared ref; give it to push"
         )
     assert not stage.exists() and not (tmp_path / "shared").exists()
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_a_move_whose_swap_fails_keeps_no_history_entry_unless_it_may_have_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    """Issue 46 item 17: a tag into an unwritable ``refs/`` kept the entry of its failed move.
+    An entry goes where the ref, read again, does not hold the move's manifest; a swap whose
+    answer was lost after it landed keeps its entry (on the chain)."""
+    from neuronbuild.errors import StoreError
+
+    store = Store(str(tmp_path / "store"), create=True)
+    first = publish_build(store, cpu_recipe(cpu_isa="host", seed=1), tmp_path, "a")
+    second = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
+    real = store.backend.swap
+
+    def refused(path: str, data: bytes, token: object) -> None:
+        if landed:
+            real(path, data, token)
+        raise StoreError(f"{store.url}: cannot write {path}: [Errno 13] Permission denied")
+
+    monkeypatch.setattr(store.backend, "swap", refused)
+    with pytest.raises(StoreError, match="Permission denied"):
+        store.move_ref("tiny", "latest", first, second)
+    monkeypatch.undo()
+    entries = [move.manifest for _, move in store.history_entries("tiny", "latest")]
+    assert entries == ([first, second, first] if landed else [first, second])
+    assert store.ref_history("tiny", "latest")[-1].manifest == (first if landed else second)
