@@ -538,6 +538,9 @@ def _connection_refused(exc: BaseException) -> bool:
     return False
 
 
+_IGNORED_CONDITION: dict[tuple[str, str], str | None] = {}
+"""By (endpoint, bucket): the conditional-write header the endpoint ignores, or None (probed)."""
+
 SINGLE_PUT_BYTES = 100 << 20
 """Files below this many bytes go up in one PUT (s3fs: under twice its 50 MiB default part)."""
 
@@ -552,6 +555,10 @@ class ObjectBackend(Backend):
     request is retried, with a line on stderr, by :mod:`neuronbuild.transports.retry`."""
 
     rereads_mismatch = True
+
+    last_writer_wins = False
+    """``--last-writer-wins``: where the endpoint ignores conditional writes, publish anyway
+    (:meth:`_conditions_honoured`)."""
 
     def __init__(self, fs: AbstractFileSystem, places: Places, url: str) -> None:
         super().__init__(fs, places, url)
@@ -649,7 +656,51 @@ class ObjectBackend(Backend):
             self.fs.pipe_file(path, data)
 
     def create(self, path: str, data: bytes) -> bool:
+        if not self._conditions_honoured():
+            return _create_unchecked(self, path, data)
         return self._put_if(path, data, mode="create")
+
+    def _conditions_honoured(self) -> bool:
+        """Whether this endpoint honours ``If-None-Match: *`` and ``If-Match`` on PUT, probed
+        once per endpoint and bucket in this process (:meth:`_ignored_condition`). False only
+        where it ignores them and the user passed ``--last-writer-wins``: then create and swap
+        check, then write, and may race.
+
+        Raises:
+            UserError: it ignores them (older MinIO, the JuiceFS gateway, s3gw), so the first
+                record would not win and a ref move would not compare-and-swap; no
+                ``--last-writer-wins``. StoreError: the probe could not write.
+        """
+        where = (str(getattr(self.fs, "endpoint_url", None)), self.root.partition("/")[0])
+        if where not in _IGNORED_CONDITION:
+            _IGNORED_CONDITION[where] = self._ignored_condition()
+        ignored = _IGNORED_CONDITION[where]
+        if ignored is None:
+            return True
+        if self.last_writer_wins:
+            return False
+        raise UserError(
+            f"{self.url}: this S3 endpoint ignores {ignored} on PUT (a conditional write of the "
+            "probe replaced it), so a first record would not win and a ref move would not "
+            "compare-and-swap: use an endpoint that honours conditional writes, or pass "
+            "--last-writer-wins to publish anyway (of two concurrent writers the last one wins)"
+        )
+
+    def _ignored_condition(self) -> str | None:
+        """The conditional-write header this endpoint ignores (``If-None-Match``, ``If-Match``),
+        or None: a create of a fresh private object under ``tmp/``, a create over it and a
+        swap from a version it never had (both must be refused), then its delete."""
+        path = self.places.tmp(f"conditions-{uuid.uuid4().hex}")
+        try:
+            self._put_if(path, b"0", mode="create")
+            if self._put_if(path, b"1", mode="create"):
+                return "If-None-Match"
+            if self._put_if(path, b"2", IfMatch=f'"{"0" * 32}"'):
+                return "If-Match"
+            return None
+        finally:
+            with contextlib.suppress(StoreError, UserError, OSError):
+                self.delete(path)
 
     def _put_if(self, path: str, data: bytes, **condition: Any) -> bool:
         """PUT ``data`` at ``path`` if ``condition`` (s3fs's ``mode="create"``: If-None-Match,
@@ -723,6 +774,8 @@ class ObjectBackend(Backend):
         return base64.b64decode(value).hex()
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
+        if not self._conditions_honoured():
+            return _swap_unchecked(self, path, data, token)
         condition = {"mode": "create"} if token is None else {"IfMatch": token}
         if not self._put_if(path, data, **condition):
             raise SwapConflict(f"{path} changed while moving it")
@@ -745,6 +798,21 @@ class ObjectBackend(Backend):
         return True
 
 
+def _create_unchecked(backend: Backend, path: str, data: bytes) -> bool:
+    """Create by checking, then writing: of two racing writers, the last one wins."""
+    if backend.exists(path):
+        return False
+    backend.put(path, data)
+    return True
+
+
+def _swap_unchecked(backend: Backend, path: str, data: bytes, token: Any) -> None:
+    """Compare-and-swap by reading, then writing: of two racing writers, the last one wins."""
+    if backend.read_versioned(path, SWAPPED_BYTES)[1] != token:
+        raise SwapConflict(f"{path} changed while moving it")
+    backend.put(path, data)
+
+
 class LastWriterWinsBackend(Backend):
     """Any other writable fsspec file system, by explicit opt-in: check-then-write, may race."""
 
@@ -753,19 +821,14 @@ class LastWriterWinsBackend(Backend):
             self.fs.pipe_file(path, data)
 
     def create(self, path: str, data: bytes) -> bool:
-        if self.exists(path):
-            return False
-        self.put(path, data)
-        return True
+        return _create_unchecked(self, path, data)
 
     def put_file(self, local: str | Path, path: str, on_bytes: OnBytes | None = None) -> None:
         with self._errors(f"cannot upload {path}"):
             self.fs.put_file(str(local), path, callback=_Counted(on_bytes))
 
     def swap(self, path: str, data: bytes, token: Any) -> None:
-        if self.read_versioned(path, SWAPPED_BYTES)[1] != token:
-            raise SwapConflict(f"{path} changed while moving it")
-        self.put(path, data)
+        _swap_unchecked(self, path, data, token)
 
 
 class ReadOnly(Backend):
@@ -887,8 +950,10 @@ def open_folder(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
 
 def open_object(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:
     """An S3 store (``s3://``), conditional writes and all (row ``s3``), with
-    :func:`s3_options`."""
-    return ObjectBackend(*_filesystem(url, places, **s3_options()), url)
+    :func:`s3_options`; ``last_writer_wins``: also on an endpoint that ignores them."""
+    backend = ObjectBackend(*_filesystem(url, places, **s3_options()), url)
+    backend.last_writer_wins = last_writer_wins
+    return backend
 
 
 def open_other(url: str, last_writer_wins: bool, places: PlacesAt) -> Backend:

@@ -34,7 +34,8 @@ QUIET_HELP = (
 )
 BOTH_VERBOSITIES = "-v/--verbose and -q/--quiet: give one of them"
 LAST_WRITER_WINS_HELP = (
-    "Allow publishing to an fsspec URL without atomic writes (not folders or s3://)."
+    "Allow publishing to an fsspec URL without atomic writes (not folders or s3://), or to an "
+    "S3 endpoint that ignores conditional writes."
 )
 
 
