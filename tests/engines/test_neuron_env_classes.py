@@ -113,7 +113,46 @@ def test_values_the_plugin_reads_alike_give_one_key() -> None:
     assert keyed_env({"VLLM_NEURON_DISABLE_INPUT_DEDUP": "0"}) == {}  # bool(int("0")): off
     on = {"VLLM_NEURON_DISABLE_INPUT_DEDUP": "1"}
     assert keyed_env({"VLLM_NEURON_DISABLE_INPUT_DEDUP": "01"}) == keyed_env(on) == on
-    assert keyed_env({"NEURON_CC_FLAGS": "-O2"}) == {"NEURON_CC_FLAGS": "-O2"}  # verbatim
+    assert keyed_env({"NEURON_LOGICAL_NC_CONFIG": " 01"}) == {"NEURON_LOGICAL_NC_CONFIG": "1"}
+    cap = "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION"
+    assert keyed_env({cap: "0.30"}) == keyed_env({cap: "3e-1"}) == {}  # the plugin's default
+    assert keyed_env({cap: "0.350"}) == keyed_env({cap: " .35"}) == {cap: "0.35"}
+    assert keyed_env({cap: "a third"}) == {cap: "a third"}  # the plugin's to refuse
+
+
+@pytest.mark.parametrize(
+    ("spellings", "keyed"),
+    [
+        (["-O1", "-O 1", "-O=1", "--optlevel=1", "  --optlevel   1 "], "--optlevel=1"),
+        (["-lnc 2", "-lnc=2", "--lnc=2", "--logical-nc-config 2"], "--logical-nc-config=2"),
+        (
+            [
+                "--auto-cast none -O2 --enable-saturate-infinity",
+                "--auto-cast=none\t-O2 --enable-saturate-infinity",
+            ],
+            "--auto-cast=none --optlevel=2 --enable-saturate-infinity",
+        ),
+        (["", "  "], None),
+    ],
+)
+def test_equivalent_spellings_of_compiler_flags_give_one_key(
+    spellings: list[str], keyed: str | None
+) -> None:
+    """Issue 46 item 9: neuronx-cc's argparse reads these alike (its CLI reference's aliases)."""
+    expected = {} if keyed is None else {"NEURON_CC_FLAGS": keyed}
+    for spelling in spellings:
+        assert keyed_env({"NEURON_CC_FLAGS": spelling}) == expected
+
+
+@pytest.mark.parametrize(
+    "flags",
+    ["-O1 -O2", "-O2 -O1", "--tensorizer-options='--a --b'", "1 -O1", "--optl=1"],
+)
+def test_compiler_flags_that_cannot_be_normalised_stay_keys_of_their_own(flags: str) -> None:
+    """Order (an option given twice), quoting and abbreviations: keyed as written, or in the
+    order given, never merged with another spelling."""
+    keyed = keyed_env({"NEURON_CC_FLAGS": flags})["NEURON_CC_FLAGS"]
+    assert keyed != keyed_env({"NEURON_CC_FLAGS": "--optlevel=1"})["NEURON_CC_FLAGS"]
 
 
 @pytest.mark.slow

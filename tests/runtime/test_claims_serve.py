@@ -40,7 +40,7 @@ ENGINES: dict[str, dict[str, Any]] = {
             name="served",
             model="./model",
         ),
-        "keyed": ("NEURON_CC_FLAGS", "-O2", None),
+        "keyed": ("NEURON_CC_FLAGS", "--optlevel=2", None),
         "contract": {
             "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
             "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND": "1",

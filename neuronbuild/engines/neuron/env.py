@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from neuronbuild.engines.env_classes import EnvClass
+from neuronbuild.engines.neuron.cc_flags import normalise_cc_flags
 
 if TYPE_CHECKING:
     from neuronbuild.engines.neuron.releases import Rules
@@ -137,20 +138,37 @@ FLAGS = frozenset(
 in ``envs.py``): ``0`` is the same as unset, ``01`` the same as ``1``."""
 
 
+FLOATS = {"VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION": 0.30, "VLLM_NEURON_MIN_KV_BUDGET_GIB": 1.0}
+"""Keyed variables the plugin reads as a float, with their defaults ("Configuration options",
+Memory management, vLLM-Neuron docs updated 2026-08-13: shared/reference/
+vllm-neuron-configuration.md): ``0.3``, ``0.30`` and `` 0.3`` are one value."""
+
+
 def normalise_neuron_env(name: str, value: str, target: str | None, rules: Rules) -> str | None:
     """The keyed ``value`` of ``name`` as vLLM-Neuron resolves it, so that spellings it treats
     alike give one key: None where it equals the default (as if unset), ``"1"`` / ``"0"`` for a
-    switch, the value unchanged otherwise (and whenever the plugin would reject it: the run then
-    fails the same way at compile). ``target``: the recipe's (None: no target default applies);
-    ``rules``: its release's, for ``VLLM_NEURON_BACKEND`` (a value naming the release's default
-    route is the default: ``neuron_native`` and ``neuron`` under 0.29; a release whose values are
-    unpublished keeps every value as set)."""
+    switch, a number in one spelling (:data:`FLOATS`, the logical NeuronCore config), compiler
+    flags in one spelling (:func:`~.cc_flags.normalise_cc_flags`), the value unchanged otherwise
+    (and whenever the plugin would reject it: the run then fails the same way at compile).
+    ``target``: the recipe's (None: no target default applies); ``rules``: its release's, for
+    ``VLLM_NEURON_BACKEND`` (a value naming the release's default route is the default:
+    ``neuron_native`` and ``neuron`` under 0.29; a release whose values are unpublished keeps
+    every value as set)."""
     stripped = value.strip()
     if name == "VLLM_NEURON_BACKEND":
         default = bool(rules.routes) and rules.route(stripped) == rules.default_route
         return None if default else value
+    if name == "NEURON_CC_FLAGS":
+        return normalise_cc_flags(value)
     if name == "NEURON_LOGICAL_NC_CONFIG":
-        return None if target is not None and stripped == DEFAULT_LNC.get(target) else value
+        lnc = str(int(stripped)) if stripped.isdigit() else value
+        return None if target is not None and lnc == DEFAULT_LNC.get(target) else lnc
+    if name in FLOATS:
+        try:
+            number = float(stripped)
+        except ValueError:
+            return value
+        return None if number == FLOATS[name] else repr(number)
     if name in FLAGS:
         try:
             on = bool(int(stripped))
