@@ -4,7 +4,11 @@ serve, and the release sets are a table of their own."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
+import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -167,6 +171,75 @@ def test_the_record_digest_ignores_what_differs_between_identical_installs(site:
     )
     versions.record_digest.cache_clear()
     assert versions.record_digest("nki") != before
+
+
+def recorded_truly(site: Path, dist_info: str, path: str) -> None:
+    """Rewrite ``path``'s row of ``dist_info``'s RECORD with the true hash of its bytes (the
+    double's rows hold made-up ones), as pip writes it: RECORD last."""
+    data = (site / path).read_bytes()
+    true = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
+    record = site / dist_info / "RECORD"
+    rows = [
+        f"{path},sha256={true},{len(data)}" if row.startswith(f"{path},") else row
+        for row in record.read_text().splitlines()
+    ]
+    record.write_text("\n".join(rows) + "\n")
+    versions.record_digest.cache_clear()
+
+
+def test_a_file_patched_in_place_is_another_build_and_one_touched_unchanged_is_not(
+    site: Path,
+) -> None:
+    """Issue 46 item 8: a hot-fix (``sed -i`` in a container image) leaves RECORD as it was."""
+    platform = site / "vllm_neuron" / "platform.py"
+    recorded_truly(site, "vllm_neuron-0.24.0.1.1.0.dist-info", "vllm_neuron/platform.py")
+    installed = versions.record_digest("vllm-neuron")
+    later = (site / "vllm_neuron-0.24.0.1.1.0.dist-info" / "RECORD").stat().st_mtime_ns + 10**9
+
+    os.utime(platform, ns=(later, later))  # touched, bytes unchanged
+    versions.record_digest.cache_clear()
+    assert versions.record_digest("vllm-neuron") == installed
+
+    original = platform.read_bytes()
+    platform.write_bytes(original.replace(b"def ", b"def  ", 1))  # sed -i
+    os.utime(platform, ns=(later, later))
+    versions.record_digest.cache_clear()
+    patched = versions.record_digest("vllm-neuron")
+    assert patched != installed
+
+    platform.unlink()  # a hot-fix that deletes a module
+    versions.record_digest.cache_clear()
+    assert versions.record_digest("vllm-neuron") not in (installed, patched)
+
+
+def test_an_editable_install_is_keyed_by_its_source(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46 item 8: ``pip install -e`` (how vllm-neuron's docs install it from source) lists
+    no source in RECORD; its packages are hashed where the import system finds them."""
+    source = tmp_path / "checkout"
+    (source / "vllm_neuron" / "__pycache__").mkdir(parents=True)
+    module = source / "vllm_neuron" / "platform.py"
+    module.write_text("KERNEL = 1\n")
+    shutil.rmtree(site / "vllm_neuron")
+    info = site / "vllm_neuron-0.24.0.1.1.0.dist-info"
+    (info / "direct_url.json").write_text(
+        json.dumps({"dir_info": {"editable": True}, "url": source.as_uri()})
+    )
+    (info / "top_level.txt").write_text("vllm_neuron\n")
+    monkeypatch.syspath_prepend(str(source))
+    importlib.invalidate_caches()
+
+    def digest() -> str | None:
+        versions.record_digest.cache_clear()
+        return versions.record_digest("vllm-neuron")
+
+    first = digest()
+    assert first is not None and first == digest()
+    (source / "vllm_neuron" / "__pycache__" / "platform.cpython-311.pyc").write_bytes(b"x")
+    assert digest() == first  # bytecode is no source
+    module.write_text("KERNEL = 2\n")
+    assert digest() != first
 
 
 def patch_vllm_neuron(site: Path) -> None:
