@@ -45,9 +45,17 @@ def hollow_files(manifest: Manifest) -> list[str]:
 @click.argument("target", metavar="REF|MANIFEST")
 @cache_option
 @click.option("--deep", is_flag=True, help="Re-hash every blob, not only check presence and size.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="With --deep: remove each corrupt blob, so that the next compile rebuilds its units "
+    "(or push --from a store holding it whole copies it back).",
+)
 @policy_option
 @json_option()
-def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: bool) -> None:
+def verify(
+    target: str, cache: str, deep: bool, repair: bool, policy: str | None, as_json: bool
+) -> None:
     """Check that everything REF|MANIFEST references is in the store (exit 2 if not), and list
     its attestations (--json: with their predicates). Under a trust policy (--policy,
     $NEURONBUILD_POLICY), also that a signer it names for the ref signed it.
@@ -55,17 +63,22 @@ def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: boo
     \b
     Examples:
       neuronbuild verify app/latest --cache s3://bucket/store --deep
+      neuronbuild verify app/latest --cache s3://bucket/store --deep --repair
       neuronbuild verify app/prod --policy policy.yaml --json
     """
     from neuronbuild.attest.inspect import describe_attestations
     from neuronbuild.attest.trust import policy_from
-    from neuronbuild.orchestrate.verify import verify_manifest
+    from neuronbuild.orchestrate.verify import remove_corrupt, verify_manifest
     from neuronbuild.store.cas import Store
 
+    if repair and not deep:
+        raise click.UsageError("--repair removes the blobs --deep finds corrupt: add --deep")
     trusted = policy_from(policy)
     store = Store(cache)
     found = store.resolve_target(target)
     report = verify_manifest(store, found.digest, deep=deep)
+    if repair:
+        remove_corrupt(store, report)
     report.problems += hollow_files(store.get_manifest(found.digest))
     attestations = list(store.get_attestations(found.digest).items())
     entries, problems = describe_attestations(found.digest, attestations, trusted)
@@ -96,6 +109,17 @@ def verify(target: str, cache: str, deep: bool, policy: str | None, as_json: boo
         click.echo(
             f"{report.manifest}: {count(report.blobs, 'blob')}, {size(report.bytes)} {how}: {state}"
         )
+        if report.removed:
+            click.echo(
+                f"removed {count(len(report.removed), 'corrupt blob')}: the next compile of "
+                f"{store.get_manifest(found.digest).name} rebuilds the units that used them, or "
+                f"push {target} --from a store holding them whole copies them back"
+            )
+        elif report.corrupt:
+            click.echo(
+                f"{count(len(report.corrupt), 'corrupt blob')}: add --repair to remove them, "
+                "then compile rebuilds them (or push --from a store holding them whole)"
+            )
     if report.problems:
         sys.exit(2)
 

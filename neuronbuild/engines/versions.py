@@ -105,7 +105,7 @@ def record_digest(distribution: str) -> str | None:
     written = _record_mtime(dist)
     lines = []
     for row in csv.reader(text.splitlines()):  # a path with a comma is quoted
-        path, file_hash = (row + ["", ""])[:2]
+        path, file_hash = [*row, "", ""][:2]
         top = path.split("/", 1)[0]
         if not file_hash or path.startswith("..") or top.endswith(".dist-info"):
             continue

@@ -42,6 +42,8 @@ class UnitHealth:
     state: UnitState
     problems: tuple[str, ...] = ()
     sealed_in: str | None = None
+    corrupt: tuple[str, ...] = ()
+    """The digests of its blobs whose bytes do not hash to them (``deep`` only)."""
 
     @property
     def cached(self) -> bool:
@@ -89,7 +91,7 @@ def diagnose_units(
             corrupt = {f.digest: problem for f, problem in found if problem}
     out = {}
     for key in keys:
-        problems = []
+        problems, bad = [], []
         state = UnitState.CACHED
         if key in unreadable:
             state, problems = UnitState.RECORD_UNREADABLE, [unreadable[key]]
@@ -103,7 +105,9 @@ def diagnose_units(
             elif file.digest in corrupt:
                 state = UnitState.BLOB_CORRUPT if state is UnitState.CACHED else state
                 problems.append(corrupt[file.digest])
-        out[key] = UnitHealth(key, state, tuple(problems), sealed_in if key in sealed else None)
+                bad.append(file.digest)
+        where = sealed_in if key in sealed else None
+        out[key] = UnitHealth(key, state, tuple(problems), where, tuple(bad))
     return out
 
 

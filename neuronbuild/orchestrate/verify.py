@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from neuronbuild.orchestrate.unit_state import diagnose_units
 from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord
 
 
 @dataclass
@@ -19,6 +20,10 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     unit_states: dict[str, str] = field(default_factory=dict)
     """Each unit's :class:`~neuronbuild.orchestrate.unit_state.UnitState` value, by key."""
+    corrupt: list[FileRecord] = field(default_factory=list)
+    """Blobs whose bytes do not hash to their digest (``deep`` only), one per digest."""
+    removed: list[str] = field(default_factory=list)
+    """The digests of the corrupt blobs :func:`remove_corrupt` removed."""
 
     def to_json(self) -> dict[str, object]:
         """``verify --json`` less its ``store`` (``neuronbuild/schemas/verify.json``)."""
@@ -30,6 +35,8 @@ class VerifyReport:
             "ok": not self.problems,
             "problems": self.problems,
             "unit_states": self.unit_states,
+            "corrupt": [f.digest for f in self.corrupt],
+            "removed": self.removed,
         }
 
 
@@ -56,6 +63,26 @@ def verify_manifest(
         jobs=jobs,
     )
     report.unit_states = {key: unit.state.value for key, unit in health.items()}
+    bad = {digest for unit in health.values() for digest in unit.corrupt}
+    report.corrupt = [f for f in files if f.digest in bad]
     # A blob two units share is one problem.
     report.problems = list(dict.fromkeys(p for unit in health.values() for p in unit.problems))
     return report
+
+
+def remove_corrupt(store: Store, report: VerifyReport) -> None:
+    """``verify --deep --repair``: remove each blob of ``report.corrupt`` from ``store``, recorded
+    in ``report.removed``. Its units are then not cached: the next ``compile`` of the recipe
+    rebuilds them, and ``push --from`` a store that holds the blob whole copies it back (push
+    copies the blobs a store lacks). A blob is removed only after it was found corrupt in this
+    run; one that reads whole again is kept (another writer replaced it since).
+
+    Raises:
+        Unsupported: the store refuses deletes (a registry's setting, named). StoreError: the
+            store failed; what was removed stays removed.
+    """
+    for file in report.corrupt:
+        if store.check_blob(file) is None:
+            continue
+        store.delete_blob(file)
+        report.removed.append(file.digest)

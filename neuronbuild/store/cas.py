@@ -333,6 +333,12 @@ class Store:
             tmp.replace(dest)
         except FileNotFoundError:
             raise StoreDataInvalid(f"{url} is missing") from None
+        except DigestMismatch as exc:  # never silently: the one way out, named
+            raise DigestMismatch(
+                f"{exc}; `neuronbuild verify REF --deep --repair --cache {self.url}` removes it, "
+                "then compile rebuilds it (or push --from a store holding it whole)",
+                exc.found,
+            ) from None
         except (StoreDataInvalid, StoreError):
             raise
         except OSError as exc:  # a full or read-only ``dest`` is the node's, not the store's

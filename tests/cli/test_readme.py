@@ -344,8 +344,9 @@ def test_the_walkthrough_recipe_is_the_demo_recipe_with_the_model_beside_it() ->
 
 
 SHELL_BLOCKS = ("console", "sh", "bash", "shell")
-OTHER_TOOLS = {"--lnc"}
-"""Options the README names of tools other than neuronbuild and vLLM (neuronx-cc's ``--lnc``)."""
+OTHER_TOOLS = {"--lnc", "-lnc", "-O", "-O1"}
+"""Options the README names of tools other than neuronbuild and vLLM (neuronx-cc's, in the
+spellings ``NEURON_CC_FLAGS`` normalises)."""
 OPTION = re.compile(r"--?[A-Za-z][\w-]*")
 
 
