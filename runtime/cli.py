@@ -10,6 +10,7 @@ from neuronbuild import envs
 from neuronbuild.engines.registry import engine_fields
 from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
+from neuronbuild.node.image_stamp import image_manifest_store
 from neuronbuild.store.cas import Store
 from neuronbuild.store.moves import Moved
 from neuronbuild.store.names import MIN_PREFIX_HEX, Target
@@ -137,18 +138,32 @@ def pull_writes(tiers: TieredStore, found: Target) -> bool:
     return bool(local.missing_blobs(tiers.get_manifest(found.digest).blobs()))
 
 
-def node_tiers(cache: str, local_cache: str | None, dry_run: bool) -> TieredStore:
+def node_tiers(
+    cache: str, local_cache: str | None, dry_run: bool, image: Path | None = None
+) -> TieredStore:
     """The stores ``serve`` reads: ``--local-cache`` in front of ``--cache``; without it, a
     folder store alone (read-only is fine: files are linked or copied out of it), or the
-    node's default local tier in front of a remote store. A dry run creates nothing."""
+    node's default local tier in front of a remote store. A dry run creates nothing.
+
+    ``image``: the layout root ``serve`` was given; where it is a node image's mount, the store
+    the image carries (its manifest: :func:`~neuronbuild.node.image_stamp.image_manifest_store`)
+    is the local tier, in front of ``--cache``, or alone where that cannot be opened (an
+    air-gapped pod with the image volume only)."""
+    carried = image_manifest_store(image) if image is not None else None
     try:
         remote = Store(cache)
     except StoreError as exc:
+        if carried is not None:
+            tiers = TieredStore(carried)
+            tiers.notes.append(f"{exc}; serving the manifest the node image at {image} holds")
+            return tiers
         if local_cache is None or not Path(local_cache).is_dir():
             raise
         tiers = TieredStore(Store(local_cache))  # refs and blobs a pull left there
         tiers.notes.append(f"{exc}; serving from {local_cache} alone")
         return tiers
+    if carried is not None:
+        return TieredStore(carried, remote)
     if local_cache is None and remote.is_folder:
         return TieredStore(remote)
     local_url = local_cache or str(envs.user_cache() / "store")
@@ -262,10 +277,11 @@ def serve(
 
     trusted = policy_from(policy)  # a bad policy file is refused before the store is read
     serving = list(click.get_current_context().meta.get("vllm_options", []))
+    root = Path(vllm_cache_root).resolve() if vllm_cache_root else None
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
-        node_tiers(cache, local_cache, dry_run),
-        cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
+        node_tiers(cache, local_cache, dry_run, root),
+        cache_root=root,
         serving_args=serving,
         workdir=Path(workdir).resolve() if workdir else None,
         deep=deep,

@@ -2,12 +2,15 @@
 
 The tree is the one ``serve`` lays out under ``VLLM_CACHE_ROOT`` (every file of the manifest at
 its path, executables ``0755``, others ``0644``) plus the node image's stamp
-(:func:`~neuronbuild.node.image_stamp.image_stamp`). One manifest gives one byte stream on any
-machine: entries sorted by path (each folder before what it holds), owner ``0:0`` with no user or
-group names, every mtime :data:`~neuronbuild.node.image_stamp.IMAGE_MTIME`, POSIX.1-2001 (pax)
-headers, no host path. The layer is not compressed: gzip's bytes differ between zlib versions,
-which would break that, and compiled artifacts compress little. File bytes are streamed, one
-blob at a time, verified by the store's reader, never held in memory.
+(:func:`~neuronbuild.node.image_stamp.image_stamp`) and the manifest itself, in a folder store of
+its own (:data:`~neuronbuild.store.layout.IMAGE_STORE`), so that a node with the image's mount
+alone can serve it (:func:`~neuronbuild.node.image_stamp.image_manifest_store`). One manifest
+gives one byte stream on any machine: entries sorted by path (each folder before what it holds),
+owner ``0:0`` with no user or group names, every mtime
+:data:`~neuronbuild.node.image_stamp.IMAGE_MTIME`, POSIX.1-2001 (pax) headers, no host path. The
+layer is not compressed: gzip's bytes differ between zlib versions, which would break that, and
+compiled artifacts compress little. File bytes are streamed, one blob at a time, verified by the
+store's reader, never held in memory.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
 from neuronbuild.errors import StoreDataInvalid
-from neuronbuild.node.image_stamp import IMAGE_MTIME, image_stamp
+from neuronbuild.node.image_stamp import IMAGE_MTIME, image_manifest_path, image_stamp
 from neuronbuild.store.layout import NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
 
@@ -64,10 +67,11 @@ def _parts(path: str) -> tuple[str, ...]:
     return PurePosixPath(path).parts
 
 
-def tree(manifest: Manifest) -> list[tuple[str, FileRecord | None]]:
+def tree(manifest: Manifest, own: Iterable[str]) -> list[tuple[str, FileRecord | None]]:
     """Every entry of the layer, in order: ``(path, file)`` for a file of the manifest, ``(path,
-    None)`` for a folder (each folder once, before what it holds); the stamp is a file of the
-    layer, not of the manifest, and is listed as ``(NODE_STAMP, None)`` after its folder.
+    None)`` for a folder (each folder once, before what it holds) and for each of ``own``, the
+    layer's files that are not the manifest's (the stamp, the image's copy of the manifest), all
+    in the stamp's folder.
 
     Raises:
         StoreDataInvalid: a path of the manifest lies in the stamp's folder (hostile).
@@ -77,12 +81,11 @@ def tree(manifest: Manifest) -> list[tuple[str, FileRecord | None]]:
     for path in files:
         if _parts(path)[0] == stamp_folder:
             raise StoreDataInvalid(f"manifest path {path!a} is inside {stamp_folder}/, the stamp's")
-    folders = {
-        "/".join(_parts(p)[:i]) for p in [*files, NODE_STAMP] for i in range(1, len(_parts(p)))
-    }
+    own = list(own)
+    folders = {"/".join(_parts(p)[:i]) for p in [*files, *own] for i in range(1, len(_parts(p)))}
     entries: list[tuple[str, FileRecord | None]] = [(d, None) for d in folders]
     entries += [(p, f) for p, f in files.items()]
-    entries.append((NODE_STAMP, None))
+    entries += [(p, None) for p in own]
     return sorted(entries, key=lambda e: _parts(e[0]))
 
 
@@ -114,10 +117,14 @@ def write_layer(
     stream = _Hashing(out)
     uses = _uses(manifest)
     held: dict[str, Path] = {}
+    own = {
+        NODE_STAMP: image_stamp(manifest, digest),
+        image_manifest_path(digest): manifest.to_bytes(),
+    }
     with tarfile.open(fileobj=stream, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for path, file in tree(manifest):
-            if file is None and path == NODE_STAMP:
-                data = image_stamp(manifest, digest)
+        for path, file in tree(manifest, own):
+            if file is None and path in own:
+                data = own[path]
                 tar.addfile(_info(path, tarfile.REGTYPE, len(data)), io.BytesIO(data))
             elif file is None:
                 tar.addfile(_info(path, tarfile.DIRTYPE, mode=0o755))

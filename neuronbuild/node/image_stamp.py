@@ -20,6 +20,8 @@ from typing import Any
 from neuronbuild.digest import canonical_json, hash_file
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.node.materialize import read_stamp_value
+from neuronbuild.store.cas import Store
+from neuronbuild.store.layout import IMAGE_STORE, Layout
 from neuronbuild.store.records import Manifest
 
 IMAGE_MTIME = 0
@@ -95,3 +97,19 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
                 f"{where} does not hash to {file.digest}; the image is damaged, pull it again"
             )
     return True
+
+
+def image_manifest_path(digest: str) -> str:
+    """Where a node image of manifest ``digest`` holds the manifest's bytes (relative to its
+    root): the manifest's place in :data:`IMAGE_STORE`."""
+    return Layout(IMAGE_STORE).manifest(digest)
+
+
+def image_manifest_store(root: Path) -> Store | None:
+    """The folder store a node image under ``root`` carries (:data:`IMAGE_STORE`: its manifest,
+    read through the store's verifying reader, which checks the bytes against their digest), for
+    a node whose store cannot be reached; None when ``root`` holds no node image or no such
+    store (an image built before it had one)."""
+    if read_image_stamp(root) is None or not (root / IMAGE_STORE / "manifests").is_dir():
+        return None
+    return Store(str(root / IMAGE_STORE))

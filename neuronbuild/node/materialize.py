@@ -26,7 +26,7 @@ from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
 from neuronbuild.paths import inside
-from neuronbuild.store.layout import MAX_RECORD_BYTES, NODE_STAMP
+from neuronbuild.store.layout import IMAGE_STORE, MAX_RECORD_BYTES, NODE_STAMP
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.store.transfer import blame
@@ -51,7 +51,8 @@ def check_apart(root: Path, tiers: TieredStore) -> None:
     """Refuse a layout root inside the root of a folder store of ``tiers`` (the local tier or
     a folder remote), or one holding such a store: its files would be taken for the store's
     (``gc`` lists them as strays) or the store's for its own. Both paths are compared with
-    their symlinks resolved.
+    their symlinks resolved. The store a node image carries under its root
+    (:data:`~neuronbuild.store.layout.IMAGE_STORE`) is the image's, not one apart.
 
     Raises:
         UserError: naming the layout root, the store and the fix (exit code 2).
@@ -61,6 +62,8 @@ def check_apart(root: Path, tiers: TieredStore) -> None:
         if store is None or not store.is_folder:
             continue
         home = Path(store.root).resolve()
+        if home == where / IMAGE_STORE:  # a node image's own (its manifest): never written
+            continue
         if where.is_relative_to(home) or home.is_relative_to(where):
             how = "is inside" if where.is_relative_to(home) else "holds"
             raise UserError(

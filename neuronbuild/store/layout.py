@@ -49,6 +49,11 @@ hostile (each is read)."""
 NODE_STAMP = ".neuronbuild/layout.json"
 """In a folder ``serve`` laid out: the manifest and each file's size, mtime and inode."""
 
+IMAGE_STORE = ".neuronbuild/store"
+"""In a node image: a folder store holding the image's manifest (and nothing else), so that the
+image's mount alone is enough to serve it
+(:func:`~neuronbuild.node.image_stamp.image_manifest_store`)."""
+
 KINDS = (
     "blobs",
     "units",

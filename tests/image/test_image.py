@@ -22,9 +22,10 @@ import pytest
 from neuronbuild.errors import StoreDataInvalid, StoreError, message_lines
 from neuronbuild.image.build import build_image
 from neuronbuild.image.layer import tree
+from neuronbuild.node.image_stamp import image_manifest_path
 from neuronbuild.node.materialize import lay_out
 from neuronbuild.store.cas import Store
-from neuronbuild.store.layout import NODE_STAMP
+from neuronbuild.store.layout import IMAGE_STORE, NODE_STAMP
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.transports import retry
 from neuronbuild.transports.oci_registry import parse_registry_url
@@ -69,11 +70,12 @@ def unpack(layer: bytes, dest: Path) -> list[tarfile.TarInfo]:
 
 
 def tree_of(root: Path) -> dict[str, tuple[bytes, bool]]:
-    """Each file under ``root`` but the stamp: its bytes and whether it is executable."""
+    """Each file under ``root`` but the image's or serve's own (the stamp, the image's copy of
+    the manifest, under ``.neuronbuild/``): its bytes and whether it is executable."""
     return {
         p.relative_to(root).as_posix(): (p.read_bytes(), bool(p.stat().st_mode & 0o100))
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.relative_to(root).as_posix() != NODE_STAMP
+        if p.is_file() and p.relative_to(root).parts[0] != ".neuronbuild"
     }
 
 
@@ -108,6 +110,13 @@ def test_the_pushed_image_unpacks_to_exactly_the_tree_serve_lays_out(
     assert tree_of(tmp_path / "image") == tree_of(served)
     stamp = json.loads((tmp_path / "image" / NODE_STAMP).read_bytes())
     assert stamp["manifest"] == digest and stamp["image"] is True
+    carried = (tmp_path / "image" / IMAGE_STORE).rglob("*")
+    assert [p.relative_to(tmp_path / "image") for p in carried if p.is_file()] == [
+        Path(image_manifest_path(digest))
+    ]
+    assert (tmp_path / "image" / image_manifest_path(digest)).read_bytes() == (
+        store.get_manifest(digest).to_bytes()
+    )
 
 
 def test_one_manifest_gives_one_image_digest_whatever_the_run(
@@ -228,4 +237,4 @@ def test_a_manifest_path_in_the_stamps_folder_is_refused(tmp_path: Path) -> None
         unit, files=(*unit.files, dataclasses.replace(unit.files[0], path=NODE_STAMP))
     )
     with pytest.raises(StoreDataInvalid, match=r"inside \.neuronbuild/, the stamp's"):
-        tree(dataclasses.replace(manifest, units=(hostile,)))
+        tree(dataclasses.replace(manifest, units=(hostile,)), [NODE_STAMP])

@@ -135,3 +135,26 @@ def test_deep_finds_other_bytes_the_stamp_cannot_see(reg: RegistryServer, tmp_pa
     assert serve(store, digest, mount, "--dry-run").returncode == 0  # type: ignore[attr-defined]
     line = one_line(serve(store, digest, mount, "--dry-run", "--deep"))
     assert f"{MODEL_FILE} does not hash to" in line, line
+
+
+@pytest.mark.parametrize("how", [("--dry-run",), ("--layout-only",)])
+def test_a_pod_with_the_image_volume_alone_serves_it_by_digest(
+    reg: RegistryServer, tmp_path: Path, how: tuple[str, ...]
+) -> None:
+    """Issue 46 item 5: no store at all (an air-gapped pod): the image carries its manifest,
+    checked against the digest the operator names; a prefix resolves too. A manifest the image
+    does not hold is still refused in one line."""
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    mount = tmp_path / "mount"
+    image_of(reg, store, digest, mount, "nb/claims")
+    gone = tmp_path / "no-store"
+    for named in (digest, digest[:19]):
+        args = ("serve", "--manifest", named, "--cache", str(gone), "--vllm-cache-root", str(mount))
+        env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        result = in_mounts(read_only_bind(mount), *args, *how, env=env)
+        assert result.returncode == 0, result.stderr
+        assert f"serving the manifest the node image at {mount} holds" in result.stderr
+    other = "sha256:" + "0" * 64
+    args = ("serve", "--manifest", other, "--cache", str(gone), "--vllm-cache-root", str(mount))
+    assert "no manifest" in one_line(in_mounts(read_only_bind(mount), *args, "--dry-run"))
