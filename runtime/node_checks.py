@@ -128,7 +128,12 @@ def check_node(
             f"instead of loading the prebuilt artifacts; unset {' '.join(refused)} and serve again"
         )
     allowed = set(allow)
-    known = {*recipe.toolchain, *engine.observed_toolchain, *mismatch_names()}
+    known = {
+        *recipe.toolchain,
+        *engine.observed_toolchain,
+        *engine.system_components,
+        *mismatch_names(),
+    }
     for name in sorted(allowed - known):
         close = did_you_mean(name, known)
         hint = f"did you mean {close}? " if close else ""
@@ -150,9 +155,15 @@ def check_node(
         allowable = dict.fromkeys(m.name for m in refusing if m.name not in absent)
         names = " ".join(f"--allow-mismatch {n}" for n in allowable)
         hint = f"; if you know the artifacts still run here, pass {names}" if names else ""
+        system = [m.name for m in refusing if m.name in engine.system_components]
+        upgrade = (
+            f"; for {', '.join(system)}: upgrade the system package (apt-get or yum)"
+            if system
+            else ""
+        )
         raise NodeMismatch(
             f"this node differs from the build of {recipe.name}:\n{table}\n"
             "serve on a node that matches, or compile for this one (for a distribution: "
-            f"{engine.toolchain_fix(recipe.toolchain)}){hint}"
+            f"{engine.toolchain_fix(recipe.toolchain)}){upgrade}{hint}"
         )
     return found

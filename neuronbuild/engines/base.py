@@ -92,6 +92,10 @@ class Engine(ABC):
     observed_toolchain: ClassVar[tuple[str, ...]] = ()
     """Distributions the platform's own key reads when they are installed, pinned or not: their
     presence here enters the ``installed`` factor (and serve compares it)."""
+    system_components: ClassVar[tuple[str, ...]] = ()
+    """System packages (not Python distributions) a node needs at the versions the build's
+    release ships or newer, compared in :meth:`node_differences` (the Neuron runtime and
+    driver); what ``--allow-mismatch`` also takes."""
     written_last: ClassVar[tuple[str, ...]] = ()
     """File names that mark a cache entry complete: laid out after every other file at serve."""
     content_files: ClassVar[tuple[str, ...]] = ()

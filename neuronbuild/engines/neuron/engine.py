@@ -35,10 +35,12 @@ from neuronbuild.engines.neuron.node import target_differences
 from neuronbuild.engines.neuron.releases import (
     RUNTIMES,
     Rules,
+    identify,
     install_fix,
     rules_for,
     toolchain_rules,
 )
+from neuronbuild.engines.neuron.system import COMPONENTS, node_versions, system_differences
 from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
@@ -220,6 +222,7 @@ class NeuronEngine(Engine):
     # installed on only the compile host or only the node is a miss (fidelity row B13). The
     # runtime distributions are observed whether pinned or not.
     observed_toolchain: ClassVar[tuple[str, ...]] = RUNTIMES
+    system_components: ClassVar[tuple[str, ...]] = COMPONENTS
     written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)
     # An entry's graph and NEFF: the plugin checks their presence only (fidelity row B2), so an
     # empty one would pass its check and fail at load.
@@ -459,7 +462,12 @@ class NeuronEngine(Engine):
         return "amd64"  # Trainium and Inferentia instances (trn1, trn2, trn3, inf2) are x86-64
 
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
-        return target_differences(str(factors.get("target")))
+        found = target_differences(str(factors.get("target")))
+        toolchain = factors.get("toolchain")
+        release = identify(toolchain) if isinstance(toolchain, dict) else None
+        if release is not None and release.system:
+            found += system_differences(release.system, release.name, node_versions())
+        return found
 
     def normalise_env(
         self, name: str, value: str, target: str | None, toolchain: Mapping[str, str]

@@ -12,6 +12,7 @@ what is left unchecked.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -73,7 +74,8 @@ class Rules:
 class Release:
     """One Neuron SDK release: ``packages`` distribution -> the public versions it ships (None:
     shipped, version unpublished in our sources), each to be pinned; ``optional`` ones a recipe
-    may pin; ``runtime`` the distribution that compiles; ``rules`` the set it follows."""
+    may pin; ``runtime`` the distribution that compiles; ``rules`` the set it follows;
+    ``system`` the system packages it ships."""
 
     name: str
     date: str
@@ -82,6 +84,9 @@ class Release:
     packages: Mapping[str, frozenset[str] | None]
     optional: Mapping[str, frozenset[str] | None]
     sources: str
+    system: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """System package -> the version the release ships (the runtime library, the driver), the
+    oldest a node serving its NEFFs may run (:mod:`.system`); empty where no page gives them."""
 
     def shipped(self, dist: str) -> frozenset[str] | None:
         """The versions of ``dist`` this release ships (None: unpublished); KeyError if none."""
@@ -162,6 +167,7 @@ def parse_table(text: str) -> tuple[Release, ...]:
                     packages={d: _versions(v, f"{where} {d}") for d, v in row["packages"].items()},
                     optional={d: _versions(v, f"{where} {d}") for d, v in row["optional"].items()},
                     sources=row["sources"],
+                    system={str(k): str(v) for k, v in (row.get("system") or {}).items()},
                 )
             )
     except (KeyError, TypeError, AttributeError) as exc:
