@@ -547,8 +547,8 @@ BREAKS = [
         (
             (
                 NODE_CHECKS,
-                "*engine.observed_toolchain, *mismatch_names()}",
-                "*engine.observed_toolchain, *mismatch_names(), *allowed}",
+                "        *mismatch_names(),\n    }",
+                "        *mismatch_names(),\n        *allowed,\n    }",
             ),
         ),
         (f"{NODE_CLAIMS}::test_an_allow_mismatch_name_that_cannot_differ_is_refused",),
@@ -849,8 +849,8 @@ BREAKS = [
         (
             (
                 BACKENDS,
-                "        if self.exists(path):\n            return False\n        self.put(path, data)",
-                "        self.put(path, data)",
+                "    if backend.exists(path):\n        return False\n    backend.put(path, data)",
+                "    backend.put(path, data)",
             ),
         ),
         (f"{CLAIMS_BACKENDS}::test_create_is_exclusive_and_the_first_writer_wins",),
@@ -860,8 +860,8 @@ BREAKS = [
         (
             (
                 BACKENDS,
-                "        if self.read_versioned(path, SWAPPED_BYTES)[1] != token:",
-                "        if False:",
+                "    if backend.read_versioned(path, SWAPPED_BYTES)[1] != token:",
+                "    if False:",
             ),
         ),
         (f"{CLAIMS_BACKENDS}::test_a_swap_from_a_stale_version_is_refused_and_writes_nothing",),

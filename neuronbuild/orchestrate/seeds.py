@@ -145,14 +145,12 @@ def count_seed_records(store: Store, workers: int = 16) -> int:
     apart from published units). Reads every unit record, ``workers`` at a time; one that
     cannot be read is not a seed record (``verify`` and ``doctor`` report it)."""
 
-    def is_seed(key: str | None) -> bool:
+    def is_seed(key: str) -> bool:
         try:
-            record = store.get_unit(key) if key is not None else None
+            record = store.get_unit(key)
         except StoreDataInvalid:
             return False
         return record is not None and record.factors.get("schema") == SEED_SCHEMA
 
-    paths = store.backend.find(store.layout.folder("units"))
-    keys = [store.layout.digest_of("units", path) for path in paths]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return sum(pool.map(is_seed, keys))
+        return sum(pool.map(is_seed, store.unit_keys()))

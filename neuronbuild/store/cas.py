@@ -522,6 +522,11 @@ class Store:
             return record
         return stored
 
+    def unit_keys(self) -> list[str]:
+        """The keys of every unit record the store holds (a stray object's name is left out)."""
+        paths = self.backend.find(self.layout.folder("units"))
+        return [k for p in paths if (k := self.layout.digest_of("units", p)) is not None]
+
     def get_units(self, keys: Iterable[str], workers: int = 16) -> dict[str, UnitRecord]:
         """The unit records stored for ``keys``, read concurrently (those absent are left
         out): one request each, so a plan of 1,000 units is read in 1,000 / ``workers`` rounds."""
