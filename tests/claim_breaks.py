@@ -78,6 +78,19 @@ BUCKET_CLAIMS = "tests/engines/test_claims_buckets.py"
 RETRIES = "tests/orchestrate/test_claims_retries.py"
 NODE_CHECKS = "runtime/node_checks.py"
 NODE_CLAIMS = "tests/runtime/test_claims_node_checks.py"
+PINS_BUCKETS = "tests/engines/test_pins_buckets.py"
+PINS_ENTRIES = "tests/engines/test_pins_neuron_entries.py"
+NEURON_COMPILE = "neuronbuild/engines/neuron/compile.py"
+NEURON_COVERAGE = "neuronbuild/engines/neuron/coverage.py"
+ENTRY_COMPLETE = "test_an_entry_is_complete_only_with_its_marker_and_metadata_naming_its_own_key"
+HARVEST_KEEPS = "test_harvest_keeps_an_entrys_artifacts_and_leaves_scratch_behind"
+HARVEST_COMPLETE = "test_harvest_takes_only_complete_entries_and_refuses_a_run_that_left_none"
+SETTLE_DROPS = (
+    "test_settling_drops_the_seeded_entries_the_run_did_not_hit_and_keeps_the_nki_folders"
+)
+SETTLE_REFUSES = "test_settling_refuses_fewer_complete_entries_than_the_units_graphs"
+OOM_KILL = "test_a_sigkill_seen_as_137_or_minus_9_is_an_oom_kill_retried_with_fewer_workers"
+COVERAGE_COUNTS = "test_coverage_counts_an_entry_only_with_its_marker_and_metadata"
 GC = "neuronbuild/store/gc.py"
 NODE = "neuronbuild/node/materialize.py"
 TIERED = "neuronbuild/store/tiered.py"
@@ -899,6 +912,182 @@ BREAKS = [
         "verify --deep re-hashes only when not asked",
         (("neuronbuild/orchestrate/unit_state.py", "    if deep:\n", "    if not deep:\n"),),
         (f"{CLAIMS_TRANSFER}::test_only_a_deep_verify_finds_a_blob_whose_bytes_changed",),
+    ),
+    # Issue 46 item 18: decode buckets and the neuron engine's entries (tests/engines/test_pins_*).
+    Break(
+        "a decode context list that fails the list checks is checked entry by entry too",
+        ((BUCKETS, "    if ctx_errors:\n        return num_seqs, None\n", ""),),
+        (
+            f"{PINS_BUCKETS}::test_a_misordered_decode_context_list_is_named_once_not_entry_by_entry",
+            f"{PINS_BUCKETS}::test_a_non_integer_decode_context_bucket_is_refused_by_position_not_a_crash",
+        ),
+    ),
+    Break(
+        "decode bucket errors hidden behind a prefill error",
+        (
+            (
+                BUCKETS,
+                "    _check_prefix_caching(args, kv, errors)\n    num_seqs, ctx",
+                "    _check_prefix_caching(args, kv, errors)\n    if errors:\n"
+                "        return None, errors\n    num_seqs, ctx",
+            ),
+        ),
+        (f"{PINS_BUCKETS}::test_a_decode_bucket_error_is_reported_beside_a_prefill_one",),
+    ),
+    Break(
+        "a refused segment size also blamed on single-shot prefix caching",
+        (
+            (
+                BUCKETS,
+                'if args.get("max_model_len") is None or errors:',
+                'if args.get("max_model_len") is None:',
+            ),
+        ),
+        (f"{PINS_BUCKETS}::test_a_refused_segment_size_draws_no_single_shot_prefix_caching_error",),
+    ),
+    Break(
+        "a neuron entry without its completion marker counted complete",
+        (
+            (
+                NEURON_COMPILE,
+                'needed = ("graph.hlo", f"graph_{key}.neff", COMPLETE_MARKER)',
+                'needed = ("graph.hlo", f"graph_{key}.neff")',
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{ENTRY_COMPLETE}",),
+    ),
+    Break(
+        "a neuron entry whose metadata names another key counted complete",
+        ((NEURON_COMPILE, '.get("cache_key") == key:', '.get("cache_key") is not None:'),),
+        (f"{PINS_ENTRIES}::{ENTRY_COMPLETE}",),
+    ),
+    Break(
+        "rank capture folders harvested",
+        (
+            (
+                NEURON_COMPILE,
+                "        if any(RANK_DIR.match(part) for part in rel.parts[:-1]):\n            continue\n",
+                "",
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{HARVEST_KEEPS}",),
+    ),
+    Break(
+        "the .cache_accessed hit mark harvested",
+        ((NEURON_COMPILE, ' or name == ".cache_accessed"', ""),),
+        (f"{PINS_ENTRIES}::{HARVEST_KEEPS}",),
+    ),
+    Break(
+        "symlinks in an entry harvested",
+        (
+            (
+                NEURON_COMPILE,
+                "if path.is_file() and not path.is_symlink():",
+                "if path.is_file():",
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{HARVEST_KEEPS}",),
+    ),
+    Break(
+        "a neuron run that left no complete entry harvested as empty",
+        (
+            (
+                NEURON_COMPILE,
+                '        if not entries:\n            raise RuntimeError(f"vLLM-Neuron wrote no '
+                'complete entry under {root}")\n',
+                "",
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{HARVEST_COMPLETE}",),
+    ),
+    Break(
+        "incomplete neuron entries harvested",
+        (
+            (
+                NEURON_COMPILE,
+                'entries = [p for p in sorted(root.glob("*")) if p.is_dir() and is_complete(p)]',
+                'entries = [p for p in sorted(root.glob("*")) if p.is_dir()]',
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{HARVEST_COMPLETE}",),
+    ),
+    Break(
+        "seeded entries the run did not hit kept",
+        (
+            (
+                NEURON_COMPILE,
+                '            if not (root / name / ".cache_accessed").exists():',
+                "            if False:",
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{SETTLE_DROPS}",),
+    ),
+    Break(
+        "seeded NKI folders dropped when settling",
+        ((NEURON_COMPILE, "for name in seeded - SHARED_DIRS:", "for name in seeded:"),),
+        (f"{PINS_ENTRIES}::{SETTLE_DROPS}",),
+    ),
+    Break(
+        "fewer complete entries than graphs accepted when settling",
+        ((NEURON_COMPILE, "if len(entries) < len(unit.graphs):", "if False:"),),
+        (f"{PINS_ENTRIES}::{SETTLE_REFUSES}",),
+    ),
+    Break(
+        "incomplete entries counted when settling",
+        (
+            (
+                NEURON_COMPILE,
+                'entries = [p for p in root.glob("*") if p.is_dir() and is_complete(p)]',
+                'entries = [p for p in root.glob("*") if p.is_dir()]',
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{SETTLE_REFUSES}",),
+    ),
+    Break(
+        "exit 137 not read as an OOM kill",
+        ((NEURON_COMPILE, "OOM_EXIT_CODES = (-9, 137)", "OOM_EXIT_CODES = (-9,)"),),
+        (f"{PINS_ENTRIES}::{OOM_KILL}",),
+    ),
+    Break(
+        "an OOM kill read as a compiler error when the log names an NCC code",
+        (
+            (
+                NEURON_COMPILE,
+                "    if exit_code in OOM_EXIT_CODES or",
+                '    if ncc is not None:\n        return Failure(f"neuronx-cc error '
+                '{ncc.group(1)}", "none", ncc.group(1), bucket)\n    if exit_code in OOM_EXIT_CODES or',
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{OOM_KILL}",),
+    ),
+    Break(
+        "the neuron completion marker not laid out last",
+        (
+            (
+                "neuronbuild/engines/neuron/engine.py",
+                'written_last: ClassVar[tuple[str, ...]] = (".compilation_complete",)',
+                "written_last: ClassVar[tuple[str, ...]] = ()",
+            ),
+        ),
+        (
+            f"{PINS_ENTRIES}::test_a_node_lays_out_the_neuron_completion_marker_after_every_other_file",
+        ),
+    ),
+    Break(
+        "coverage counts a neuron entry without its marker",
+        (
+            (
+                NEURON_COVERAGE,
+                '{"graph.hlo", f"graph_{entry}.neff", ".compilation_complete"} <= files',
+                '{"graph.hlo", f"graph_{entry}.neff"} <= files',
+            ),
+        ),
+        (f"{PINS_ENTRIES}::{COVERAGE_COUNTS}",),
+    ),
+    Break(
+        "coverage counts a neuron entry without its metadata",
+        ((NEURON_COVERAGE, "        and any(METADATA.match(n) for n in files)\n", ""),),
+        (f"{PINS_ENTRIES}::{COVERAGE_COUNTS}",),
     ),
 ]
 
