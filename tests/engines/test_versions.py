@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,6 +220,7 @@ def test_an_editable_install_is_keyed_by_its_source(
     no source in RECORD; its packages are hashed where the import system finds them."""
     source = tmp_path / "checkout"
     (source / "vllm_neuron" / "__pycache__").mkdir(parents=True)
+    (source / "vllm_neuron" / "__init__.py").write_text("")  # a regular package, as installed
     module = source / "vllm_neuron" / "platform.py"
     module.write_text("KERNEL = 1\n")
     shutil.rmtree(site / "vllm_neuron")
@@ -228,6 +230,8 @@ def test_an_editable_install_is_keyed_by_its_source(
     )
     (info / "top_level.txt").write_text("vllm_neuron\n")
     monkeypatch.syspath_prepend(str(source))
+    for name in [n for n in sys.modules if n == "vllm_neuron" or n.startswith("vllm_neuron.")]:
+        monkeypatch.delitem(sys.modules, name)  # an earlier test's import: found, not searched
     importlib.invalidate_caches()
 
     def digest() -> str | None:

@@ -131,3 +131,32 @@ def test_a_serve_that_waited_for_another_laying_out_the_root_takes_its_lay_out(
     assert others == [True, False] and (first.cheap, first.linked) == (True, 0)
     assert lay_out(manifest, manifest.digest, TieredStore(store), root).cheap
     assert (root / NODE_STAMP).stat().st_ino == stamp.st_ino
+
+
+@pytest.mark.parametrize("to", ["another file of the manifest", "a copy of its own bytes"])
+def test_a_symlink_planted_where_a_file_belongs_is_replaced_by_the_file(
+    tmp_path: Path, to: str
+) -> None:
+    """A lay-out never writes through a link planted in the root (it put the first file's bytes
+    into the second's and kept the link for good) nor keeps one pointing at the right bytes."""
+    first, second = "neuron/compile_cache/a/graph.neff", "neuron/compile_cache/b/graph.neff"
+    store = Store(str(tmp_path / "store"), create=True)
+    units = tuple(
+        store.put_unit(stored_unit(store, tmp_path, data, path))
+        for data, path in ((b"first neff", first), (b"second neff", second))
+    )
+    manifest = Manifest("app", {}, units)
+    store.put_manifest(manifest)
+    root = tmp_path / "node"
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    if to == "a copy of its own bytes":
+        (root / "aside").write_bytes(b"first neff")
+        target = root / "aside"
+    else:
+        target = root / second
+    (root / first).unlink()
+    (root / first).symlink_to(target)
+    lay_out(manifest, manifest.digest, TieredStore(store), root)
+    assert not (root / first).is_symlink()
+    assert (root / first).read_bytes() == b"first neff"
+    assert (root / second).read_bytes() == b"second neff"
