@@ -1091,6 +1091,484 @@ BREAKS = [
     ),
 ]
 
+# Issue 46 item 18: gc's sweep, the lay-out stamp and the key tables (tests/*/test_pins_*).
+BREAKS += [
+    Break(
+        "gc sweeps a manifest no ref names yet though it is young",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "doomed = [d for d in listed if d not in live and sweep.old(layout.manifest(d))]",
+                "doomed = [d for d in listed if d not in live]",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_manifest_no_ref_names_yet_stays_through_the_grace_period_with_what_it_uses",
+        ),
+    ),
+    Break(
+        "gc sweeps a young blob no unit record names yet",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "not in live_blobs and sweep.old(path):",
+                "not in live_blobs:",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_blob_no_unit_record_names_yet_stays_through_the_grace_period",
+        ),
+    ),
+    Break(
+        "gc --dry-run deletes expired leases",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "if dry_run or store.backend.delete_if(path, token):",
+                "if store.backend.delete_if(path, token):",
+            ),
+        ),
+        ("tests/store/test_pins_gc.py::test_a_dry_run_lists_an_expired_lease_and_leaves_it",),
+    ),
+    Break(
+        "gc sweeps another run's fresh condemned marker as a temporary file",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "if layout.condemned_of(path) is None and sweep.old(path):",
+                "if sweep.old(path):",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_another_runs_fresh_condemned_marker_survives_a_gc_with_no_grace_period",
+        ),
+    ),
+    Break(
+        "gc sweeps a young off-chain history entry (a move in flight)",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                '            if sweep.old(path):\n                sweep.delete("history", path)',
+                '            if True:\n                sweep.delete("history", path)',
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_young_history_entry_off_the_chain_stays_and_an_old_one_goes",
+        ),
+    ),
+    Break(
+        "gc sweeps the attestations of a raced manifest it put back",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "if (attested is None or attested[0] not in kept) and sweep.old(path):",
+                "if (attested is None or attested[0] not in live) and sweep.old(path):",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_raced_manifest_put_back_keeps_its_attestations_and_additions",
+        ),
+    ),
+    Break(
+        "gc sweeps the additions of a raced manifest it put back",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "gone = added is None or added[0] not in kept or path in sweep.superseded",
+                "gone = added is None or added[0] not in live or path in sweep.superseded",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_raced_manifest_put_back_keeps_its_attestations_and_additions",
+        ),
+    ),
+    Break(
+        "gc sweeps a young attestation",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "if (attested is None or attested[0] not in kept) and sweep.old(path):",
+                "if attested is None or attested[0] not in kept:",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_young_timing_attestation_or_addition_whose_owner_is_gone_stays",
+        ),
+    ),
+    Break(
+        "gc sweeps a young addition",
+        (("neuronbuild/store/gc.py", "        if gone and sweep.old(path):", "        if gone:"),),
+        (
+            "tests/store/test_pins_gc.py::test_a_young_timing_attestation_or_addition_whose_owner_is_gone_stays",
+        ),
+    ),
+    Break(
+        "gc sweeps a young timing",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "if (named is None or named[1] not in live_units) and sweep.old(path):",
+                "if named is None or named[1] not in live_units:",
+            ),
+        ),
+        (
+            "tests/store/test_pins_gc.py::test_a_young_timing_attestation_or_addition_whose_owner_is_gone_stays",
+        ),
+    ),
+    Break(
+        "the lay-out stamp ignores the mtime",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                "return [st.st_size, st.st_mtime_ns, st.st_ino]",
+                "return [st.st_size, st.st_ino]",
+            ),
+        ),
+        (
+            "tests/store/test_pins_node_stat.py::test_a_file_changed_in_place_with_its_size_and_inode_kept_is_caught_by_its_mtime",
+        ),
+    ),
+    Break(
+        "the lay-out stamp ignores the size",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                "return [st.st_size, st.st_mtime_ns, st.st_ino]",
+                "return [st.st_mtime_ns, st.st_ino]",
+            ),
+        ),
+        (
+            "tests/store/test_pins_node_stat.py::test_a_file_changed_in_place_with_its_mtime_and_inode_kept_is_caught_by_its_size",
+        ),
+    ),
+    Break(
+        "a lay-out stamp over the record limit is read",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                "if not stamp.is_file() or stamp.stat().st_size > MAX_RECORD_BYTES:",
+                "if not stamp.is_file():",
+            ),
+        ),
+        ("tests/store/test_pins_node_stat.py::test_a_stamp_over_the_record_limit_is_never_read",),
+    ),
+    Break(
+        "a serve that waited for the lock lays the root out again",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                "        if not deep and laid_out(root, manifest, digest):  # another serve laid it out meanwhile",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/store/test_pins_node_stat.py::test_a_serve_that_waited_for_another_laying_out_the_root_takes_its_lay_out",
+        ),
+    ),
+    Break(
+        "the lay-out stamp checks only the first file",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                "    for file in manifest.files():\n        dest = root / file.path\n        try:",
+                "    for file in manifest.files()[:1]:\n        dest = root / file.path\n        try:",
+            ),
+        ),
+        (
+            "tests/store/test_pins_node_stat.py::test_the_stamp_vouches_for_every_file_not_only_the_first",
+        ),
+    ),
+    Break(
+        "hf_token keyed (moved from serving-only)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "hf_token",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "kda_decode_backend",\n',
+                '        "kda_decode_backend",\n        "hf_token",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_only_serves_is_serving_only",),
+    ),
+    Break(
+        "master_port keyed (moved from serving-only)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "master_port",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "kda_decode_backend",\n',
+                '        "kda_decode_backend",\n        "master_port",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_only_serves_is_serving_only",),
+    ),
+    Break(
+        "disable_log_stats keyed (moved from serving-only)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "disable_log_stats",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "kda_decode_backend",\n',
+                '        "kda_decode_backend",\n        "disable_log_stats",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_only_serves_is_serving_only",),
+    ),
+    Break(
+        "enforce_eager serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "enforce_eager",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "enforce_eager",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "compilation_config serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "compilation_config",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "compilation_config",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "quantization serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "quantization",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "quantization",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "gpu_memory_utilization serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "gpu_memory_utilization",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "gpu_memory_utilization",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "tokenizer serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "tokenizer",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "tokenizer",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "trust_remote_code serving-only (moved from keyed)",
+        (
+            ("neuronbuild/engines/arg_classes.py", '        "trust_remote_code",\n', ""),
+            (
+                "neuronbuild/engines/arg_classes.py",
+                '        "fail_on_environ_validation",\n',
+                '        "fail_on_environ_validation",\n        "trust_remote_code",\n',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_each_argument_that_shapes_a_graph_is_keyed",),
+    ),
+    Break(
+        "a name ending _HOME not taken for a path",
+        (
+            (
+                "neuronbuild/engines/env_classes.py",
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_HOME", "_ROOT", "_FILE", "_FOLDER")',
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_ROOT", "_FILE", "_FOLDER")',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_a_name_ending_as_a_path_does_holds_a_path",),
+    ),
+    Break(
+        "a name ending _FILE not taken for a path",
+        (
+            (
+                "neuronbuild/engines/env_classes.py",
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_HOME", "_ROOT", "_FILE", "_FOLDER")',
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_HOME", "_ROOT", "_FOLDER")',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_a_name_ending_as_a_path_does_holds_a_path",),
+    ),
+    Break(
+        "a name ending _FOLDER not taken for a path",
+        (
+            (
+                "neuronbuild/engines/env_classes.py",
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_HOME", "_ROOT", "_FILE", "_FOLDER")',
+                'PATH_SUFFIXES = ("_DIR", "_PATH", "_HOME", "_ROOT", "_FILE")',
+            ),
+        ),
+        ("tests/test_pins_key_tables.py::test_a_name_ending_as_a_path_does_holds_a_path",),
+    ),
+    Break(
+        "generation_config.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "generation_config.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "tokenizer_config.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "tokenizer_config.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "special_tokens_map.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "special_tokens_map.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "tokenizer.model left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "tokenizer.model",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "chat_template.jinja left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "chat_template.jinja",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "preprocessor_config.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "preprocessor_config.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "model.safetensors.index.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "model.safetensors.index.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "pytorch_model.bin.index.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "pytorch_model.bin.index.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "vocab.json left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "vocab.json",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "merges.txt left out of the model_files factor",
+        (("neuronbuild/model_files.py", '    "merges.txt",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_each_file_a_compile_reads_enters_the_model_files_factor",
+        ),
+    ),
+    Break(
+        "un-indexed .bin weights left out of the model_files factor",
+        (
+            (
+                "neuronbuild/model_files.py",
+                'WEIGHT_SUFFIXES = (".safetensors", ".bin")',
+                'WEIGHT_SUFFIXES = (".safetensors",)',
+            ),
+        ),
+        (
+            "tests/test_pins_key_tables.py::test_without_an_index_each_weight_file_enters_by_its_size",
+        ),
+    ),
+    Break(
+        "un-indexed weights keyed by presence, not size",
+        (
+            (
+                "neuronbuild/model_files.py",
+                'out[path.name] = f"size:{path.stat().st_size}"',
+                'out[path.name] = "present"',
+            ),
+        ),
+        (
+            "tests/test_pins_key_tables.py::test_without_an_index_each_weight_file_enters_by_its_size",
+        ),
+    ),
+    Break(
+        "weight sizes keyed beside an index",
+        (
+            (
+                "neuronbuild/model_files.py",
+                '    if not any(name.endswith(".index.json") for name in out):',
+                "    if True:",
+            ),
+        ),
+        (
+            "tests/test_pins_key_tables.py::test_with_an_index_the_weight_files_stay_out_of_the_factor",
+        ),
+    ),
+    Break(
+        "a installed difference labelled as the recipe's",
+        (("neuronbuild/keys.py", '    "installed": "this host",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_doctor_and_serve_label_each_factor_with_where_its_value_came_from",
+        ),
+    ),
+    Break(
+        "a model_files difference labelled as the recipe's",
+        (("neuronbuild/keys.py", '    "model_files": "model folder",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_doctor_and_serve_label_each_factor_with_where_its_value_came_from",
+        ),
+    ),
+    Break(
+        "a schema difference labelled as the recipe's",
+        (("neuronbuild/keys.py", '    "schema": "neuronbuild",\n', ""),),
+        (
+            "tests/test_pins_key_tables.py::test_doctor_and_serve_label_each_factor_with_where_its_value_came_from",
+        ),
+    ),
+]
+
+
+BREAKS.append(
+    Break(
+        "a symlink planted where a laid-out file belongs is written through",
+        (
+            (
+                "neuronbuild/paths.py",
+                "    return folder / path.name\n",
+                "    return (folder / path.name).resolve()\n",
+            ),
+        ),
+        (
+            "tests/store/test_pins_node_stat.py::"
+            "test_a_symlink_planted_where_a_file_belongs_is_replaced_by_the_file",
+        ),
+    )
+)
+
 
 def apply(edits: tuple[tuple[str, str, str], ...]) -> dict[Path, str]:
     saved: dict[Path, str] = {}
