@@ -1570,6 +1570,346 @@ BREAKS.append(
 )
 
 
+# Issue 46 item 18: the scheduler's process groups and tether, sealing, leases.
+BREAKS += [
+    Break(
+        "an engine run shares neuronbuild's session and process group",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "                start_new_session=True,\n                pass_fds",
+                "                start_new_session=False,\n                pass_fds",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_an_engine_runs_in_a_session_and_process_group_of_its_own",
+        ),
+    ),
+    Break(
+        "helpers an engine leaves in its group outlive the run",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "                end_group(proc.pid, reap=proc.poll)\n            if self.cancelled",
+                "            if self.cancelled",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_a_helper_an_engine_leaves_in_its_group_ends_with_the_run_without_the_tether",
+        ),
+    ),
+    Break(
+        "ending a group never SIGKILLs what outlives the grace",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "        os.killpg(pgid, signal.SIGKILL)",
+                "        pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_ending_a_group_sigkills_what_outlives_the_grace",
+        ),
+    ),
+    Break(
+        "ending a group waits out the grace after the group is empty",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "        except (ProcessLookupError, PermissionError):\n            return\n",
+                "        except (ProcessLookupError, PermissionError):\n            pass\n",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_ending_a_group_returns_once_its_reaped_leader_left_on_sigterm",
+        ),
+    ),
+    Break(
+        "ending a group leaves its leader a zombie and waits out the grace",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "        if reap is not None:\n            reap()\n",
+                "",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_ending_a_group_returns_once_its_reaped_leader_left_on_sigterm",
+        ),
+    ),
+    Break(
+        "a run a cancel ended returns its exit code, not cancelled",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "            if self.cancelled.is_set():\n                raise UnitFailed(CANCELLED)\n            return code",
+                "            return code",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_a_run_a_cancel_ended_says_cancelled_not_its_exit_code",
+        ),
+    ),
+    Break(
+        "a cancelled scheduler still claims units",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "claim(unit) if claim is not None and not groups.cancelled.is_set() else held",
+                "claim(unit) if claim is not None else held",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_a_cancelled_scheduler_asks_no_more_claims",
+        ),
+    ),
+    Break(
+        "a unit's claim (lease) is not released when it ends",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "            if held is not None:\n                held.release()",
+                "            pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_every_claim_is_released_however_its_unit_ended",
+        ),
+    ),
+    Break(
+        "a timeout kills the tether alone, leaving helpers out of the group",
+        (
+            (
+                "neuronbuild/orchestrate/scheduler.py",
+                "                end_group(proc.pid, reap=proc.poll)\n                proc.wait()\n",
+                "                proc.kill()\n                proc.wait()\n",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_a_timeout_ends_a_helper_that_left_the_engines_group",
+        ),
+    ),
+    Break(
+        "the tether leaves what its engine left when the engine exits",
+        (
+            (
+                "neuronbuild/orchestrate/tether.py",
+                "    end_leftovers(start + GRACE_SECONDS - 1.0)",
+                "    pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_the_tether_ends_an_orphaned_helper_out_of_its_group_when_the_engine_exits",
+        ),
+    ),
+    Break(
+        "the tether is no subreaper: orphaned helpers escape it",
+        (
+            (
+                "neuronbuild/orchestrate/tether.py",
+                "        call(PR_SET_CHILD_SUBREAPER, 1)",
+                "        pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_the_tether_ends_an_orphaned_helper_out_of_its_group_when_the_engine_exits",
+        ),
+    ),
+    Break(
+        "an engine outlives its tether killed alone",
+        (
+            (
+                "neuronbuild/orchestrate/tether.py",
+                "            call(PR_SET_PDEATHSIG, signal.SIGKILL)",
+                "            pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_an_engine_dies_with_its_tether_killed_alone",
+        ),
+    ),
+    Break(
+        "a tether whose builder is gone exits 0 instead of SIGKILLing its group",
+        (
+            (
+                "neuronbuild/orchestrate/tether.py",
+                "    os.killpg(0, signal.SIGKILL)",
+                "    os._exit(0)",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_scheduler.py::test_a_tether_whose_builder_is_gone_ends_its_engine_and_itself_by_sigkill",
+        ),
+    ),
+    Break(
+        "seal seals a build with units missing",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "    if report.missing:\n        if shards",
+                "    if False:\n        if shards",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_a_build_whose_unit_record_is_missing_is_named_with_its_shard_and_not_sealed",
+        ),
+    ),
+    Break(
+        "seal seals a build one of whose blobs is missing",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "lost = [f.path for f in record.files if f.digest in gone]",
+                "lost = []",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_a_build_whose_blob_is_missing_is_named_and_not_sealed",
+        ),
+    ),
+    Break(
+        "a refused ref move of one recipe leaves other recipes' refs moved",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "            precheck(store, name, tag, digest, ask)",
+                "            pass",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_a_refused_move_of_one_recipes_ref_moves_no_other_ref",
+        ),
+    ),
+    Break(
+        "seal takes two recipes of one name",
+        (("neuronbuild/orchestrate/seal.py", "    check_distinct_names(plans)\n", ""),),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_seal_refuses_two_recipes_of_one_name_before_writing_anything",
+        ),
+    ),
+    Break(
+        "a missing unit is not named with the shard that owns it",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "MissingUnit(m.recipe, m.key, m.label, m.why, owner[m.key])",
+                "MissingUnit(m.recipe, m.key, m.label, m.why, None)",
+            ),
+        ),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_a_build_whose_unit_record_is_missing_is_named_with_its_shard_and_not_sealed",
+        ),
+    ),
+    Break(
+        "refs of two recipes are not prechecked before the first moves",
+        (("neuronbuild/orchestrate/seal.py", "    if len(pairs) > 1:", "    if len(pairs) > 2:"),),
+        (
+            "tests/orchestrate/test_pins_seal.py::test_a_refused_move_of_one_recipes_ref_moves_no_other_ref",
+        ),
+    ),
+    Break(
+        "a takeover that lost the swap race still holds the lease",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "        except SwapConflict:\n            return None\n        return Lease(self, key, owner)",
+                "        except SwapConflict:\n            pass\n        return Lease(self, key, owner)",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_a_takeover_that_loses_the_swap_race_takes_nothing",
+        ),
+    ),
+    Break(
+        "a lease with no time is taken as expired",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "expired = when is not None and when < self._now() - self.times.lease",
+                "expired = when is None or when < self._now() - self.times.lease",
+            ),
+        ),
+        ("tests/store/test_pins_leases.py::test_a_lease_with_no_time_at_all_is_live",),
+    ),
+    Break(
+        "a lease released in between is held without winning its create",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "return Lease(self, key, None) if self.backend.create(path, self._bytes()) else None",
+                "return Lease(self, key, None)",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_a_lease_released_in_between_is_taken_only_by_a_create_that_wins",
+        ),
+    ),
+    Break(
+        "a builder renews a lease another builder took over",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "found[1] if found is not None and found[0] == self.owner else None",
+                "found[1] if found is not None else None",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_a_renewal_after_a_takeover_fails_and_leaves_the_new_owners_lease",
+        ),
+    ),
+    Break(
+        "a renewal of a lease no longer ours is attempted",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "        if token is None:\n            return False\n        self.backend.swap",
+                "        self.backend.swap",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_a_renewal_after_a_takeover_fails_and_leaves_the_new_owners_lease",
+        ),
+    ),
+    Break(
+        "the renew thread runs on after a takeover",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "                if not self.leases.renew(self.key):\n                    return",
+                "                if not self.leases.renew(self.key):\n                    continue",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_the_renewing_thread_stops_once_another_builder_took_the_lease_over",
+        ),
+    ),
+    Break(
+        "lease expiry judged by the builder's clock, not the store's",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "self._offset = store_now(self.store) - time.time()",
+                "self._offset = 0.0",
+            ),
+        ),
+        (
+            "tests/store/test_pins_leases.py::test_expiry_is_judged_by_the_stores_clock_not_the_builders",
+        ),
+    ),
+    Break(
+        "an expired lease still names a holder",
+        (
+            (
+                "neuronbuild/store/leases.py",
+                "return found[0] if found is not None and not found[2] else None",
+                "return found[0] if found is not None else None",
+            ),
+        ),
+        ("tests/store/test_pins_leases.py::test_an_expired_lease_has_no_holder",),
+    ),
+]
+
+
 def apply(edits: tuple[tuple[str, str, str], ...]) -> dict[Path, str]:
     saved: dict[Path, str] = {}
     for name, old, new in edits:

@@ -87,6 +87,7 @@ def test_an_engine_runs_in_a_session_and_process_group_of_its_own(tmp_path: Path
     assert sid != os.getsid(0) and pgrp != os.getpgrp()
 
 
+@pytest.mark.slow  # over 1 s: the grace of an ended group, PID 1's reaping
 def test_a_helper_an_engine_leaves_in_its_group_ends_with_the_run_without_the_tether(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +109,7 @@ def test_a_helper_an_engine_leaves_in_its_group_ends_with_the_run_without_the_te
         assert wait_for(lambda: not alive(helper), 1)
 
 
+@pytest.mark.slow  # over 1 s: the grace of an ended group, PID 1's reaping
 def test_a_timeout_ends_a_helper_that_left_the_engines_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "helper"
     argv = spawns(pid_file, "import time; time.sleep(30)", own_session=True)
