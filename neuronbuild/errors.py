@@ -98,9 +98,11 @@ class RefNotExpected(UserError):
 
 class StoreError(Exception):
     """The store (a folder or a remote URL) failed after retries, or does not exist: exit
-    code 3."""
+    code 3. ``refused``: the store refused the request outright (no permission, a read-only
+    file system), so it took no effect, which a lost answer or a timeout cannot say."""
 
     exit_code = 3
+    refused = False
 
 
 NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})

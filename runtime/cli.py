@@ -145,25 +145,23 @@ def node_tiers(
     folder store alone (read-only is fine: files are linked or copied out of it), or the
     node's default local tier in front of a remote store. A dry run creates nothing.
 
-    ``image``: the layout root ``serve`` was given; where it is a node image's mount, the store
-    the image carries (its manifest: :func:`~neuronbuild.node.image_stamp.image_manifest_store`)
-    is the local tier, in front of ``--cache``, or alone where that cannot be opened (an
-    air-gapped pod with the image volume only)."""
-    carried = image_manifest_store(image) if image is not None else None
+    ``image``: for ``--manifest``, the layout root ``serve`` was given; where it is a node
+    image's mount and neither ``--cache`` nor a ``--local-cache`` folder can be read (an
+    air-gapped pod with the image volume only), the store the image carries is read alone (its
+    manifest: :func:`~neuronbuild.node.image_stamp.image_manifest_store`)."""
     try:
         remote = Store(cache)
     except StoreError as exc:
-        if carried is not None:
+        if local_cache is None or not Path(local_cache).is_dir():
+            carried = image_manifest_store(image) if image is not None else None
+            if carried is None:
+                raise
             tiers = TieredStore(carried)
             tiers.notes.append(f"{exc}; serving the manifest the node image at {image} holds")
             return tiers
-        if local_cache is None or not Path(local_cache).is_dir():
-            raise
         tiers = TieredStore(Store(local_cache))  # refs and blobs a pull left there
         tiers.notes.append(f"{exc}; serving from {local_cache} alone")
         return tiers
-    if carried is not None:
-        return TieredStore(carried, remote)
     if local_cache is None and remote.is_folder:
         return TieredStore(remote)
     local_url = local_cache or str(envs.user_cache() / "store")
@@ -280,7 +278,7 @@ def serve(
     root = Path(vllm_cache_root).resolve() if vllm_cache_root else None
     prepared = prepare(
         ServeSource(recipe, ref, manifest_digest),
-        node_tiers(cache, local_cache, dry_run, root),
+        node_tiers(cache, local_cache, dry_run, root if manifest_digest else None),
         cache_root=root,
         serving_args=serving,
         workdir=Path(workdir).resolve() if workdir else None,

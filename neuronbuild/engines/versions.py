@@ -24,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import urllib.parse
 from collections.abc import Iterable
 from functools import lru_cache
@@ -147,8 +148,10 @@ def _current_hash(
 def editable_digest(dist: importlib.metadata.Distribution) -> str | None:
     """For an editable install (``pip install -e``: ``direct_url.json`` says ``editable``, how
     vllm-neuron's docs install it from source), ``sha256:<hex>`` over the files of its top-level
-    packages (``top_level.txt``, found where the import system finds them; else the whole source
-    folder), paths and contents, ``__pycache__`` and hidden folders left out. None otherwise."""
+    packages (``top_level.txt``, found where the import system finds them; else the ``.py``
+    files of the source folder, ``build/`` and ``dist/`` left out), paths and contents,
+    ``__pycache__`` and hidden folders left out; a file that is not a regular one, or cannot be
+    read, counts as such. None otherwise."""
     try:
         info = json.loads(dist.read_text("direct_url.json") or "{}")
     except ValueError:
@@ -160,16 +163,22 @@ def editable_digest(dist: importlib.metadata.Distribution) -> str | None:
         for name in (dist.read_text("top_level.txt") or "").split()
         for root in _import_roots(name)
     ]
+    named = bool(roots)
     url = str(info.get("url", ""))
     if not roots and url.startswith("file://"):
         roots = [Path(urllib.parse.unquote(url.removeprefix("file://")))]
     digest = hashlib.sha256(b"editable\n")
     for root in roots:
-        files = [root] if root.is_file() else sorted(_source_files(root))
+        files = [root] if root.is_file() else sorted(_source_files(root, python_only=not named))
         for file in files:
             digest.update(f"{file.relative_to(root.parent)}\n".encode())
-            with open(file, "rb") as handle:
-                digest.update(hashlib.file_digest(handle, "sha256").digest())
+            try:  # a regular file (no FIFO, no dangling link): read as it is now
+                if not stat.S_ISREG(file.lstat().st_mode):
+                    raise OSError
+                with open(file, "rb") as handle:
+                    digest.update(hashlib.file_digest(handle, "sha256").digest())
+            except OSError:
+                digest.update(b"unreadable")
     return "sha256:" + digest.hexdigest()
 
 
@@ -186,13 +195,13 @@ def _import_roots(name: str) -> list[Path]:
     return [Path(spec.origin)] if spec.origin and os.path.isfile(spec.origin) else []
 
 
-def _source_files(root: Path) -> Iterable[Path]:
+def _source_files(root: Path, python_only: bool = False) -> Iterable[Path]:
+    skipped = {"__pycache__", *(("build", "dist") if python_only else ())}
     for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(
-            d for d in subfolders if d != "__pycache__" and not d.startswith(".")
-        )
+        subfolders[:] = sorted(d for d in subfolders if d not in skipped and not d.startswith("."))
         for name in sorted(files):
-            yield Path(folder) / name
+            if not python_only or name.endswith(".py"):
+                yield Path(folder) / name
 
 
 def installed_build(distribution: str) -> str | None:

@@ -121,7 +121,7 @@ def lay_out_addition(tiers: TieredStore, root: Path, addition: Addition) -> int:
         needed = [
             f
             for f in addition.files
-            if not ((dest := inside(root, f.path)).exists() or dest.is_symlink())
+            if (dest := inside(root, f.path)).is_symlink() or not dest.exists()
         ]
         tiers.fill_blobs(needed)  # a node that holds them all fetches nothing (offline too)
         for file in needed:

@@ -172,8 +172,8 @@ def mirrors(mirror: Path, root: Path, manifest: Manifest) -> bool:
     """
     try:
         for file in manifest.files():
-            rel = PurePosixPath(file.path)  # the link itself resolves into the image
-            source, dest = inside(root, file.path), inside(mirror, str(rel.parent)) / rel.name
+            rel = PurePosixPath(file.path)
+            source, dest = inside(root, file.path), inside(mirror, file.path)  # the link itself
             if INDUCTOR_CACHE in rel.parts:
                 if dest.is_symlink() or dest.stat().st_size != file.size:
                     return False

@@ -15,12 +15,13 @@ records like any unit record past its grace period (DESIGN.md, "Store").
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count
 from neuronbuild.keys import UnitKey
@@ -142,15 +143,24 @@ def keep_finished(
 
 def count_seed_records(store: Store, workers: int = 16) -> int:
     """How many of the store's unit records are seed records (``status`` and ``ls`` count them
-    apart from published units). Reads every unit record, ``workers`` at a time; one that
-    cannot be read is not a seed record (``verify`` and ``doctor`` report it)."""
+    apart from published units). A unit record a manifest names is a build's, never a seed:
+    the manifests are read, then only the records none of them names, ``workers`` at a time (a
+    few, where builds are sealed). A manifest or record that cannot be read counts for nothing
+    (``verify`` and ``doctor`` report it).
+
+    Raises:
+        StoreError: the store failed while listing."""
+    named: set[str] = set()
+    for digest in store.manifest_digests():
+        with contextlib.suppress(StoreDataInvalid, UserError):
+            named.update(unit.key for unit in store.get_manifest(digest).units)
 
     def is_seed(key: str) -> bool:
         try:
             record = store.get_unit(key)
-        except StoreDataInvalid:
+        except (StoreDataInvalid, StoreError):
             return False
         return record is not None and record.factors.get("schema") == SEED_SCHEMA
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return sum(pool.map(is_seed, store.unit_keys()))
+        return sum(pool.map(is_seed, [k for k in store.unit_keys() if k not in named]))

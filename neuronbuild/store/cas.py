@@ -336,7 +336,8 @@ class Store:
         except DigestMismatch as exc:  # never silently: the one way out, named
             raise DigestMismatch(
                 f"{exc}; `neuronbuild verify REF --deep --repair --cache {self.url}` removes it, "
-                "then compile rebuilds it (or push --from a store holding it whole)",
+                "then compile rebuilds it, or push --from (pull, into a local tier) copies it back "
+                "from a store holding it whole",
                 exc.found,
             ) from None
         except (StoreDataInvalid, StoreError):
@@ -793,9 +794,10 @@ class Store:
         and keeps the manifest, or this move sees the marker (or the manifest gone) and fails
         cleanly. A crash in between leaves an entry of a move that never happened, which
         :meth:`ref_history` skips, never a move without its entry (see
-        :mod:`neuronbuild.store.gc`). A swap that fails with a store error removes its entry
-        where the ref, read again, does not hold ``digest``; one that may have moved the ref (its
-        answer lost, the read failing too) keeps it.
+        :mod:`neuronbuild.store.gc`). A swap the store refused outright (``StoreError.refused``:
+        no permission, a read-only file system) removes its entry where the ref, read again,
+        does not hold ``digest``; any other failure may have moved the ref (its answer lost, or
+        applied late) and keeps it.
 
         Raises:
             RefConflict: the ref points elsewhere (another builder moved it first).
@@ -826,11 +828,12 @@ class Store:
         except SwapConflict:
             self._forget(intent)
             raise RefConflict(f"{name}/{tag} moved while moving it to {digest}") from None
-        except (StoreError, UserError):
-            # It may have landed (its answer lost): the entry goes only where a read of the
-            # ref says it did not (an unwritable refs/), and stays, off the chain, otherwise.
+        except StoreError as exc:
+            # Refused outright (an unwritable refs/), it took no effect: its entry goes once a
+            # read of the ref agrees. Any other failure may have landed (its answer lost, or
+            # applied late): its entry stays, off the chain if the ref did not move.
             with contextlib.suppress(StoreError, UserError):
-                if self.get_ref(name, tag) != digest:
+                if exc.refused and self.get_ref(name, tag) != digest:
                     self._forget(intent)
             raise
         if self.backend.settle_seconds:

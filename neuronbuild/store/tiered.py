@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from neuronbuild.digest import DigestMismatch
 from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.human import count
 from neuronbuild.store.cas import Store
@@ -208,7 +209,12 @@ class TieredStore:
         except StoreDataInvalid as exc:
             if self.remote is None:
                 raise
-            self.notes.append(f"{exc}; fetching it again from {self.remote.url}")
+            what = (  # repaired here: the remedy a corrupt blob's error names is not the user's
+                f"{self.local.blob_url(file.digest)} is corrupt"
+                if isinstance(exc, DigestMismatch)
+                else str(exc)
+            )
+            self.notes.append(f"{what}; fetching it again from {self.remote.url}")
         self.local.delete_blob(file)
         with scratch_folder(self.local) as scratch:
             copy_blob(self.remote, self.local, file, Path(scratch))

@@ -32,7 +32,7 @@ from fsspec import AbstractFileSystem
 from fsspec.callbacks import Callback
 
 from neuronbuild import envs
-from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
+from neuronbuild.errors import NO_ROOM_ERRNOS, NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.transports import retry
 from neuronbuild.transports.ranged import RangedReads
 from neuronbuild.transports.retry import body_retried, watch_s3
@@ -153,9 +153,11 @@ class Backend(ABC):
         except RecursionError:  # a path nested deeper than the interpreter recurses
             raise StoreDataInvalid(f"{self.url}: {what}: nested too deeply") from None
         except OSError as exc:
-            raise NoRoom.of(exc, self.url, what) or StoreError(
+            error = NoRoom.of(exc, self.url, what) or StoreError(
                 f"{self.url}: {what}: {type(exc).__name__}: {exc}"
-            ) from None
+            )
+            error.refused = isinstance(exc, PermissionError) or exc.errno in NO_ROOM_ERRNOS
+            raise error from None
         except Exception as exc:  # s3fs/botocore raise their own types (no credentials, ...)
             raise StoreError(f"{self.url}: {what}: {type(exc).__name__}: {exc}") from None
 
@@ -660,6 +662,10 @@ class ObjectBackend(Backend):
             return _create_unchecked(self, path, data)
         return self._put_if(path, data, mode="create")
 
+    def probe(self, path: str) -> float | None:
+        self._conditions_honoured()  # refused before any work, not at the first record
+        return super().probe(path)
+
     def _conditions_honoured(self) -> bool:
         """Whether this endpoint honours ``If-None-Match: *`` and ``If-Match`` on PUT, probed
         once per endpoint and bucket in this process (:meth:`_ignored_condition`). False only
@@ -695,7 +701,10 @@ class ObjectBackend(Backend):
             self._put_if(path, b"0", mode="create")
             if self._put_if(path, b"1", mode="create"):
                 return "If-None-Match"
-            if self._put_if(path, b"2", IfMatch=f'"{"0" * 32}"'):
+            try:
+                if self._put_if(path, b"2", IfMatch=f'"{"0" * 32}"'):
+                    return "If-Match"
+            except StoreError:  # answered by anything but 412 (501, 400): not honoured
                 return "If-Match"
             return None
         finally:

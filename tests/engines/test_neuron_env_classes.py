@@ -114,6 +114,8 @@ def test_values_the_plugin_reads_alike_give_one_key() -> None:
     on = {"VLLM_NEURON_DISABLE_INPUT_DEDUP": "1"}
     assert keyed_env({"VLLM_NEURON_DISABLE_INPUT_DEDUP": "01"}) == keyed_env(on) == on
     assert keyed_env({"NEURON_LOGICAL_NC_CONFIG": " 01"}) == {"NEURON_LOGICAL_NC_CONFIG": "1"}
+    superscript = {"NEURON_LOGICAL_NC_CONFIG": "\u00b2"}  # isdigit() says yes, int() says no
+    assert keyed_env(superscript) == superscript
     cap = "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION"
     assert keyed_env({cap: "0.30"}) == keyed_env({cap: "3e-1"}) == {}  # the plugin's default
     assert keyed_env({cap: "0.350"}) == keyed_env({cap: " .35"}) == {cap: "0.35"}

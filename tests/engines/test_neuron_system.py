@@ -30,6 +30,12 @@ def test_versions_are_read_from_the_module_then_the_package_managers(tmp_path: P
     found = system.node_versions(tmp_path / "none", answers(rpm="2.33.10.0", modinfo="2.29.0.0"))
     assert found == {system.DRIVER: "2.29.0.0", system.RUNTIME_LIB: "2.33.10.0"}
     assert system.node_versions(tmp_path / "none", answers()) == {}
+    removed = answers(dpkg_query="rc  2.33.10.0-1\n")  # its configuration left, not installed
+    assert system.RUNTIME_LIB not in system.node_versions(tmp_path / "none", removed)
+    several = answers(rpm="2.33.10.0\n2.34.10.0\n")  # rpm lists each installed version
+    assert system.node_versions(tmp_path / "none", several)[system.RUNTIME_LIB] == "2.34.10.0"
+    installed = answers(dpkg_query="ii  2.34.10.0-6e27b8d5b\n")
+    assert system.node_versions(tmp_path / "none", installed)[system.RUNTIME_LIB] == "2.34.10.0"
 
 
 def test_the_release_table_gives_each_documented_release_its_runtime_and_driver() -> None:

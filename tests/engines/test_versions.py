@@ -238,6 +238,7 @@ def test_an_editable_install_is_keyed_by_its_source(
         versions.record_digest.cache_clear()
         return versions.record_digest("vllm-neuron")
 
+    (source / "vllm_neuron" / "dangling").symlink_to(source / "nowhere")  # read as unreadable
     first = digest()
     assert first is not None and first == digest()
     (source / "vllm_neuron" / "__pycache__" / "platform.cpython-311.pyc").write_bytes(b"x")

@@ -401,13 +401,21 @@ def test_compile_stage_refuses_expect_and_rollback(tmp_path: Path) -> None:
     assert not stage.exists() and not (tmp_path / "shared").exists()
 
 
-@pytest.mark.parametrize("landed", [False, True])
-def test_a_move_whose_swap_fails_keeps_no_history_entry_unless_it_may_have_landed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, landed: bool
+@pytest.mark.parametrize(
+    ("how", "refused", "kept"),
+    [
+        ("refused outright, ref unmoved", True, False),
+        ("refused, yet the ref holds the move", True, True),
+        ("an answer lost (timeout), ref unmoved", False, True),
+    ],
+)
+def test_a_move_whose_swap_was_refused_keeps_no_history_entry_unless_it_may_have_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, refused: bool, kept: bool
 ) -> None:
     """Issue 46 item 17: a tag into an unwritable ``refs/`` kept the entry of its failed move.
-    An entry goes where the ref, read again, does not hold the move's manifest; a swap whose
-    answer was lost after it landed keeps its entry (on the chain)."""
+    An entry goes where the store refused the swap outright (no permission, a read-only file
+    system) and the ref, read again, does not hold the move's manifest; a failure that may have
+    landed (a lost answer, applied late) keeps it, off the chain while the ref did not move."""
     from neuronbuild.errors import StoreError
 
     store = Store(str(tmp_path / "store"), create=True)
@@ -415,15 +423,35 @@ def test_a_move_whose_swap_fails_keeps_no_history_entry_unless_it_may_have_lande
     second = publish_build(store, cpu_recipe(cpu_isa="host", seed=2), tmp_path, "b")
     real = store.backend.swap
 
-    def refused(path: str, data: bytes, token: object) -> None:
-        if landed:
+    def failing(path: str, data: bytes, token: object) -> None:
+        if how.endswith("holds the move"):
             real(path, data, token)
-        raise StoreError(f"{store.url}: cannot write {path}: [Errno 13] Permission denied")
+        error = StoreError(f"{store.url}: cannot write {path}: PermissionError: denied")
+        error.refused = refused
+        raise error
 
-    monkeypatch.setattr(store.backend, "swap", refused)
-    with pytest.raises(StoreError, match="Permission denied"):
+    monkeypatch.setattr(store.backend, "swap", failing)
+    with pytest.raises(StoreError, match="denied"):
         store.move_ref("tiny", "latest", first, second)
     monkeypatch.undo()
     entries = [move.manifest for _, move in store.history_entries("tiny", "latest")]
-    assert entries == ([first, second, first] if landed else [first, second])
-    assert store.ref_history("tiny", "latest")[-1].manifest == (first if landed else second)
+    assert entries == ([first, second, first] if kept else [first, second])
+
+
+def test_a_folder_that_refuses_the_write_is_a_refusal() -> None:
+    """What marks a swap refused outright: the backends' mapping of a PermissionError (an
+    unwritable folder, S3's 403) and of a read-only file system."""
+    import errno
+
+    from neuronbuild.transports.backends import FolderBackend
+
+    backend = object.__new__(FolderBackend)
+    backend.url = "/store"
+    for exc, refused in (
+        (PermissionError(errno.EACCES, "Permission denied"), True),
+        (OSError(errno.EROFS, "Read-only file system"), True),
+        (OSError(errno.EIO, "Input/output error"), False),
+    ):
+        with pytest.raises(Exception) as caught, backend._errors("cannot write refs/a/b"):
+            raise exc
+        assert getattr(caught.value, "refused", None) is refused, exc

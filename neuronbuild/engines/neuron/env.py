@@ -161,7 +161,7 @@ def normalise_neuron_env(name: str, value: str, target: str | None, rules: Rules
     if name == "NEURON_CC_FLAGS":
         return normalise_cc_flags(value)
     if name == "NEURON_LOGICAL_NC_CONFIG":
-        lnc = str(int(stripped)) if stripped.isdigit() else value
+        lnc = str(int(stripped)) if stripped.isascii() and stripped.isdigit() else value
         return None if target is not None and lnc == DEFAULT_LNC.get(target) else lnc
     if name in FLOATS:
         try:

@@ -145,7 +145,7 @@ def lay_out_binaries(cache_root: Path, paths: Iterable[str]) -> int:
         source = inside(cache_root, path)
         dest = inside(root, rel.relative_to(prefix).as_posix())
         try:
-            if not dest.is_file() or hash_file(dest) != hash_file(source):
+            if dest.is_symlink() or not dest.is_file() or hash_file(dest) != hash_file(source):
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 tmp = dest.with_name(f".{dest.name[:200]}.{uuid.uuid4().hex}.copy")
                 shutil.copyfile(source, tmp)

@@ -15,6 +15,7 @@ package database is no difference.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
@@ -33,8 +34,8 @@ DRIVER_VERSION = Path("sys/module/neuron/version")
 
 QUERIES = {
     RUNTIME_LIB: (
-        ["dpkg-query", "--showformat=${Version}", "--show", RUNTIME_LIB],
-        ["rpm", "--query", "--queryformat=%{VERSION}", RUNTIME_LIB],
+        ["dpkg-query", "--showformat=${db:Status-Abbrev} ${Version}\\n", "--show", RUNTIME_LIB],
+        ["rpm", "--query", "--queryformat=%{VERSION}\\n", RUNTIME_LIB],
     ),
     DRIVER: (["modinfo", "--field=version", "neuron"],),
 }
@@ -58,12 +59,16 @@ def _queried(argv: list[str]) -> str | None:
     return done.stdout.strip() or None
 
 
+@functools.lru_cache(maxsize=8)
 def node_versions(
     root: Path = Path("/"), query: Callable[[list[str]], str | None] = _queried
 ) -> dict[str, str]:
     """The versions of :data:`COMPONENTS` this node has, where they can be read (``root``: the
-    file system root, a test's fake tree; ``query``: runs a command, its output or None). A
-    package version's Debian revision (``2.34.10.0-6e27b8d5b``) is dropped."""
+    file system root, a test's fake tree; ``query``: runs a command, its output or None), read
+    once per process (serve checks every unit). Of a package database's answer, only an
+    installed package counts (``dpkg``'s ``ii``: a removed one's configuration leaves ``rc``),
+    the newest where several are (``rpm`` lists each); a Debian revision
+    (``2.34.10.0-6e27b8d5b``) is dropped."""
     found: dict[str, str] = {}
     with contextlib.suppress(OSError):
         found[DRIVER] = (root / DRIVER_VERSION).read_text().strip()
@@ -71,10 +76,27 @@ def node_versions(
         for argv in commands:
             if component in found:
                 break
-            value = query(argv)
+            value = _newest(query(argv) or "")
             if value:
                 found[component] = value
     return {k: v.split("-", 1)[0] for k, v in found.items() if v}
+
+
+def _newest(printed: str) -> str | None:
+    """The newest version of one query's lines (``ii 2.34.10.0-1``, ``2.34.10.0``; a ``dpkg``
+    status other than ``ii`` is not installed)."""
+    versions = []
+    for line in printed.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] != "ii":
+            continue
+        if words:
+            versions.append(words[-1])
+    valid = []
+    for text in versions:
+        with contextlib.suppress(InvalidVersion):
+            valid.append((Version(text.split("-", 1)[0]), text))
+    return max(valid)[1] if valid else (versions[-1] if versions else None)
 
 
 def system_differences(
