@@ -127,24 +127,3 @@ def test_the_layout_only_mirror_is_kept_reused_and_rebuilt_when_broken(
     assert (kept / MODEL_FILE).is_symlink() and not marker.exists(), "a broken one is rebuilt"
     names = sorted(p.name for p in kept.parent.iterdir() if p.name.startswith("kept"))
     assert names == ["kept"], names
-
-
-def test_a_manifest_file_at_the_top_of_the_root_is_mirrored_like_any_other(
-    tmp_path: Path,
-) -> None:
-    """A manifest path with no folder (``top.bin``) checked against a mirror: a folder of ``.``
-    was refused as escaping the mirror, so a node image holding one never served."""
-    from neuronbuild.node.mirrors import mirrors
-    from neuronbuild.store.records import Manifest
-    from tests.lib.builders import stored_unit
-
-    store = Store(str(tmp_path / "store"), create=True)
-    unit = store.put_unit(stored_unit(store, tmp_path, b"top", "top.bin"))
-    manifest = Manifest("app", {}, (unit,))
-    root, mirror = tmp_path / "image", tmp_path / "mirror"
-    root.mkdir()
-    (root / "top.bin").write_bytes(b"top")
-    mirror.mkdir()
-    assert mirrors(mirror, root, manifest) is False  # nothing linked yet: not an error
-    (mirror / "top.bin").symlink_to(root / "top.bin")
-    assert mirrors(mirror, root, manifest) is True

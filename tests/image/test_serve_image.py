@@ -82,7 +82,7 @@ def test_serve_runs_from_the_images_read_only_mount_fetching_and_writing_nothing
         link = shadow / MODEL_FILE
         assert link.is_symlink() and link.resolve() == (mount / MODEL_FILE).resolve()
     assert files_under(mount) == before
-    assert not list((tier / "blobs").rglob("*")) if tier.exists() else True  # nothing fetched
+    assert not tier.exists() or not list((tier / "blobs").rglob("*"))  # nothing fetched
 
 
 def test_an_image_of_another_manifest_is_one_line_naming_both(

@@ -19,6 +19,7 @@ from neuronbuild.store import leases as leases_module
 from neuronbuild.store.cas import Store
 from neuronbuild.store.leases import Leases, LeaseTimes, Owner
 from tests.lib.build_processes import wait_for
+from tests.orchestrate.test_leases import ahead
 
 KEY = "sha256:" + "ab" * 32
 OTHER = {"owner": {"host": "other-host", "pid": 4242, "token": "t0"}, "taken": 0}
@@ -38,13 +39,6 @@ def write_lease(store: Store, data: dict[str, Any], age: float) -> Path:
     path.write_text(json.dumps(data))
     os.utime(path, (time.time() - age, time.time() - age))
     return path
-
-
-def ahead(store: Store) -> Leases:
-    """A builder whose clock runs 1000 s ahead: every lease it reads is expired to it."""
-    racer = Leases(store)
-    racer._offset = 1000.0
-    return racer
 
 
 def test_a_takeover_that_loses_the_swap_race_takes_nothing(

@@ -160,3 +160,22 @@ def test_a_symlink_planted_where_a_file_belongs_is_replaced_by_the_file(
     assert not (root / first).is_symlink()
     assert (root / first).read_bytes() == b"first neff"
     assert (root / second).read_bytes() == b"second neff"
+
+
+def test_a_manifest_file_at_the_top_of_the_root_is_mirrored_like_any_other(
+    tmp_path: Path,
+) -> None:
+    """A manifest path with no folder (``top.bin``) checked against a mirror: a folder of ``.``
+    was refused as escaping the mirror, so a node image holding one never served."""
+    from neuronbuild.node.mirrors import mirrors
+
+    store = Store(str(tmp_path / "store"), create=True)
+    unit = store.put_unit(stored_unit(store, tmp_path, b"top", "top.bin"))
+    manifest = Manifest("app", {}, (unit,))
+    root, mirror = tmp_path / "image", tmp_path / "mirror"
+    root.mkdir()
+    (root / "top.bin").write_bytes(b"top")
+    mirror.mkdir()
+    assert mirrors(mirror, root, manifest) is False  # nothing linked yet: not an error
+    (mirror / "top.bin").symlink_to(root / "top.bin")
+    assert mirrors(mirror, root, manifest) is True

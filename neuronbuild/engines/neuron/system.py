@@ -74,29 +74,29 @@ def node_versions(
         found[DRIVER] = (root / DRIVER_VERSION).read_text().strip()
     for component, commands in QUERIES.items():
         for argv in commands:
-            if component in found:
+            if found.get(component):
                 break
-            value = _newest(query(argv) or "")
-            if value:
-                found[component] = value
-    return {k: v.split("-", 1)[0] for k, v in found.items() if v}
+            found[component] = _newest(query(argv) or "") or ""
+    return {k: v for k, v in found.items() if v}
 
 
 def _newest(printed: str) -> str | None:
-    """The newest version of one query's lines (``ii 2.34.10.0-1``, ``2.34.10.0``; a ``dpkg``
-    status other than ``ii`` is not installed)."""
-    versions = []
-    for line in printed.splitlines():
-        words = line.split()
-        if len(words) == 2 and words[0] != "ii":
-            continue
-        if words:
-            versions.append(words[-1])
-    valid = []
-    for text in versions:
-        with contextlib.suppress(InvalidVersion):
-            valid.append((Version(text.split("-", 1)[0]), text))
-    return max(valid)[1] if valid else (versions[-1] if versions else None)
+    """The newest version among one query's lines (``ii  2.34.10.0-1``, ``2.34.10.0``), its
+    Debian revision dropped; a line whose ``dpkg`` status is not ``ii`` is not installed."""
+    versions = [
+        words[-1].split("-", 1)[0]
+        for words in map(str.split, printed.splitlines())
+        if words and (len(words) == 1 or words[0] == "ii")
+    ]
+    return max(versions, key=_as_version, default=None)
+
+
+def _as_version(text: str) -> Version:
+    """``text`` as a version for ordering; one that is none orders first."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return Version("0")
 
 
 def system_differences(
