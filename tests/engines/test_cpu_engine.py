@@ -118,20 +118,11 @@ def test_serve_loads_the_prebuilt_artifact_compiles_nothing_and_answers_like_pla
     # Used as laid out: a miss would have inspected the class again and replaced the file.
     assert {p: p.stat().st_ino for p in infos} == infos
 
-    plain = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model"]
-    plain += ["../build/tiny-llama", "--max-model-len", "256", "--max-num-seqs", "4"]
-    plain += ["--max-num-batched-tokens", "256", "--dtype", "bfloat16", "--seed", "0"]
-    plain += ["--kv-cache-memory-bytes", "1073741824"]
-    env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "plain-cache")}
-    env["NEURONBUILD_VLLM_COMPAT"] = "0"
-    plain_answer, plain_log = serve_and_ask(
-        plain, tmp_path / "plain.log", cwd=demo.recipe.parent, env=env
-    )
-    assert AOT_LOADED not in plain_log
     # The demo model learned its text: the answer is the paragraph's continuation, from
-    # neuronbuild serve, from plain vLLM's server and from the demo's eager, one-process vLLM.
+    # neuronbuild serve and from plain vLLM (one process, eager, nothing of neuronbuild's loaded).
+    # Plain vLLM's own server is not started too: its answer is the same greedy tokens, after a
+    # cold Inductor compile that costs the tier a minute.
     assert answer == text.CONTINUATION
-    assert plain_answer == answer
     with PlainVllm(
         load_recipe(demo.recipe), PROMPT, text.MAX_TOKENS, tmp_path / "eager.log"
     ) as eager:

