@@ -8,8 +8,10 @@ its ``revision``, which must be a commit hash for a fleet build (a branch moves)
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 from neuronbuild.errors import UserError
 from neuronbuild.keys import sha256_digest
@@ -140,3 +142,16 @@ def check_model_present(
             f"cache, and vLLM runs offline (HF_HUB_OFFLINE=1); fetch it first with "
             f"`huggingface-cli download {model}{at}`"
         )
+
+
+def read_config(model: str, workdir: Path) -> dict[str, Any] | None:
+    """The local model folder's ``config.json`` as a mapping; None for a hub id or a folder
+    without a readable one (the compile host's model check reports that)."""
+    folder = local_folder(model, workdir)
+    if folder is None:
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None

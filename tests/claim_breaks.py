@@ -1936,6 +1936,28 @@ BREAKS += [
             "tests/engines/test_arg_sources.py::test_a_trn2_recipe_on_vllm_0_24_is_judged_by_vllm_0_24s_own_choices",
         ),
     ),
+    Break(
+        "validate never compares max_model_len with the model's position limit",
+        (
+            (
+                "neuronbuild/engines/model_limits.py",
+                "if limit is None or max_model_len <= limit[0]:",
+                "if True:",
+            ),
+        ),
+        ("tests/engines/test_model_limits.py",),
+    ),
+    Break(
+        "a RoPE scaling is not seen, so a scaled model's longer context is refused",
+        (
+            (
+                "neuronbuild/engines/model_limits.py",
+                "    return (\n        rope.get(",
+                "    return False and (\n        rope.get(",
+            ),
+        ),
+        ("tests/engines/test_model_limits.py",),
+    ),
 ]
 
 

@@ -25,6 +25,8 @@ from neuronbuild.engines.env_classes import (
     classify_vllm_env,
     is_path_valued,
 )
+from neuronbuild.engines.model_limits import max_model_len_error
+from neuronbuild.envs import process_environ
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
 from neuronbuild.model_files import (
@@ -32,6 +34,7 @@ from neuronbuild.model_files import (
     is_pinned_revision,
     local_folder,
     looks_like_path,
+    read_config,
 )
 
 if TYPE_CHECKING:
@@ -154,6 +157,11 @@ class Engine(ABC):
                 "hash for a fleet build (a branch moves while the key stays); set revision: "
                 "<40-hex commit>"
             )
+        length = recipe.engine_args.get("max_model_len")
+        if isinstance(length, int) and not isinstance(length, bool):
+            config = read_config(recipe.model, recipe.workdir)
+            too_long = max_model_len_error(length, config, process_environ())
+            errors += [] if too_long is None else [too_long]
         return errors, warnings
 
     def arg_source(self, toolchain: Mapping[str, str]) -> ArgSource:

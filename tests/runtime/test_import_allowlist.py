@@ -32,6 +32,7 @@ OURS = {
     "neuronbuild.engines.coverage",
     "neuronbuild.engines.vllm_cpu.isa",
     "neuronbuild.engines.env_classes",
+    "neuronbuild.engines.model_limits",  # the recipe check of max_model_len (serve validates it)
     "neuronbuild.engines.neuron",  # the Neuron engine's face: it imports nothing
     "neuronbuild.engines.neuron.engine",
     "neuronbuild.engines.neuron.buckets",

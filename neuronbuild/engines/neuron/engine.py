@@ -29,7 +29,7 @@ from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron.buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron.coverage import phase_gaps
 from neuronbuild.engines.neuron.env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
-from neuronbuild.engines.neuron.model import ModelFacts, model_facts, read_config
+from neuronbuild.engines.neuron.model import ModelFacts, model_facts
 from neuronbuild.engines.neuron.nki import lay_out_binaries
 from neuronbuild.engines.neuron.node import target_differences
 from neuronbuild.engines.neuron.releases import (
@@ -44,6 +44,7 @@ from neuronbuild.engines.neuron.system import COMPONENTS, node_versions, system_
 from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
+from neuronbuild.model_files import read_config
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler

@@ -8,13 +8,9 @@ fact is ``None`` and the rules that need one name the recipe field that supplies
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from neuronbuild.model_files import local_folder
 
 SPATIAL_MERGE_ARCHITECTURES = (
     "Qwen3VLForConditionalGeneration",
@@ -69,19 +65,6 @@ class ModelFacts:
     merge_factor: int
     patch_size: int | None
     pooling: bool
-
-
-def read_config(model: str, workdir: Path) -> dict[str, Any] | None:
-    """The local model folder's ``config.json`` as a mapping; None for a hub id or a folder
-    without a readable one (the compile host's model check reports that)."""
-    folder = local_folder(model, workdir)
-    if folder is None:
-        return None
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
 
 
 def architecture_is_pooling(architecture: str) -> bool:
