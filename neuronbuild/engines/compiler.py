@@ -48,14 +48,39 @@ def is_error(line: str) -> bool:
     return _LOOKS_LIKE_ERROR.search(line) is not None
 
 
+_VALIDATION = re.compile(r"ValidationError: \d+ validation errors? for \w+")
+"""pydantic's header line, whose detail (the field and what is wrong) is on the lines after it:
+vLLM's configs (``ModelConfig``, ``SchedulerConfig``) are pydantic dataclasses."""
+
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]\s*$")
+"""The ``[type=..., input_value=..., input_type=...]`` pydantic appends to each error."""
+
+
 def error_line(log: str) -> str | None:
     """The engine's own last error line in the text ``log`` one run wrote: the last line that
     looks like an error (``SomethingError: ...``, ``error:``, ``ERROR``, ``FATAL``: Python's
     traceback ends with its exception, neuronx-cc and vLLM's logger mark theirs), else the last
-    non-empty line; at most :data:`ERROR_LINE_CHARS` characters, stripped. None: nothing logged."""
+    non-empty line; at most :data:`ERROR_LINE_CHARS` characters, stripped. None: nothing logged.
+
+    A pydantic ``ValidationError`` header (vLLM refusing a config value) is followed by its first
+    error, the field and the message (``... for ModelConfig: max_model_len: Input should be ...``),
+    so the line names what to fix."""
     lines = [line.strip() for line in re.split(r"[\r\n]+", log) if line.strip()]
-    found = [line for line in lines if is_error(line)] or lines
-    return found[-1][:ERROR_LINE_CHARS] if found else None
+    found = [i for i, line in enumerate(lines) if is_error(line)] or [len(lines) - 1]
+    if not lines:
+        return None
+    at = found[-1]
+    said = lines[at]
+    if _VALIDATION.search(said):
+        detail = []
+        for line in lines[at + 1 :]:
+            if line.startswith("For further information") or is_error(line):
+                break
+            detail.append(_PYDANTIC_TAIL.sub("", line))
+            if len(detail) == 2 or _PYDANTIC_TAIL.search(line):
+                break
+        said = ": ".join([said, *detail])
+    return said[:ERROR_LINE_CHARS]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@ and keep the log's path (issue #20, item 3)."""
 from __future__ import annotations
 
 import json
+import traceback
 from pathlib import Path
+
+from pydantic import ValidationError, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from neuronbuild.engines.compiler import error_line
 from tests.orchestrate.test_shards import double_env, double_recipe, neuronbuild, write_recipes
@@ -54,3 +58,41 @@ def test_the_error_line_is_the_last_that_looks_like_an_error_else_the_last_line(
     log = "RuntimeError: " + "x" * 1000 + "\n"
     assert len(error_line(log) or "") == 300
     assert error_line("\n\n") is None
+
+
+@pydantic_dataclass
+class ModelConfig:
+    """A pydantic dataclass as vLLM's configs are: one typed field and one model check."""
+
+    max_model_len: int = 1
+
+    @model_validator(mode="after")
+    def limit(self) -> ModelConfig:
+        if self.max_model_len > 2048:
+            raise ValueError(f"User-specified max_model_len ({self.max_model_len}) is too long")
+        return self
+
+
+def pydantic_log(**fields: object) -> str:
+    """The log of an engine that died building :class:`ModelConfig` from ``fields``: pydantic's
+    own traceback text between two of vLLM's log lines."""
+    try:
+        ModelConfig(**fields)  # type: ignore[arg-type]
+    except ValidationError:
+        return f"INFO 12-06 starting\n{traceback.format_exc()}\nINFO 12-06 shutting down\n"
+    raise AssertionError("pydantic accepted it")
+
+
+def test_a_config_validation_error_names_the_field_and_what_is_wrong() -> None:
+    """Issue 42: vLLM's refusal reads "1 validation error for ModelConfig" on its header line,
+    with the field and the message on the lines after it."""
+    said = error_line(pydantic_log(max_model_len="abc")) or ""
+    assert said.startswith("pydantic_core._pydantic_core.ValidationError: 1 validation error")
+    assert said.endswith(
+        "for ModelConfig: max_model_len: Input should be a valid integer, "
+        "unable to parse string as an integer"
+    )
+    said = error_line(pydantic_log(max_model_len=100000)) or ""
+    assert said.endswith(
+        "for ModelConfig: Value error, User-specified max_model_len (100000) is too long"
+    )
