@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +145,37 @@ def check_model_present(
         )
 
 
-def read_config(model: str, workdir: Path) -> dict[str, Any] | None:
-    """The local model folder's ``config.json`` as a mapping; None for a hub id or a folder
-    without a readable one (the compile host's model check reports that)."""
+def config_path(model: str, revision: str | None, workdir: Path) -> Path | None:
+    """Where this host holds the ``config.json`` vLLM reads for ``model``: in the local folder, or
+    for a hub id in the local Hugging Face cache at ``revision`` (``main`` when None), found
+    through ``huggingface_hub.try_to_load_from_cache`` (``HF_HUB_CACHE`` / ``HF_HOME`` as it
+    resolves them; no network). None when it is not here."""
     folder = local_folder(model, workdir)
-    if folder is None:
+    if folder is not None:
+        return folder / "config.json"
+    if looks_like_path(model) or hub_id_problem(model):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(model, "config.json", revision=revision or "main")
+    return Path(found) if isinstance(found, str) else None
+
+
+def read_config(args: Mapping[str, Any], workdir: Path) -> dict[str, Any] | None:
+    """The ``config.json`` of the model the engine arguments ``args`` name (``model`` at
+    ``revision``, :func:`config_path`) as a mapping; None where this host has no readable one
+    (for a local folder, the compile host's model check reports that) or ``args`` mistype them
+    (a recipe error of its own). A hub model's config is the one its ``revision`` names, so a
+    plan read from it is the same on every host that has it when the revision is a commit
+    (validate warns when it is not)."""
+    model, revision = args.get("model"), args.get("revision")
+    if not isinstance(model, str) or not isinstance(revision, str | None):
+        return None
+    path = config_path(model, revision, workdir)
+    if path is None:
         return None
     try:
-        config = json.loads((folder / "config.json").read_text())
+        config = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None

@@ -208,8 +208,9 @@ class Recipe:
     serve: dict[str, Any] = field(default_factory=dict)
     host_warnings: tuple[str, ...] = field(default=())
     """The :attr:`warnings` about this host rather than the recipe (no table of the pinned vLLM
-    here to check its arguments with): ``validate --strict`` does not make them errors, so a
-    trn2 recipe can pass it on a CPU-only CI host."""
+    here to check its arguments with, no config of a hub model here to plan from):
+    ``validate --strict`` does not make them errors, so a trn2 recipe can pass it on a CPU-only
+    CI host."""
 
     @property
     def model(self) -> str:
@@ -559,7 +560,10 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
     errors += check_serve_section(data.get("serve"), serving_only, arg_source.tables)
     if errors or recipe is None:
         raise RecipeInvalid(source, errors)
-    host = () if arg_source.warning is None else (arg_source.warning,)
+    host = (
+        *engine_for(recipe).host_warnings(recipe),
+        *(() if arg_source.warning is None else (arg_source.warning,)),
+    )
     serve = {str(k).replace("-", "_"): v for k, v in (data.get("serve") or {}).items()}
     return dataclasses.replace(recipe, warnings=(*warnings, *host), serve=serve, host_warnings=host)
 

@@ -159,10 +159,15 @@ class Engine(ABC):
             )
         length = recipe.engine_args.get("max_model_len")
         if isinstance(length, int) and not isinstance(length, bool):
-            config = read_config(recipe.model, recipe.workdir)
+            config = read_config(recipe.engine_args, recipe.workdir)
             too_long = max_model_len_error(length, config, process_environ())
             errors += [] if too_long is None else [too_long]
         return errors, warnings
+
+    def host_warnings(self, recipe: Recipe) -> list[str]:
+        """Warnings about what this host lacks to check ``recipe`` (a valid one) fully, rather
+        than about the recipe: ``validate --strict`` leaves them warnings. None by default."""
+        return []
 
     def arg_source(self, toolchain: Mapping[str, str]) -> ArgSource:
         """The vLLM argument tables (types, choices, defaults) that judge a recipe with these

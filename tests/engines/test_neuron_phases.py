@@ -69,11 +69,9 @@ def local_recipe(tmp_path: Path, config: dict[str, Any], **args: Any) -> Recipe:
     return load_recipe(recipe.source)
 
 
-@pytest.mark.slow
-def test_the_qwen3_vl_recipe_compiles_every_graph_and_serves_them(
-    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The hub model as vLLM finds it offline: a snapshot in the Hugging Face cache.
+def hub_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> None:
+    """Qwen3-VL-8B-Instruct as vLLM finds it offline: ``config`` as its config.json in a snapshot
+    of a Hugging Face cache under ``tmp_path`` (``main`` and the recipes' revision)."""
     import huggingface_hub.constants
 
     hub = tmp_path / "hub"
@@ -81,18 +79,41 @@ def test_the_qwen3_vl_recipe_compiles_every_graph_and_serves_them(
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text("0" * 40)
     (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
-    (repo / "snapshots" / ("0" * 40) / "config.json").write_text(json.dumps(QWEN3_VL_CONFIG))
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text(json.dumps(config))
     setenv(monkeypatch, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
-    recipe = load_recipe(REPO / "recipes" / "qwen3-vl-8b-trn2.yaml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vision_section", [True, False])
+def test_the_qwen3_vl_recipe_compiles_every_graph_and_serves_them(
+    double: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vision_section: bool
+) -> None:
+    """With its vision_neuron_config, and (issue 42, row D13) without one: the plan reads the
+    hub model's config.json from the local Hugging Face cache, as vLLM-Neuron reads it at start,
+    so the vision encoder's default buckets are planned, compiled and served."""
+    hub_config(tmp_path, monkeypatch, QWEN3_VL_CONFIG)
+    path = REPO / "recipes" / "qwen3-vl-8b-trn2.yaml"
+    if not vision_section:
+        data = yaml.safe_load(path.read_text())
+        additional = json.loads(data["additional_config"])
+        del additional["vision_neuron_config"]
+        data["additional_config"] = additional
+        path = tmp_path / "no-vision-section.yaml"
+        path.write_text(yaml.safe_dump(data))
+    recipe = load_recipe(path)
+    graphs = planned(recipe)
+    vision = [g for g in graphs if g.startswith("vision")]
+    assert vision and len(graphs) == 1 + 6 + len(vision)
+    if vision_section:
+        assert len(vision) == 2
     store = Store(str(tmp_path / "store"), create=True)
     report = compile_small(recipe, store, tmp_path)
     assert report.failed == 0 and report.manifest is not None, report.units
-    assert sorted(compiled_graphs(double)) == sorted(planned(recipe))
-    assert len(planned(recipe)) == 1 + 6 + 2
+    assert sorted(compiled_graphs(double)) == sorted(graphs)
     run = serve_and_count(recipe, store, tmp_path / "serve", monkeypatch)
     assert run.returncode == 0, run.stderr
-    assert "9 graphs loaded" in run.stdout
+    assert f"{len(graphs)} graphs loaded" in run.stdout
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ from neuronbuild.engines.neuron.system import COMPONENTS, node_versions, system_
 from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
-from neuronbuild.model_files import read_config
+from neuronbuild.model_files import hub_id_problem, local_folder, looks_like_path, read_config
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
@@ -163,8 +163,8 @@ def is_pooling(recipe: Recipe, model: ModelFacts | None) -> bool:
     skipped ``or self.model_runner.is_pooling_model``). Read from ``runner: pooling``, a pooling
     ``convert``, or, with ``runner: auto`` (vLLM's default), the local model's architecture as
     vLLM resolves it (:func:`~neuronbuild.engines.neuron.model.architecture_is_pooling`; row D19).
-    A hub model with ``runner: auto`` is read as generating: set ``runner: pooling`` for one that
-    is not."""
+    A hub model whose config this host lacks is read as generating with ``runner: auto``: set
+    ``runner: pooling`` for one that is not, or fetch its config."""
     args = recipe.engine_args
     if args.get("runner") == "pooling" or args.get("convert") in POOLING_CONVERTS:
         return True
@@ -312,6 +312,28 @@ class NeuronEngine(Engine):
             errors.append(self._builds_nothing(recipe))
         return errors, warnings
 
+    def host_warnings(self, recipe: Recipe) -> list[str]:
+        """One warning where the plan could not read the model's ``config.json`` on this host (a
+        hub model not in the local Hugging Face cache), naming each fact it takes from it and the
+        recipe field that states it instead. Compile needs the config anyway and refuses first
+        (:func:`~neuronbuild.model_files.check_model_present`)."""
+        model = recipe.model
+        if local_folder(model, recipe.workdir) or looks_like_path(model) or hub_id_problem(model):
+            return []  # a folder's config, or an error of its own
+        if self.model(recipe) is not None:
+            return []
+        ns = rules_for(recipe.toolchain).encoder_namespace
+        revision = recipe.engine_args.get("revision") or "main"
+        return [
+            f"model {recipe.model}: its config.json (revision {revision}) is not in this host's "
+            "Hugging Face cache, so the plan could not read whether it has a vision encoder "
+            f"(state it with additional_config.{ns}: {{}}), its vision token merge factor "
+            f"(list additional_config.{ns}.num_vision_tokens_buckets), its patch size (for "
+            "mm_processor_kwargs.max_pixels) or whether runner: auto makes it a pooling model "
+            "(set runner); fetch it with `huggingface-cli download "
+            f"{recipe.model} config.json --revision {revision}` to plan from it"
+        ]
+
     @staticmethod
     def _builds_nothing(recipe: Recipe) -> RecipeError:
         """The error for a recipe whose engine extracts no graph, so that compile seals nothing
@@ -378,8 +400,10 @@ class NeuronEngine(Engine):
 
     @staticmethod
     def model(recipe: Recipe) -> ModelFacts | None:
-        """What the plan reads from the local model's ``config.json`` (None for a hub id)."""
-        config = read_config(str(recipe.engine_args.get("model", "")), recipe.workdir)
+        """What the plan reads from the model's ``config.json``, in its local folder or, for a
+        hub id, in this host's Hugging Face cache at the recipe's revision; None where this host
+        has none (:func:`~neuronbuild.model_files.read_config`)."""
+        config = read_config(recipe.engine_args, recipe.workdir)
         return None if config is None else model_facts(config)
 
     def _resolve(self, recipe: Recipe) -> tuple[NeuronBuckets | None, list[RecipeError]]:

@@ -1,9 +1,11 @@
 """What a Neuron plan reads from the model's own ``config.json``: its vision section, its vision
 token merge factor and patch size, and whether its architecture makes vLLM run it as pooling.
 
-Only a local model folder is read (its ``config.json`` enters the unit key by content digest,
-:mod:`neuronbuild.model_files`), so a plan never depends on a host's hub cache; for a hub id every
-fact is ``None`` and the rules that need one name the recipe field that supplies it instead.
+The config is read from a local model folder (it enters the unit key by content digest,
+:mod:`neuronbuild.model_files`) or, for a hub id, from this host's Hugging Face cache at the
+recipe's revision (which the key names); where this host has none, every fact is ``None`` and the
+rules that need one name the recipe field that supplies it instead (fetching the config, as
+vLLM at compile needs it anyway, is the other fix).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Mirrors, rule for rule, ``NeuronPlatform.check_and_update_config`` and
 @25cf3c8c, byte-identical in AWShtokoyo/vllm-neuron @01c89e38: fidelity rows D13-D15) and
 ``VisionNeuronConfig.resolve_tp_dp`` / ``__post_init__`` (``vllm_neuron/model/neuron_config.py``,
 jinhuang12/vllm-neuron @289de16c: row D16). Pure functions over the recipe's engine arguments and
-the model's :class:`~neuronbuild.engines.neuron.model.ModelFacts` (None for a hub model).
+the model's :class:`~neuronbuild.engines.neuron.model.ModelFacts` (None where this host has no
+config of the model: a hub model not in its Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def next_power_of_2(n: int) -> int:
 def has_vision(args: Mapping[str, Any], model: ModelFacts | None, namespace: str) -> bool:
     """Whether vLLM-Neuron runs with a vision config: any model whose ``config.json`` has a
     ``vision_config`` gets one created (D13, ``check_and_update_config``: ``if hasattr(
-    model_config.hf_config, "vision_config")``). For a hub model the plan cannot read that, so the
+    model_config.hf_config, "vision_config")``). Where this host has no config of the model, the
     recipe states it with ``additional_config.<namespace>`` (``{}`` for all defaults; the release's
     :attr:`~.releases.Rules.encoder_namespace`) or an EPD role flag."""
     additional = args.get("additional_config") or {}
@@ -74,8 +75,9 @@ def _block(
                 "mm_processor_kwargs.max_pixels",
                 max_pixels,
                 "vLLM-Neuron raises vision_attention_block_size from the model's "
-                "vision_config.patch_size, which a hub model's plan cannot read; set model to a "
-                "local folder",
+                "vision_config.patch_size, which this host cannot read (a hub model whose "
+                "config.json is not in the local Hugging Face cache); fetch it "
+                "(huggingface-cli download MODEL config.json) or set model to a local folder",
             )
         )
         return block
@@ -146,8 +148,9 @@ def _buckets(
                     f"{where}.num_vision_tokens_buckets",
                     MISSING,
                     "the default vision buckets depend on the model's vision token merge factor, "
-                    "which a hub model's plan cannot read; list the buckets (or use a local model "
-                    "folder)",
+                    "which this host cannot read (a hub model whose config.json is not in the "
+                    "local Hugging Face cache); fetch it (huggingface-cli download MODEL "
+                    "config.json) or list the buckets",
                 )
             )
             return []
