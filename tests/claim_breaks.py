@@ -1979,6 +1979,41 @@ BREAKS += [
             "tests/engines/test_hub_config.py",
         ),
     ),
+    Break(
+        "validate leaves decode context parallelism's platform checks to the compile host",
+        (
+            (
+                "neuronbuild/engines/neuron/engine.py",
+                "e for e in dcp_errors(recipe.engine_args, self.model(recipe)) if e.field",
+                "e for e in [] if e.field",
+            ),
+        ),
+        ("tests/engines/test_neuron_dcp.py",),
+    ),
+    Break(
+        "the DCP head check compares TP with the KV heads alone",
+        (
+            (
+                "neuronbuild/engines/neuron/dcp.py",
+                "if kv_heads is not None and tp < dcp * kv_heads:",
+                "if kv_heads is not None and tp < kv_heads:",
+            ),
+        ),
+        ("tests/engines/test_neuron_dcp.py",),
+    ),
+    Break(
+        "the double starts a recipe the plugin's DCP validation refuses",
+        (
+            (
+                "tests/neuron_double/site/vllm_neuron/platform.py",
+                "    validate_dcp(args, config)\n",
+                "",
+            ),
+        ),
+        (
+            "tests/engines/test_neuron_conformance.py::test_the_double_refuses_at_start_what_the_plugin_refuses",
+        ),
+    ),
 ]
 
 

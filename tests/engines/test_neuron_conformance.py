@@ -50,6 +50,11 @@ MODELS = {
     "text": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
     "pooling": {"architectures": ["Qwen3ForSequenceClassification"], "model_type": "qwen3"},
     "vl": QWEN3_VL_CONFIG,
+    "gqa": {
+        "architectures": ["LlamaForCausalLM"],
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+    },
 }
 """The local model folders generated recipes run on: ``./<name>/config.json``."""
 
@@ -267,19 +272,24 @@ MODELLED = {
     "D6 APC": ("enable_prefix_caching",),
     "D7 num_seqs": ("num_seqs_buckets",),
     "D8 decode contexts": ("decode_context_length_buckets",),
-    "D10 DCP": ("decode_context_parallel_size",),
+    "D10-D11 DCP": (
+        "decode_context_parallel_size",
+        "long_prefill_token_threshold",
+        "kv_connector",
+        "tensor_parallel_size",
+    ),
     "D14-D16 vision": ("vision_neuron_config", "encoder_neuron_config"),
     "LoRA": ("enable_lora",),
 }
 """Rule families the double refuses at start (``vllm_neuron/buckets.py``, ``platform.py``), by
 the field neuronbuild names. Every other refusal is one the double cannot model and is skipped:
-D11 (the model's head counts), speculative decoding, "builds no graph" (checked below)."""
+speculative decoding, "builds no graph" (checked below)."""
 
 DOUBLE_SAYS = {
     "D6 APC": ("Automatic Prefix Caching",),
     "D7 num_seqs": ("num_seqs_buckets",),
     "D8 decode contexts": ("decode_context_length_buckets",),
-    "D10 DCP": ("DCP shard stride",),
+    "D10-D11 DCP": ("DCP shard stride", "DCP requires"),
     "D5 kv segments": ("kv_segment_size_buckets", "segment size"),
     "D3-D5 prefill buckets": ("num_batched_tokens_buckets", "Single-shot", "chunked prefill"),
     "LoRA": ("LoRA",),
@@ -426,8 +436,25 @@ START_REFUSALS = {
         {"decode_context_parallel_size": 32, "max_model_len": 1536, "max_num_batched_tokens": 1536},
         "The largest prefill bucket (max_num_batched_tokens = 1536) is not divisible",
     ),
+    "D11 tp": ({"decode_context_parallel_size": 3}, "DCP requires tp % decode_context_parallel"),
+    "D11 threshold": (
+        {"decode_context_parallel_size": 2, "long_prefill_token_threshold": 100},
+        "DCP requires long_prefill_token_threshold divisible by 64",
+    ),
+    "D11 connector": (
+        {"decode_context_parallel_size": 2, "kv_transfer_config": {"kv_connector": "Nixl"}},
+        "DCP requires kv_connector='NeuronNixlConnector'",
+    ),
+    "D11 kv heads": (
+        {"model": "./gqa", "tensor_parallel_size": 8, "decode_context_parallel_size": 2},
+        "DCP requires tensor_parallel_size >= 16",
+    ),
+    "D11 gqa ratio": (
+        {"model": "./gqa", "tensor_parallel_size": 48, "decode_context_parallel_size": 3},
+        "DCP requires (num_q_heads // num_kv_heads) % dcp == 0",
+    ),
 }
-"""One refusal per rule of rows D3-D8 and D10: edits to a single-shot text recipe (max_model_len
+"""One refusal per rule of rows D3-D8, D10 and D11: edits to a single-shot text recipe (max_model_len
 2048, 4 sequences, APC off; ``nbt``/``kv``/``seqs``/``ctx`` name ``neuron_config``'s bucket
 lists) and a fragment of the plugin's message (``bucket_utils.py`` @10c6804d; the runner's APC
 ValueError @9fc042ea)."""

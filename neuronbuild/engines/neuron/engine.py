@@ -28,6 +28,7 @@ from neuronbuild.engines.base import Engine, UnitSpec
 from neuronbuild.engines.env_classes import EnvClass
 from neuronbuild.engines.neuron.buckets import DEFAULT_BLOCK_SIZE, NeuronBuckets, resolve_buckets
 from neuronbuild.engines.neuron.coverage import phase_gaps
+from neuronbuild.engines.neuron.dcp import dcp_errors
 from neuronbuild.engines.neuron.env import NEURON_ENV, NEURON_ENV_PREFIXES, normalise_neuron_env
 from neuronbuild.engines.neuron.model import ModelFacts, model_facts
 from neuronbuild.engines.neuron.nki import lay_out_binaries
@@ -308,6 +309,11 @@ class NeuronEngine(Engine):
                 warnings += found[1]
         _, bucket_errors = self._resolve(recipe)
         errors += bucket_errors
+        # One line per field: the bucket rules' DCP stride line already names the field.
+        said = {e.field for e in bucket_errors}
+        errors += [
+            e for e in dcp_errors(recipe.engine_args, self.model(recipe)) if e.field not in said
+        ]
         if not errors and not self.phase_graphs(recipe):
             errors.append(self._builds_nothing(recipe))
         return errors, warnings

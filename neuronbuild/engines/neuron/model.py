@@ -60,13 +60,17 @@ class ModelFacts:
     ``vision``: whether it has a ``vision_config`` section (vLLM-Neuron then creates a vision
     config, D13); ``merge_factor``: raw vision tokens per embedding token (1 when the model class
     declares none); ``patch_size``: the vision patch edge in pixels, None when the class has no
-    max_pixels rule; ``pooling``: whether its first architecture resolves to vLLM's pooling runner.
+    max_pixels rule; ``pooling``: whether its first architecture resolves to vLLM's pooling runner;
+    ``q_heads`` / ``kv_heads``: the text model's attention and KV head counts (None where the
+    config does not say them plainly, see :func:`head_counts`).
     """
 
     vision: bool
     merge_factor: int
     patch_size: int | None
     pooling: bool
+    q_heads: int | None = None
+    kv_heads: int | None = None
 
 
 def architecture_is_pooling(architecture: str) -> bool:
@@ -95,9 +99,37 @@ def model_facts(config: Mapping[str, Any]) -> ModelFacts:
         patch = int(size) if size else None
     elif arch in INTERNVL_ARCHITECTURES:
         merge = round(1.0 / (_positive(config.get("downsample_ratio")) or 0.5) ** 2)
+    q_heads, kv_heads = head_counts(config)
     return ModelFacts(
         vision="vision_config" in config,
         merge_factor=max(1, merge),
         patch_size=patch,
         pooling=architecture_is_pooling(arch),
+        q_heads=q_heads,
+        kv_heads=kv_heads,
     )
+
+
+SPECIAL_KV_KEYS = (
+    "multi_query",
+    "n_head_kv",
+    "num_kv_heads",
+    "multi_query_group_num",
+    "attn_config",
+)
+"""Config keys of model families whose KV head count vLLM's ``get_total_num_kv_heads`` reads its
+own way (Falcon, MPT, DBRX, ChatGLM): their counts are left unknown here."""
+
+
+def head_counts(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The text model's ``num_attention_heads`` and total KV heads as vLLM's
+    ``ModelConfig.get_total_num_kv_heads`` reads a plain config: ``num_key_value_heads``, else
+    the attention heads (multi-head attention); read from ``text_config`` where there is one.
+    None for a count the config does not state plainly."""
+    text = config.get("text_config")
+    section = text if isinstance(text, Mapping) else config
+    q = _positive(section.get("num_attention_heads"))
+    kv = _positive(section.get("num_key_value_heads"))
+    if kv is None and not any(k in section for k in SPECIAL_KV_KEYS):
+        kv = q
+    return (None if q is None else int(q)), (None if kv is None else int(kv))

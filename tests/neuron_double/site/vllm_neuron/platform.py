@@ -236,12 +236,43 @@ def resolve_config(args: dict[str, Any], device_gib: int) -> dict[str, Any]:
     explicit = any(a.startswith("--optimization-level") for a in sys.argv)
     args["optimization_level"] = 1 if level == 2 and not explicit else level
     config = model_config(str(args["model"]))
+    validate_dcp(args, config)
     if "vision_config" in config:
         auto_vision_config(args, config)
     args["_pooling"] = is_pooling(args, config)
     args["_buckets"] = resolve_buckets(args)
     args["_lora"] = lora_inputs(args)
     return args
+
+
+def validate_dcp(args: dict[str, Any], config: dict[str, Any]) -> None:
+    """``NeuronPlatform._validate_dcp_config`` (jinhuang12/vllm-neuron @25cf3c8c
+    ``vllm_neuron/vllm/platform.py``): with ``decode_context_parallel_size`` above 1, the long
+    prefill threshold on the DCP stride, the Nixl connector, ``tp >= dcp * kv_heads``, the GQA
+    ratio divisible by dcp and ``tp % dcp == 0``. Heads as ``get_total_num_kv_heads`` reads a
+    plain config (``num_key_value_heads``, else the attention heads); a config without
+    ``num_attention_heads`` skips the head checks (vLLM would take its config class's default,
+    which the double does not know)."""
+    dcp = int(args.get("decode_context_parallel_size", 1))
+    if dcp <= 1:
+        return
+    tp = int(args.get("tensor_parallel_size", 1))
+    text = config.get("text_config") or config
+    q_heads = int(text.get("num_attention_heads") or 0)
+    kv_heads = int(text.get("num_key_value_heads") or q_heads)
+    stride = dcp * int(args.get("block_size") or 32)
+    threshold = int(args.get("long_prefill_token_threshold") or 0)
+    if threshold > 0 and threshold % stride != 0:
+        raise ValueError(f"DCP requires long_prefill_token_threshold divisible by {stride}")
+    kv = args.get("kv_transfer_config")
+    if kv is not None and kv.get("kv_connector") != "NeuronNixlConnector":
+        raise ValueError("DCP requires kv_connector='NeuronNixlConnector'")
+    if q_heads and tp < dcp * kv_heads:
+        raise ValueError(f"DCP requires tensor_parallel_size >= {dcp * kv_heads}")
+    if q_heads and (q_heads // kv_heads) % dcp != 0:
+        raise ValueError("DCP requires (num_q_heads // num_kv_heads) % dcp == 0")
+    if tp % dcp != 0:
+        raise ValueError("DCP requires tp % decode_context_parallel_size == 0")
 
 
 def plan(args: dict[str, Any], honour_skips: bool) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
