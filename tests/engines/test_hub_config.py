@@ -36,10 +36,13 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cache_config(hub: Path, config: dict[str, Any], revision: str = REVISION) -> None:
-    """``config`` as REPO_ID's config.json at ``revision``, laid out as huggingface_hub does."""
-    snapshot = hub / f"models--{REPO_ID.replace('/', '--')}" / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    (snapshot / "config.json").write_text(json.dumps(config))
+    """``config`` as REPO_ID's config.json at ``revision``, which ``main`` points at, laid out as
+    huggingface_hub does."""
+    repo = hub / f"models--{REPO_ID.replace('/', '--')}"
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "snapshots" / revision / "config.json").write_text(json.dumps(config))
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
 
 
 def hub_recipe(**args: Any) -> Recipe:
@@ -75,7 +78,7 @@ def test_a_cached_pooling_architecture_with_runner_auto_plans_no_decode(hub: Pat
 
 
 def test_the_config_of_another_revision_is_not_read(hub: Path) -> None:
-    cache_config(hub, QWEN3_VL, revision="2" * 40)
+    cache_config(hub, QWEN3_VL, revision="2" * 40)  # main, newer than the recipe's revision
     recipe = hub_recipe()
     assert "vision" not in kinds(recipe)
     assert [w for w in recipe.warnings if "Hugging Face cache" in w]
