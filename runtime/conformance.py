@@ -23,6 +23,7 @@ from typing import Literal
 
 from neuronbuild import envs, start_env
 from neuronbuild.engines.neuron.conformance import (
+    START_WHAT,
     Check,
     StartOutcome,
     check_layout,
@@ -33,6 +34,7 @@ from neuronbuild.engines.neuron.conformance import (
     check_removed_entry,
     check_route,
     check_versions,
+    check_whole_start,
     skipped,
 )
 from neuronbuild.engines.neuron.coverage import complete_entries
@@ -217,13 +219,21 @@ cache's own files (``.cache_accessed``) and :data:`NODE_LOCAL`."""
 @dataclass(frozen=True)
 class WholeStart:
     """A start of the whole build: its ``env``, the files it ``written`` beside the compile
-    cache (root-relative), whether it ``served`` (exited 0 or logged :data:`READY`) and the
-    ``tail`` of its output."""
+    cache and those it ``compiled`` into it (root-relative; ``.cache_accessed`` hit markers left
+    out), whether it ``served`` (exited 0 or logged :data:`READY`), its ``output`` and how many
+    ``seconds`` it ran."""
 
     env: dict[str, str]
     written: list[str]
+    compiled: list[str]
     served: bool
-    tail: str
+    output: str
+    seconds: float
+
+    @property
+    def tail(self) -> str:
+        """The last line of its output."""
+        return (self.output.strip().splitlines() or [""])[-1]
 
 
 C1_WHAT = "serve with one entry removed fails at start instead of compiling"
@@ -231,9 +241,10 @@ R3_WHAT = "a node start with the Precompile Cache on writes it"
 
 
 def start_whole(recipe: Recipe, store: Store, work: Path, timeout: float) -> WholeStart:
-    """Lay the whole build out under ``work`` as serve does (through the local tier C1's start
-    filled, so nothing is fetched twice) and start vLLM with serve's argv and environment until
-    it serves (:data:`READY`), exits, or ``timeout`` seconds pass (:func:`start_for`).
+    """Lay the whole build out under ``work`` as serve does (through a local tier under ``work``,
+    which C1's start then reads, so nothing is fetched twice) and start vLLM with serve's argv and
+    environment until it serves (:data:`READY`), exits, or ``timeout`` seconds pass
+    (:func:`start_for`).
 
     Raises:
         UserError: serve refuses this node before vLLM starts (the refusal says why).
@@ -243,7 +254,9 @@ def start_whole(recipe: Recipe, store: Store, work: Path, timeout: float) -> Who
     root = work / "serve-whole"
     prepared = prepare(ServeSource(recipe=recipe.source), tiers, cache_root=root)
     before = {p for p in root.rglob("*") if p.is_file()}
+    start = time.monotonic()
     code, output = start_for(prepared.argv, prepared.env, prepared.cwd, timeout, READY)
+    seconds = time.monotonic() - start
     added = [
         path.relative_to(root).as_posix()
         for path in sorted(root.rglob("*"))
@@ -252,9 +265,14 @@ def start_whole(recipe: Recipe, store: Store, work: Path, timeout: float) -> Who
     written = [
         p for p in added if not any(PurePosixPath(p).is_relative_to(o) for o in NOT_PRECOMPILE)
     ]
+    compiled = [
+        p
+        for p in added
+        if PurePosixPath(p).is_relative_to(COMPILE_CACHE.as_posix())
+        and PurePosixPath(p).name != ".cache_accessed"
+    ]
     served = code == 0 or (code is None and READY in output)
-    tail = (output.strip().splitlines() or [""])[-1]
-    return WholeStart(prepared.env, written, served, tail)
+    return WholeStart(prepared.env, written, compiled, served, output, seconds)
 
 
 def node_check(
@@ -271,11 +289,38 @@ def node_check(
     return check_removed_entry(outcome)
 
 
+def node_checks(
+    recipe: Recipe, store: Store, manifest: Manifest, work: Path, timeout: float
+) -> list[Check]:
+    """Rows S0, C1 and R3 on a node: the whole build's start judged (S0, and R3 on the same
+    start), then, only if it served, the start without one entry (C1)."""
+    try:
+        whole = start_whole(recipe, store, work, timeout)
+    except (UserError, StoreError) as exc:
+        refused = f"serve refused this node: {exc}"
+        return [
+            Check("S0", START_WHAT, "FAIL", refused),
+            skipped("C1", C1_WHAT, "the complete build did not start (S0)"),
+            Check("R3", R3_WHAT, "FAIL", refused),
+        ]
+    planned = sum(len(unit.graphs) for unit in manifest.units)
+    start = check_whole_start(whole.served, whole.compiled, planned, whole.output, whole.seconds)
+    if start.status == "PASS":
+        c1 = node_check(recipe, store, manifest, work, timeout)
+    else:
+        why = "the complete build did not serve (S0): a start without one entry proves nothing"
+        c1 = skipped("C1", C1_WHAT, why)
+    rules = rules_for(recipe.toolchain)
+    r3 = check_precompile_cache(rules, whole.env, whole.written, whole.served, whole.tail)
+    return [start, c1, r3]
+
+
 def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str, list[Check]]:
     """The manifest digest of ``recipe``'s latest build in store ``cache`` and every check of the
     kit on it, on a ``compile`` host or a Neuron ``node``, in a fixed order (B12, R1, R2, B2,
-    B10, B7, C1, R3, B15); ``timeout``: seconds each of the node's two starts (C1's, R3's) may
-    run.
+    B10, B7, S0, C1, R3, B15); ``timeout``: seconds each of the node's two starts may run. The
+    whole build's start (S0, whose output R3 also judges) comes first: C1's negative start is
+    run only when the complete build served, since a build that cannot start fails C1's way too.
 
     The Neuron engine's kit (its ``conformance_kit``): ``neuronbuild conformance`` runs it for
     a neuron recipe only.
@@ -300,19 +345,10 @@ def run_kit(recipe: Recipe, cache: str, host: Host, timeout: float) -> tuple[str
     with tempfile.TemporaryDirectory(prefix="neuronbuild-kit-") as tmp:
         checks += manifest_checks(recipe, store, manifest, Path(tmp) / "files")
         if host == "node":
-            checks.append(node_check(recipe, store, manifest, Path(tmp), timeout))
-            try:
-                whole = start_whole(recipe, store, Path(tmp), timeout)
-            except (UserError, StoreError) as exc:
-                checks.append(Check("R3", R3_WHAT, "FAIL", f"serve refused this node: {exc}"))
-            else:
-                checks.append(
-                    check_precompile_cache(
-                        rules, whole.env, whole.written, whole.served, whole.tail
-                    )
-                )
+            checks += node_checks(recipe, store, manifest, Path(tmp), timeout)
         else:
             why = "needs a Neuron node: run the kit there with --host node"
+            checks.append(skipped("S0", START_WHAT, why))
             checks.append(skipped("C1", C1_WHAT, why))
             checks.append(skipped("R3", R3_WHAT, why))
     checks.append(skipped("B15", "KV block count at compile equals the device's", KV_WHY))

@@ -42,6 +42,8 @@ __all__ = ["double"]  # the fixture, used by name
 
 PREFIX = "neuron/compile_cache"
 ENTRY = "0" * 32
+MISS_OF = "local compile cache miss for key"
+"""The plugin's miss error, before the key (``vllm-neuron-contract.md`` section 3)."""
 
 
 def entry_files(entry: str = ENTRY, *names: str) -> list[str]:
@@ -110,12 +112,13 @@ def test_a_kernel_binary_named_but_not_carried_fails_with_its_absolute_path() ->
 @pytest.mark.parametrize(
     ("code", "output", "status"),
     [
-        (1, "RuntimeError: VLLM_NEURON_DISABLE_WARMUP_COMPILE: local compile cache miss", "PASS"),
+        (1, f"RuntimeError: VLLM_NEURON_DISABLE_WARMUP_COMPILE: {MISS_OF} {ENTRY}. All", "PASS"),
+        (1, f"RuntimeError: VLLM_NEURON_DISABLE_WARMUP_COMPILE: {MISS_OF} {'1' * 32}.", "FAIL"),
         (0, "server ready", "FAIL"),  # started without the entry
         (None, "compiling graph 3", "FAIL"),  # still running: compiling
         (1, "CUDA out of memory", "FAIL"),  # failed, but for another reason
     ],
-)
+)  # The second: a miss, but of another entry than the removed one (issue 42).
 def test_only_a_start_that_fails_on_the_miss_passes(
     code: int | None, output: str, status: str
 ) -> None:
@@ -218,10 +221,12 @@ def test_a_compile_host_passes_or_skips_every_row_on_the_doubles_build(
     recipe, store = built
     _, checks = run_kit(recipe, store.url, "compile", timeout=60)
     rows = by_row(checks)
-    assert [c.row for c in checks] == ["B12", "R1", "R2", "B2", "B10", "B7", "C1", "R3", "B15"]
+    assert [c.row for c in checks] == [
+        "B12", "R1", "R2", "B2", "B10", "B7", "S0", "C1", "R3", "B15"
+    ]  # fmt: skip
     assert {r: c.status for r, c in rows.items()} == {
         "B12": "PASS", "R1": "PASS", "R2": "SKIP", "B2": "PASS", "B10": "PASS", "B7": "PASS",
-        "C1": "SKIP", "R3": "SKIP", "B15": "SKIP",
+        "S0": "SKIP", "C1": "SKIP", "R3": "SKIP", "B15": "SKIP",
     }  # fmt: skip
     assert rows["R1"].evidence["installed"] == rows["R1"].evidence["pinned"] == "2.32.0"
     assert rows["R2"].why == "this release publishes no route values"
@@ -236,9 +241,38 @@ def test_a_node_passes_when_serve_without_one_entry_fails_on_the_miss(
 ) -> None:
     recipe, store = on_node
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
-    c1 = by_row(checks)["C1"]
+    start, c1 = by_row(checks)["S0"], by_row(checks)["C1"]
+    assert start.status == "PASS", start
+    assert start.evidence["graphs loaded"] == start.evidence["graphs planned"] != "0"
+    assert start.evidence["compiled files"] == "0"
     assert c1.status == "PASS", c1
     assert c1.evidence["exit"] != "0"
+    assert exit_code(checks) == 0
+
+
+@pytest.mark.parametrize("broken", ["no vision graph", "other KV blocks"])
+def test_a_broken_build_fails_the_kit_before_any_negative_check(
+    double: Path, on_node: tuple[Recipe, Store], monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """Issue 42: the kit passed such builds, since C1's start failed on a miss as it should;
+    now the whole build must serve first (S0), and C1 is not run. Broken: the vision graph's
+    entries left out of the manifest (serve refuses before vLLM starts), or a device whose HBM
+    gives the KV cache another block count than the compile's (row B15: every key differs, the
+    start fails on a miss)."""
+    recipe, store = on_node
+    if broken == "other KV blocks":
+        setenv(monkeypatch, "NEURON_DOUBLE_DEVICE", "trn3")  # 144 GiB, not trn2's 96
+    else:
+        vision = {line.rsplit(" ", 1)[1] for line in double.read_text().splitlines()
+                  if line.startswith("vision")}  # fmt: skip
+        assert vision
+        republish(store, recipe, lambda path: not any(f"/{key}/" in path for key in vision), {})
+    _, checks = run_kit(recipe, store.url, "node", timeout=60)
+    rows = by_row(checks)
+    why = "did not serve" if broken == "other KV blocks" else "serve refused this node"
+    assert rows["S0"].status == "FAIL" and why in rows["S0"].why, rows["S0"]
+    assert rows["C1"].status == "SKIP" and "S0" in rows["C1"].why
+    assert exit_code(checks) == 1
 
 
 def test_a_node_that_compiles_instead_of_failing_fails_c1(
@@ -338,7 +372,7 @@ def test_the_command_prints_a_table_and_json_with_the_same_rows(
         if as_json:
             document = json.loads(out.getvalue())
             statuses = [c["status"] for c in document["checks"]]
-            assert statuses == ["PASS", "PASS", "SKIP", "PASS", "PASS", "PASS"] + ["SKIP"] * 3
+            assert statuses == ["PASS", "PASS", "SKIP", "PASS", "PASS", "PASS"] + ["SKIP"] * 4
             assert document["host"] == "compile" and document["manifest"].startswith("sha256:")
         else:
             lines = out.getvalue().splitlines()
