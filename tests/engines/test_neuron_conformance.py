@@ -575,3 +575,59 @@ def test_every_compiled_manifest_serves_every_graph_from_the_cache(
     run = serve_and_count(recipe, store, folder / "serve", monkeypatch)
     assert run.returncode == 0, run.stderr
     assert f"{len(planned)} graphs loaded" in run.stdout
+
+
+CHANGES: dict[str, Any] = {
+    "optimization_level": st.sampled_from([0, 1, 2, 3]),
+    "block_size": st.sampled_from([16, 32, 64]),
+    "tensor_parallel_size": st.sampled_from([1, 2, 4, 8]),
+    "dtype": st.sampled_from(["bfloat16", "float16"]),
+    "max_num_seqs": st.integers(1, 16),
+}
+"""Engine arguments a user changes between two builds of one recipe, and their values."""
+
+
+def double_keys(
+    platform: ModuleType, server: ModuleType, recipe: Recipe, mp: pytest.MonkeyPatch
+) -> set[str]:
+    """The vLLM-Neuron cache keys (``create_cache_hash``, as the double computes them) of every
+    graph the double extracts for ``recipe``, started as compile starts it."""
+    resolved = resolve(platform, server, get_engine("neuron").start_args(recipe), mp)
+    phases = platform.plan(resolved, honour_skips=False)
+    return {platform.cache_key(g, resolved, "trn2") for graphs in phases.values() for g in graphs}
+
+
+@settings(
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+)
+@given(data=recipes(), change=st.sampled_from(sorted(CHANGES)), value=st.data())
+@pytest.mark.slow
+def test_a_change_that_changes_a_compiled_graph_changes_a_unit_key(
+    models: Path,
+    the_double: tuple[ModuleType, ModuleType],
+    sites: dict[str, Path],
+    data: dict[str, Any],
+    change: str,
+    value: st.DataObject,
+) -> None:
+    """Issue 42 item 5, keys: for a recipe and the same recipe with one argument changed, both
+    valid, a graph vLLM-Neuron keys otherwise (so it would not hit the other's entry) lies in a
+    unit whose key differs; otherwise a unit of one build would be served to the other."""
+    platform, server = the_double
+    other = {**data, change: value.draw(CHANGES[change])}
+    if data["target"] != "trn2" or other == data:
+        reject()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(models)
+        mp.syspath_prepend(str(sites[release_of(data)]))
+        try:
+            recipes_ = [parse_recipe(d, source=str(models / "r.yaml")) for d in (data, other)]
+            keys = [double_keys(platform, server, r, mp) for r in recipes_]
+        except (RecipeInvalid, ValueError, KeyError, TypeError):
+            reject()
+    units = [{u.key.digest for u in build_plan(r).units} for r in recipes_]
+    if keys[0] != keys[1]:
+        assert units[0] != units[1], (change, data)
+    event(f"{change}: {'double keys differ' if keys[0] != keys[1] else 'double keys equal'}")
