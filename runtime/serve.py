@@ -306,6 +306,14 @@ def resolve(
     return recipe_file, manifest, digest
 
 
+def serve_argv(recipe: Recipe) -> list[str]:
+    """The arguments vLLM's API server is started with at serve: the engine arguments compile
+    started it with (:meth:`~neuronbuild.engines.base.Engine.start_args`, the same function), then
+    the recipe's ``serve:`` section (options that change nothing compiled)."""
+    engine_args = vllm_cli_args(engine_for(recipe).start_args(recipe))
+    return [*engine_args, *vllm_cli_args(recipe.serve, first=())]
+
+
 def prepare(
     source: ServeSource,
     tiers: TieredStore,
@@ -362,9 +370,7 @@ def prepare(
     environ = dict(start_env.environ() if environ is None else environ)
     recipe, manifest, digest = resolve(source, tiers, policy)
     engine = engine_for(recipe)
-    argv = [sys.executable, "-m", API_SERVER, *vllm_cli_args(engine.start_args(recipe))]
-    argv += vllm_cli_args(recipe.serve, first=())
-    argv += serving_args or []
+    argv = [sys.executable, "-m", API_SERVER, *serve_argv(recipe), *(serving_args or [])]
     view = run_checks(
         NodeView(
             recipe=recipe,

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from neuronbuild import envs
 from neuronbuild.engines import arg_sources
+from neuronbuild.engines.neuron.compile import compile_argv
 from neuronbuild.engines.neuron.engine import PHASE_OF_KIND
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.engines.vllm_args import vllm_cli_args
@@ -40,6 +41,7 @@ from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import Store
+from neuronbuild_runtime.serve import serve_argv
 from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
 from tests.engines.test_neuron_engine import compiled_graphs, double, setenv  # noqa: F401 (fixture)
 from tests.engines.test_neuron_phases import QWEN3_VL_CONFIG, serve_and_count
@@ -450,6 +452,8 @@ def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
         # One configuration at compile and serve (row B10): the O-level comes from the argv.
         level = data.get("optimization_level")
         assert resolved["optimization_level"] == (1 if level is None else level)
+        # The argv vLLM gets at compile is serve's, less the serve: section (issue 42).
+        assert json.loads(compile_argv(recipe)[-1]) == serve_argv(recipe)
 
 
 START_REFUSALS = {
