@@ -141,8 +141,18 @@ def check_model_present(
         raise UserError(
             f"model {model} (revision {revision or 'main'}) is not in the local Hugging Face "
             f"cache, and vLLM runs offline (HF_HUB_OFFLINE=1); fetch it first with "
-            f"`huggingface-cli download {model}{at}`"
+            f"`hf download {model}{at}`"
         )
+
+
+def is_hub_id(model: str, workdir: Path) -> bool:
+    """Whether vLLM reads ``model`` as a Hugging Face hub id: no folder of that name from
+    ``workdir``, not written as a path, and a well-formed id (:func:`hub_id_problem`)."""
+    return (
+        local_folder(model, workdir) is None
+        and not looks_like_path(model)
+        and not hub_id_problem(model)
+    )
 
 
 def config_path(model: str, revision: str | None, workdir: Path) -> Path | None:
@@ -153,7 +163,7 @@ def config_path(model: str, revision: str | None, workdir: Path) -> Path | None:
     folder = local_folder(model, workdir)
     if folder is not None:
         return folder / "config.json"
-    if looks_like_path(model) or hub_id_problem(model):
+    if not is_hub_id(model, workdir):
         return None
     from huggingface_hub import try_to_load_from_cache
 

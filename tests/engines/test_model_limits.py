@@ -13,6 +13,7 @@ import yaml
 
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.recipe import parse_recipe
+from tests.engines.test_neuron_engine import setenv
 from tests.lib.builders import cpu_recipe, model_folder, neuron_recipe
 from tests.lib.commands import neuronbuild
 
@@ -52,15 +53,28 @@ def test_validate_says_it_in_one_line_with_the_limit_and_the_fix(tmp_path: Path)
 
 def test_vllms_own_switch_lets_it_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = with_config(tmp_path, {"max_position_embeddings": 2048}, "cpu", 4096)
-    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
-    parse_recipe(data)
-    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")
+    for value in ("1", "true"):
+        setenv(monkeypatch, "VLLM_ALLOW_LONG_MAX_MODEL_LEN", value)
+        parse_recipe(data)
+    setenv(monkeypatch, "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")
     assert fields(data) == ["max_model_len"]
+
+
+@pytest.mark.parametrize(
+    "override", [{"hf_overrides": {"max_position_embeddings": 8192}}, {"hf_config_path": "other"}]
+)
+def test_a_config_vllm_reads_otherwise_is_not_judged(
+    tmp_path: Path, override: dict[str, Any]
+) -> None:
+    config = {"max_position_embeddings": 2048}
+    parse_recipe({**with_config(tmp_path, config, "cpu", 4096), **override})
 
 
 def test_the_text_configs_limit_rules_a_multimodal_config(tmp_path: Path) -> None:
     config = {"max_position_embeddings": 99999, "text_config": {"max_position_embeddings": 2048}}
     assert fields(with_config(tmp_path, config, "cpu", 4096)) == ["max_model_len"]
+    config = {"max_position_embeddings": 2048, "text_config": {"max_position_embeddings": 99999}}
+    parse_recipe(with_config(tmp_path, config, "cpu", 4096))  # vLLM reads the text config
 
 
 @pytest.mark.parametrize(
@@ -93,5 +107,10 @@ def test_an_unscaled_rope_section_leaves_the_limit_as_it_is(tmp_path: Path) -> N
     assert fields(with_config(tmp_path, config, "cpu", 4096)) == ["max_model_len"]
 
 
-def test_a_hub_model_is_not_judged_here() -> None:
+def test_a_hub_model_whose_config_this_host_lacks_is_not_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
     parse_recipe(cpu_recipe(model="org/name", revision="0" * 40, max_model_len=100000))

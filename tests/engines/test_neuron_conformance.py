@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 
 from neuronbuild import envs
 from neuronbuild.engines import arg_sources
-from neuronbuild.engines.neuron.compile import compile_argv
 from neuronbuild.engines.neuron.engine import PHASE_OF_KIND
 from neuronbuild.engines.registry import get_engine
 from neuronbuild.engines.vllm_args import vllm_cli_args
@@ -41,10 +40,10 @@ from neuronbuild.orchestrate.compile import compile_recipe
 from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
 from neuronbuild.store.cas import Store
-from neuronbuild_runtime.serve import serve_argv
 from tests.conftest import NEURON_TOOLCHAIN, neuron_recipe
 from tests.engines.test_neuron_engine import compiled_graphs, double, setenv  # noqa: F401 (fixture)
 from tests.engines.test_neuron_phases import QWEN3_VL_CONFIG, serve_and_count
+from tests.lib.hub import cache_config
 from tests.lib.properties import examples
 from tests.neuron_double import INSTALLS, SITE, install
 
@@ -257,11 +256,7 @@ def models() -> Iterator[Path]:
     for name, config in MODELS.items():
         (root / name).mkdir()
         (root / name / "config.json").write_text(json.dumps(config))
-        repo = root / "hub" / f"models--{HUB}--{name}"
-        (repo / "refs").mkdir(parents=True)
-        (repo / "refs" / "main").write_text("0" * 40)
-        (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
-        (repo / "snapshots" / ("0" * 40) / "config.json").write_text(json.dumps(config))
+        cache_config(root / "hub", f"{HUB}/{name}", config, "0" * 40)
     (root / "r.yaml").write_text("")
     with pytest.MonkeyPatch.context() as mp:
         setenv(mp, "HF_HUB_CACHE", str(root / "hub"))  # the compile and serve processes' too
@@ -452,8 +447,6 @@ def test_the_plan_equals_what_the_double_extracts_graph_for_graph(
         # One configuration at compile and serve (row B10): the O-level comes from the argv.
         level = data.get("optimization_level")
         assert resolved["optimization_level"] == (1 if level is None else level)
-        # The argv vLLM gets at compile is serve's, less the serve: section (issue 42).
-        assert json.loads(compile_argv(recipe)[-1]) == serve_argv(recipe)
 
 
 START_REFUSALS = {

@@ -30,9 +30,12 @@ def dcp_recipe(tmp_path: Path, config: dict[str, Any] | None, **args: Any) -> di
 
 
 def errors(data: dict[str, Any]) -> dict[str, str]:
+    """Each refused field's hint; a field refused twice fails (one line per field)."""
     with pytest.raises(RecipeInvalid) as caught:
         parse_recipe(data)
-    return {e.field: e.hint for e in caught.value.errors}
+    found = [(e.field, e.hint) for e in caught.value.errors]
+    assert len({f for f, _ in found}) == len(found), found
+    return dict(found)
 
 
 def test_a_valid_dcp_recipe_passes(tmp_path: Path) -> None:
@@ -53,7 +56,8 @@ def test_dcp_must_divide_the_query_heads_per_kv_head(tmp_path: Path) -> None:
 def test_dcp_must_divide_tp_with_or_without_the_config(tmp_path: Path) -> None:
     # 3072 is a multiple of the DCP stride (3 x 32), so the bucket rules say nothing.
     lengths = {"max_model_len": 3072, "max_num_batched_tokens": 3072}
-    for config in (LLAMA_70B, None):
+    six_per_kv_head = {**LLAMA_70B, "num_attention_heads": 48}  # divisible by dcp 3
+    for config in (six_per_kv_head, None):
         found = errors(dcp_recipe(tmp_path, config, decode_context_parallel_size=3, **lengths))
         assert "must divide tensor_parallel_size (32)" in found["decode_context_parallel_size"]
 
@@ -76,4 +80,21 @@ def test_a_kv_connector_other_than_nixl_is_refused(tmp_path: Path) -> None:
 
 
 def test_without_dcp_nothing_is_checked(tmp_path: Path) -> None:
-    parse_recipe(dcp_recipe(tmp_path, LLAMA_70B, decode_context_parallel_size=1))
+    kv = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    off = {"decode_context_parallel_size": 1, "tensor_parallel_size": 4}
+    parse_recipe(dcp_recipe(tmp_path, LLAMA_70B, long_prefill_token_threshold=100, **off))
+    parse_recipe(dcp_recipe(tmp_path, LLAMA_70B, kv_transfer_config=kv, **off))
+
+
+def test_the_dcp_line_comes_before_the_bucket_stride_line_of_the_same_field(
+    tmp_path: Path,
+) -> None:
+    # tp 32 with dcp 3: the platform refuses the split before the runner sees the buckets
+    # (4096 is off the stride 3 x 32 too); one line for the field, the platform's.
+    found = errors(dcp_recipe(tmp_path, None, decode_context_parallel_size=3))
+    assert "must divide tensor_parallel_size (32)" in found["decode_context_parallel_size"]
+
+
+def test_hf_overrides_leave_the_head_checks_to_the_compile_host(tmp_path: Path) -> None:
+    overrides = {"num_key_value_heads": 4}
+    parse_recipe(dcp_recipe(tmp_path, LLAMA_70B, tensor_parallel_size=8, hf_overrides=overrides))

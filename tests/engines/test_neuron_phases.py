@@ -27,6 +27,7 @@ from tests.engines.test_neuron_engine import (
     setenv,
     small_recipe,
 )
+from tests.lib.hub import cache_config
 
 __all__ = ["double"]  # the fixture, imported for the tests below
 
@@ -75,11 +76,7 @@ def hub_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict[str
     import huggingface_hub.constants
 
     hub = tmp_path / "hub"
-    repo = hub / "models--Qwen--Qwen3-VL-8B-Instruct"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text("0" * 40)
-    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
-    (repo / "snapshots" / ("0" * 40) / "config.json").write_text(json.dumps(config))
+    cache_config(hub, "Qwen/Qwen3-VL-8B-Instruct", config, "0" * 40)
     setenv(monkeypatch, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
 

@@ -52,10 +52,12 @@ def test_decode_context_parallelism_drops_prefill_buckets_off_the_shard_stride()
 
 def test_decode_context_parallelism_errors_when_the_largest_bucket_is_off_the_stride() -> None:
     nbt = {"num_batched_tokens_buckets": [768, 4096]}
-    data = neuron_recipe(nbt, decode_context_parallel_size=3, block_size=128)  # stride 384
+    # tensor_parallel_size 48: a multiple of dcp 3, so the platform's DCP checks pass.
+    dcp = {"decode_context_parallel_size": 3, "block_size": 128, "tensor_parallel_size": 48}
+    data = neuron_recipe(nbt, **dcp)  # stride 384
     [error] = errors_of(data)
     assert error.startswith("decode_context_parallel_size=3: the largest prefill bucket")
-    [error] = errors_of(neuron_recipe(decode_context_parallel_size=3, block_size=128))
+    [error] = errors_of(neuron_recipe(**dcp))
     assert error.startswith("decode_context_parallel_size=3: no prefill bucket")
 
 

@@ -28,6 +28,7 @@ from neuronbuild.engines.neuron.conformance import (
     check_removed_entry,
     check_route,
     check_versions,
+    check_whole_start,
 )
 from neuronbuild.engines.neuron.engine import NeuronEngine
 from neuronbuild.engines.neuron.releases import release_named
@@ -125,6 +126,39 @@ def test_only_a_start_that_fails_on_the_miss_passes(
     check = check_removed_entry(StartOutcome(code, output, 2.0, ENTRY))
     assert check.status == status
     assert check.evidence["removed"] == ENTRY
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """A whole build's start, as ``runtime.conformance.WholeStart`` reports one."""
+
+    served: bool = True
+    code: int | None = None
+    compiled: list[str] = dataclasses.field(default_factory=list)
+    output: str = "server ready, 3 graphs loaded from the local compile cache"
+    seconds: float = 2.0
+
+    @property
+    def tail(self) -> str:
+        return self.output.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("start", "why"),
+    [
+        (Start(), ""),
+        (Start(output="ready"), ""),  # a runtime that does not count its graphs
+        (Start(served=False), "it was not ready within the time limit: server ready"),
+        (Start(served=False, code=1, output="RuntimeError: x"), "it exited with 1: RuntimeError"),
+        (Start(compiled=["neuron/compile_cache/k/graph_k.neff"]), "it compiled at start (1 file"),
+        (Start(output="2 graphs loaded"), "it loaded 2 of the 3 planned graphs"),
+    ],
+)
+def test_s0_passes_only_a_start_that_served_compiled_nothing_and_loaded_every_graph(
+    start: Start, why: str
+) -> None:
+    check = check_whole_start(start, planned=3)
+    assert check.status == ("PASS" if not why else "FAIL") and check.why.startswith(why), check
 
 
 GA = {"vllm": "0.29.0", "vllm-neuron": "0.29.0.2.0.0", "neuronx-cc": "2.29.0.0", "nki": "0.8.0"}
@@ -269,7 +303,7 @@ def test_a_broken_build_fails_the_kit_before_any_negative_check(
         republish(store, recipe, lambda path: not any(f"/{key}/" in path for key in vision), {})
     _, checks = run_kit(recipe, store.url, "node", timeout=60)
     rows = by_row(checks)
-    why = "did not serve" if broken == "other KV blocks" else "serve refused this node"
+    why = "it exited with 1: " if broken == "other KV blocks" else "serve refused this node"
     assert rows["S0"].status == "FAIL" and why in rows["S0"].why, rows["S0"]
     assert rows["C1"].status == "SKIP" and "S0" in rows["C1"].why
     assert exit_code(checks) == 1

@@ -188,7 +188,7 @@ def test_serve_says_how_to_fetch_a_hub_model_missing_from_the_local_cache(tmp_pa
     publish_build(Store(str(store), create=True), data, tmp_path, "a")
     result = serve_without_vllm("--ref", "tiny/latest", "--cache", str(store), "--dry-run")
     assert result.returncode == 2
-    assert f"huggingface-cli download nobody/no-model --revision {'b' * 40}" in result.stderr
+    assert f"hf download nobody/no-model --revision {'b' * 40}" in result.stderr
 
 
 # Options: passed through, refused when keyed, unknown with a did-you-mean.

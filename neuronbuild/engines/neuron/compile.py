@@ -32,7 +32,6 @@ from neuronbuild.engines.neuron.nki import (
     SHARED_DIRS,
     kernel_files,
 )
-from neuronbuild.engines.vllm_args import vllm_cli_args
 from neuronbuild.errors import UserError
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import count, size
@@ -202,7 +201,7 @@ def compile_argv(recipe: Recipe) -> list[str]:
     values the plan resolved included (:meth:`~neuronbuild.engines.base.Engine.start_args`)."""
     from neuronbuild.engines.registry import engine_for
 
-    args = json.dumps(vllm_cli_args(engine_for(recipe).start_args(recipe)))
+    args = json.dumps(engine_for(recipe).start_argv(recipe))
     return [sys.executable, "-m", "neuronbuild.engines.neuron.compile_worker", args]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from neuronbuild.engines.neuron.coverage import complete_entries
 from neuronbuild.engines.neuron.releases import Rules, identify, resolve
@@ -227,26 +227,44 @@ LOADED = re.compile(r"\b(\d+) graphs? loaded\b")
 START_WHAT = "the complete build serves: ready in time, nothing compiled, every graph loaded"
 
 
-def check_whole_start(
-    served: bool, compiled: Sequence[str], planned: int, output: str, seconds: float
-) -> Check:
+class WholeStartOutcome(Protocol):
+    """How the start of a whole build ended (``runtime.conformance.WholeStart``)."""
+
+    @property
+    def served(self) -> bool: ...
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def compiled(self) -> list[str]: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def tail(self) -> str: ...
+
+
+def check_whole_start(start: WholeStartOutcome, planned: int) -> Check:
     """Row S0, run on a node before any negative check (C1 proves nothing if the complete build
-    cannot start either): a start of the whole build served within the time limit (``served``),
-    wrote no compiled file under the compile cache (``compiled``: the files it wrote there,
-    ``.cache_accessed`` markers left out) and, where the runtime says how many graphs it loaded
-    (:data:`LOADED`), loaded all ``planned``."""
-    counted = LOADED.findall(output)
+    cannot start either): a start of the whole build served within the time limit, wrote no
+    compile output into the compile cache (``start.compiled``) and, where the runtime says how
+    many graphs it loaded (:data:`LOADED`), loaded all ``planned``."""
+    counted = LOADED.findall(start.output)
     loaded = int(counted[-1]) if counted else None
+    compiled = start.compiled
     evidence = {
-        "served": "yes" if served else "no",
-        "seconds": f"{seconds:.1f}",
+        "exit": "still running (ready)" if start.code is None else str(start.code),
+        "seconds": f"{start.seconds:.1f}",
         "compiled files": str(len(compiled)),
         "graphs loaded": "not reported by the runtime" if loaded is None else str(loaded),
         "graphs planned": str(planned),
     }
-    tail = (output.strip().splitlines() or [""])[-1]
-    if not served:
-        return Check("S0", START_WHAT, "FAIL", f"it did not serve in time: {tail}", evidence)
+    if not start.served and start.code is None:
+        why = f"it was not ready within the time limit: {start.tail}"
+        return Check("S0", START_WHAT, "FAIL", why, evidence)
+    if not start.served:
+        why = f"it exited with {start.code}: {start.tail}"
+        return Check("S0", START_WHAT, "FAIL", why, evidence)
     if compiled:
         why = f"it compiled at start ({count(len(compiled), 'file')}, e.g. {compiled[0]})"
         return Check("S0", START_WHAT, "FAIL", why, evidence)

@@ -10,7 +10,9 @@
 - ``tensor_parallel_size % dcp != 0``.
 
 The two head checks need the model's config (:class:`~.model.ModelFacts`); without it on this
-host they are left to the compile host's start, as vLLM-Neuron makes them.
+host, or where ``hf_overrides`` / ``hf_config_path`` change what vLLM reads, they are left to the
+compile host's start, as vLLM-Neuron makes them. The platform raises the first it meets; here a
+field gets one line, the first of the order above.
 """
 
 from __future__ import annotations
@@ -61,7 +63,11 @@ def dcp_errors(args: Mapping[str, Any], model: ModelFacts | None) -> list[Recipe
                 f"decode context parallelism runs only with {NIXL}; set kv_connector: {NIXL}",
             )
         )
-    q, kv_heads = (None, None) if model is None else (model.q_heads, model.kv_heads)
+    overridden = args.get("hf_overrides") or args.get("hf_config_path")
+    if model is None or overridden:
+        q, kv_heads = None, None
+    else:
+        q, kv_heads = model.q_heads, model.kv_heads
     if kv_heads is not None and tp < dcp * kv_heads:
         errors.append(
             RecipeError(
@@ -81,12 +87,13 @@ def dcp_errors(args: Mapping[str, Any], model: ModelFacts | None) -> list[Recipe
                 f"{q // kv_heads}); choose a divisor of it",
             )
         )
-    if tp % dcp:
+    if tp % dcp and not any(e.field == "decode_context_parallel_size" for e in errors):
         errors.append(
             RecipeError(
                 "decode_context_parallel_size",
                 dcp,
-                f"must divide tensor_parallel_size ({tp}) so the DCP groups cover every rank",
+                f"must divide tensor_parallel_size ({tp}) so the DCP groups cover every rank; "
+                f"set it to a divisor of {tp}",
             )
         )
     return errors

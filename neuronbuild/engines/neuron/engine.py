@@ -42,10 +42,10 @@ from neuronbuild.engines.neuron.releases import (
     toolchain_rules,
 )
 from neuronbuild.engines.neuron.system import COMPONENTS, node_versions, system_differences
-from neuronbuild.engines.neuron.vision import VisionPlan, resolve_vision
+from neuronbuild.engines.neuron.vision import VisionPlan, fetch, resolve_vision
 from neuronbuild.errors import MISSING, RecipeError, UserError, did_you_mean
 from neuronbuild.graph import Graph
-from neuronbuild.model_files import hub_id_problem, local_folder, looks_like_path, read_config
+from neuronbuild.model_files import is_hub_id, read_config
 
 if TYPE_CHECKING:
     from neuronbuild.engines.compiler import UnitCompiler
@@ -308,12 +308,11 @@ class NeuronEngine(Engine):
                 errors += found[0]
                 warnings += found[1]
         _, bucket_errors = self._resolve(recipe)
-        errors += bucket_errors
-        # One line per field: the bucket rules' DCP stride line already names the field.
-        said = {e.field for e in bucket_errors}
-        errors += [
-            e for e in dcp_errors(recipe.engine_args, self.model(recipe)) if e.field not in said
-        ]
+        # vLLM-Neuron's platform checks DCP before the runner checks the buckets: its line goes
+        # first, one line per field (the stride rule of the buckets names the same field).
+        dcp = dcp_errors(recipe.engine_args, self.model(recipe))
+        said = {e.field for e in dcp}
+        errors += dcp + [e for e in bucket_errors if e.field not in said]
         if not errors and not self.phase_graphs(recipe):
             errors.append(self._builds_nothing(recipe))
         return errors, warnings
@@ -323,11 +322,8 @@ class NeuronEngine(Engine):
         hub model not in the local Hugging Face cache), naming each fact it takes from it and the
         recipe field that states it instead. Compile needs the config anyway and refuses first
         (:func:`~neuronbuild.model_files.check_model_present`)."""
-        model = recipe.model
-        if local_folder(model, recipe.workdir) or looks_like_path(model) or hub_id_problem(model):
-            return []  # a folder's config, or an error of its own
-        if self.model(recipe) is not None:
-            return []
+        if not is_hub_id(recipe.model, recipe.workdir) or self.model(recipe) is not None:
+            return []  # a folder's config (or an error of its own), or a cached one
         ns = rules_for(recipe.toolchain).encoder_namespace
         revision = recipe.engine_args.get("revision") or "main"
         return [
@@ -336,8 +332,7 @@ class NeuronEngine(Engine):
             f"(state it with additional_config.{ns}: {{}}), its vision token merge factor "
             f"(list additional_config.{ns}.num_vision_tokens_buckets), its patch size (for "
             "mm_processor_kwargs.max_pixels) or whether runner: auto makes it a pooling model "
-            "(set runner); fetch it with `huggingface-cli download "
-            f"{recipe.model} config.json --revision {revision}` to plan from it"
+            f"(set runner); fetch it with `{fetch(recipe.engine_args)}` to plan from it"
         ]
 
     @staticmethod

@@ -128,8 +128,9 @@ def head_counts(config: Mapping[str, Any]) -> tuple[int | None, int | None]:
     None for a count the config does not state plainly."""
     text = config.get("text_config")
     section = text if isinstance(text, Mapping) else config
-    q = _positive(section.get("num_attention_heads"))
-    kv = _positive(section.get("num_key_value_heads"))
-    if kv is None and not any(k in section for k in SPECIAL_KV_KEYS):
-        kv = q
-    return (None if q is None else int(q)), (None if kv is None else int(kv))
+    q, kv = section.get("num_attention_heads"), section.get("num_key_value_heads")
+    q = q if isinstance(q, int) and not isinstance(q, bool) and q > 0 else None
+    kv = kv if isinstance(kv, int) and not isinstance(kv, bool) and kv > 0 else None
+    if kv is None and "num_key_value_heads" not in section:
+        kv = None if any(k in section for k in SPECIAL_KV_KEYS) else q
+    return q, kv

@@ -44,6 +44,13 @@ def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+def fetch(args: Mapping[str, Any]) -> str:
+    """The command that puts the hub model's config.json of ``args`` in the local cache."""
+    revision = args.get("revision")
+    at = f" --revision {revision}" if isinstance(revision, str) else ""
+    return f"hf download {args.get('model')} config.json{at}"
+
+
 def has_vision(args: Mapping[str, Any], model: ModelFacts | None, namespace: str) -> bool:
     """Whether vLLM-Neuron runs with a vision config: any model whose ``config.json`` has a
     ``vision_config`` gets one created (D13, ``check_and_update_config``: ``if hasattr(
@@ -76,8 +83,8 @@ def _block(
                 max_pixels,
                 "vLLM-Neuron raises vision_attention_block_size from the model's "
                 "vision_config.patch_size, which this host cannot read (a hub model whose "
-                "config.json is not in the local Hugging Face cache); fetch it "
-                "(huggingface-cli download MODEL config.json) or set model to a local folder",
+                f"config.json is not in the local Hugging Face cache); fetch it ({fetch(args)}) "
+                "or set model to a local folder",
             )
         )
         return block
@@ -149,8 +156,7 @@ def _buckets(
                     MISSING,
                     "the default vision buckets depend on the model's vision token merge factor, "
                     "which this host cannot read (a hub model whose config.json is not in the "
-                    "local Hugging Face cache); fetch it (huggingface-cli download MODEL "
-                    "config.json) or list the buckets",
+                    f"local Hugging Face cache); fetch it ({fetch(args)}) or list the buckets",
                 )
             )
             return []
