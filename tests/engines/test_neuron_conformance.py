@@ -47,9 +47,17 @@ from tests.lib.hub import cache_config
 from tests.lib.properties import examples
 from tests.neuron_double import INSTALLS, SITE, install
 
+HEADS = {"num_attention_heads": 32, "num_key_value_heads": 8}
+"""Head counts as a real config.json states them (the double, like vLLM, fills absent ones from
+transformers' defaults, which neuronbuild does not read)."""
+
 MODELS = {
-    "text": {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
-    "pooling": {"architectures": ["Qwen3ForSequenceClassification"], "model_type": "qwen3"},
+    "text": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **HEADS},
+    "pooling": {
+        "architectures": ["Qwen3ForSequenceClassification"],
+        "model_type": "qwen3",
+        **HEADS,
+    },
     "vl": QWEN3_VL_CONFIG,
     "qwen35": {
         "architectures": ["Qwen3_5ForConditionalGeneration"],
@@ -60,8 +68,15 @@ MODELS = {
         "downsample_ratio": 0.25,
         "vision_config": {},
     },
+    "mqa": {  # one KV head: any dcp that divides the TP passes the platform's head checks
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 1,
+    },
     "gqa": {
         "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
         "num_attention_heads": 64,
         "num_key_value_heads": 8,
     },
@@ -462,14 +477,22 @@ START_REFUSALS = {
     "D8 tile": ({"ctx": [100]}, "must be divisible by 128"),
     "D8 below": ({"ctx": [2048]}, "must be strictly less than max_model_len=2048"),
     "D10 none": (
-        {"decode_context_parallel_size": 32, "max_num_batched_tokens": 512},
+        {"model": "./mqa", "decode_context_parallel_size": 32, "max_num_batched_tokens": 512},
         "No prefill buckets are divisible by the DCP shard stride",
     ),
     "D10 largest": (
-        {"decode_context_parallel_size": 32, "max_model_len": 1536, "max_num_batched_tokens": 1536},
+        {
+            "model": "./mqa",
+            "decode_context_parallel_size": 32,
+            "max_model_len": 1536,
+            "max_num_batched_tokens": 1536,
+        },
         "The largest prefill bucket (max_num_batched_tokens = 1536) is not divisible",
     ),
-    "D11 tp": ({"decode_context_parallel_size": 3}, "DCP requires tp % decode_context_parallel"),
+    "D11 tp": (
+        {"model": "./gqa", "tensor_parallel_size": 34, "decode_context_parallel_size": 4},
+        "DCP requires tp % decode_context_parallel",
+    ),
     "D11 threshold": (
         {"decode_context_parallel_size": 2, "long_prefill_token_threshold": 100},
         "DCP requires long_prefill_token_threshold divisible by 64",

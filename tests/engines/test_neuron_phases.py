@@ -35,8 +35,10 @@ QWEN3_VL_CONFIG = {
     "architectures": ["Qwen3VLForConditionalGeneration"],
     "model_type": "qwen3_vl",
     "vision_config": {"spatial_merge_size": 2, "patch_size": 16},
+    "text_config": {"num_attention_heads": 32, "num_key_value_heads": 8},
 }
-"""What the plan and the double read of Qwen3-VL-8B-Instruct's config.json."""
+"""What the plan and the double read of Qwen3-VL-8B-Instruct's config.json (its head counts as
+the file states them: the double, like vLLM, fills absent ones from transformers' defaults)."""
 
 
 def serve_and_count(

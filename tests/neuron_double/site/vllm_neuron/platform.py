@@ -249,17 +249,23 @@ def validate_dcp(args: dict[str, Any], config: dict[str, Any]) -> None:
     """``NeuronPlatform._validate_dcp_config`` (jinhuang12/vllm-neuron @25cf3c8c
     ``vllm_neuron/vllm/platform.py``): with ``decode_context_parallel_size`` above 1, the long
     prefill threshold on the DCP stride, the Nixl connector, ``tp >= dcp * kv_heads``, the GQA
-    ratio divisible by dcp and ``tp % dcp == 0``. Heads as ``get_total_num_kv_heads`` reads a
-    plain config (``num_key_value_heads``, else the attention heads); a config without
-    ``num_attention_heads`` skips the head checks (vLLM would take its config class's default,
-    which the double does not know)."""
+    ratio divisible by dcp and ``tp % dcp == 0``. The heads as vLLM has them: from transformers'
+    config class of the config's ``model_type`` (``AutoConfig``, its defaults filling what the
+    file leaves out), ``num_key_value_heads`` else the attention heads of its text config
+    (``get_total_num_kv_heads`` for a plain model); a config without ``model_type``, which
+    ``AutoConfig`` cannot load, skips the head checks."""
     dcp = int(args.get("decode_context_parallel_size", 1))
     if dcp <= 1:
         return
     tp = int(args.get("tensor_parallel_size", 1))
-    text = config.get("text_config") or config
-    q_heads = int(text.get("num_attention_heads") or 0)
-    kv_heads = int(text.get("num_key_value_heads") or q_heads)
+    q_heads = kv_heads = 0
+    if "model_type" in config:
+        from transformers import AutoConfig
+
+        fields = {k: v for k, v in config.items() if k != "model_type"}
+        text = AutoConfig.for_model(config["model_type"], **fields).get_text_config()
+        q_heads = int(text.num_attention_heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or q_heads)
     stride = dcp * int(args.get("block_size") or 32)
     threshold = int(args.get("long_prefill_token_threshold") or 0)
     if threshold > 0 and threshold % stride != 0:
