@@ -2083,6 +2083,28 @@ BREAKS += [
             "tests/engines/test_neuron_conformance.py::test_a_change_that_changes_a_compiled_graph_changes_a_unit_key",
         ),
     ),
+    Break(
+        "gc with no grace period sweeps a temporary file or lock a live writer holds",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "        cutoff = self.in_flight_cutoff if in_flight else self.cutoff",
+                "        cutoff = self.cutoff",
+            ),
+        ),
+        ("tests/store/test_claims_gc.py::test_no_grace_period_sweeps_what_a_live_writer_holds",),
+    ),
+    Break(
+        "gc with no grace period aborts a multipart upload a live writer is sending",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "abort_abandoned_uploads(sweep.in_flight_cutoff, dry_run)",
+                "abort_abandoned_uploads(sweep.cutoff, dry_run)",
+            ),
+        ),
+        ("tests/store/test_claims_gc.py::test_no_grace_period_sweeps_what_a_live_writer_holds",),
+    ),
 ]
 
 

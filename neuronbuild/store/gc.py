@@ -22,7 +22,9 @@ removes its own), and a later run removes them once stale or once their manifest
 records, blobs, attestations of manifests no longer kept, expired unit leases, temporary files,
 stale locks, history entries of moves that never happened, and node layouts of dead manifests are
 swept. On S3, multipart uploads abandoned
-before the grace period (a publisher killed mid-upload) are aborted too.
+before the grace period (a publisher killed mid-upload) are aborted too. Temporary objects, locks
+and multipart uploads younger than :data:`IN_FLIGHT_SECONDS` stay whatever the grace period: a
+live writer holds them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ from neuronbuild.store.leases import expired_leases
 from neuronbuild.store.records import RefMove
 
 DAY = 86400.0
+IN_FLIGHT_SECONDS = 3600.0
+"""Temporary objects (``tmp/``: a folder store's ``.part`` files, clock and write probes) and
+lock files younger than this (seconds, store clock) are never swept, whatever the grace period:
+a live writer holds them (a ``.part`` file being written keeps a fresh time), and a
+``gc --older-than 0`` beside a running compile must not pull them from under it."""
 
 KIND_NOUNS = {
     "blobs": ("blob",),
@@ -94,14 +101,22 @@ class GcReport:
 class _Sweep:
     """One gc run's view of a store: what is old, and deletions recorded in the report."""
 
-    def __init__(self, store: Store, cutoff: float, report: GcReport) -> None:
-        self.store, self.cutoff, self.report = store, cutoff, report
+    def __init__(self, store: Store, now: float, grace: float, report: GcReport) -> None:
+        self.store, self.now, self.cutoff, self.report = store, now, now - grace, report
         self.superseded: set[str] = set()
         """Additions a newer one of the same kind and node identity replaces (:meth:`added`)."""
 
-    def old(self, path: str) -> bool:
+    def old(self, path: str, in_flight: bool = False) -> bool:
+        """Older than the grace period; ``in_flight``: a temporary or lock file, which must
+        also be older than :data:`IN_FLIGHT_SECONDS`."""
         modified = self.store.backend.modified(path)
-        return modified is not None and modified < self.cutoff
+        cutoff = self.in_flight_cutoff if in_flight else self.cutoff
+        return modified is not None and modified < cutoff
+
+    @property
+    def in_flight_cutoff(self) -> float:
+        """Seconds since the epoch before which a temporary object is no longer in flight."""
+        return min(self.cutoff, self.now - IN_FLIGHT_SECONDS)
 
     def delete(self, kind: str, path: str) -> None:
         self.report.deleted.setdefault(kind, []).append(path)
@@ -195,7 +210,7 @@ def collect_garbage(
     step = at_step or (lambda _: None)
     now = store_now(store, dry_run=dry_run) if now is None else now
     report = GcReport(dry_run)
-    sweep = _Sweep(store, now - older_than_days * DAY, report)
+    sweep = _Sweep(store, now, older_than_days * DAY, report)
     layout = store.layout
 
     # Mark.
@@ -278,11 +293,11 @@ def collect_garbage(
         if dry_run or store.backend.delete_if(path, token):
             report.deleted.setdefault("leases", []).append(path)
     for path in store.backend.find(layout.folder("tmp")):
-        if layout.condemned_of(path) is None and sweep.old(path):
+        if layout.condemned_of(path) is None and sweep.old(path, in_flight=True):
             sweep.delete("tmp", path)
     for path in store.backend.find(layout.folder("locks")):
         ref_path = path.removesuffix(".lock").replace(layout.folder("locks"), layout.root, 1)
-        if not store.backend.exists(ref_path) and sweep.old(path):
+        if not store.backend.exists(ref_path) and sweep.old(path, in_flight=True):
             sweep.delete("locks", path)
     for ref in refs:
         _, off_chain = store.ref_chain(*parse_ref(ref))
@@ -307,7 +322,7 @@ def collect_garbage(
             if folder is not None and not dry_run:
                 shutil.rmtree(folder, ignore_errors=True)
 
-    uploads = store.backend.abort_abandoned_uploads(sweep.cutoff, dry_run)
+    uploads = store.backend.abort_abandoned_uploads(sweep.in_flight_cutoff, dry_run)
     if uploads:
         report.deleted["multipart uploads"] = uploads
     step("swept")

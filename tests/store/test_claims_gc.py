@@ -15,7 +15,7 @@ import pytest
 from neuronbuild.digest import canonical_json
 from neuronbuild.orchestrate.verify import verify_manifest
 from neuronbuild.store.cas import Store
-from neuronbuild.store.gc import GcReport, collect_garbage
+from neuronbuild.store.gc import IN_FLIGHT_SECONDS, GcReport, collect_garbage
 from neuronbuild.store.records import Manifest, RefMove, UnitRecord
 from tests.lib.builders import stored_unit
 from tests.lib.claims import age
@@ -184,6 +184,33 @@ def test_old_temporary_files_are_swept_and_young_ones_kept(tmp_path: Path) -> No
     report = collect_garbage(store, now=LATER)
     assert report.deleted["tmp"] == [store.layout.tmp("left-behind")]
     assert store.backend.exists(store.layout.tmp("being-written"))
+
+
+def test_no_grace_period_sweeps_what_a_live_writer_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gc --older-than 0`` beside a running compile (issue 46, item 17): a temporary file a
+    writer is filling, the lock of a ref it is creating and its multipart upload stay until
+    they are an hour old (a concurrent gc swept them; the writer then failed on its vanished
+    ``.part`` file); older ones go."""
+    store = Store(str(tmp_path / "store"), create=True)
+    part = store.layout.tmp("0123.part")
+    store.backend.put(part, b"half")
+    lock = store.layout.ref_lock(store.layout.ref("app", "new"))
+    os.makedirs(os.path.dirname(lock))
+    Path(lock).write_bytes(b"")
+    cutoffs: list[float] = []
+
+    def aborted(older_than: float, dry_run: bool) -> list[str]:
+        cutoffs.append(older_than)
+        return []
+
+    monkeypatch.setattr(store.backend, "abort_abandoned_uploads", aborted)
+    now = time.time()
+    assert not collect_garbage(store, older_than_days=0, now=now).deleted
+    assert cutoffs == [now - IN_FLIGHT_SECONDS]
+    report = collect_garbage(store, older_than_days=0, now=now + IN_FLIGHT_SECONDS + 60)
+    assert report.deleted == {"tmp": [part], "locks": [lock]}
 
 
 def test_a_young_unit_records_timing_stays_though_the_timing_is_old(tmp_path: Path) -> None:
