@@ -73,7 +73,7 @@ MUTATION_MODULES ?= neuronbuild.transports.backends neuronbuild.store.cas neuron
 	neuronbuild.plan neuronbuild.engines.base neuronbuild.engines.vllm_cpu.engine \
 	neuronbuild.engines.neuron.engine neuronbuild.engines.neuron.buckets \
 	neuronbuild.engines.neuron.releases neuronbuild.orchestrate.compile \
-	neuronbuild.orchestrate.scheduler neuronbuild.store.additions neuronbuild.attest.additions \
+	neuronbuild.orchestrate.scheduler neuronbuild.orchestrate.seal neuronbuild.store.additions neuronbuild.attest.additions \
 	neuronbuild.node.additions
 MUTATION_TIMEOUT ?= 1800
 mutation: install
