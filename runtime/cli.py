@@ -77,8 +77,9 @@ def pull(
     found = remote.resolve_target(target)
     digest = found.digest
     if trusted is not None:
-        named = found.ref_text or f"{remote.get_manifest(digest).name}/{digest}"
-        trusted.enforce(named, digest, remote.get_attestations(digest).items())
+        manifest = remote.get_manifest(digest)
+        named = found.ref_text or f"{manifest.name}/{digest}"
+        trusted.enforce(named, digest, remote.get_attestations(digest).items(), manifest=manifest)
     if not Path(local_cache).is_dir():  # a tier to create: checked before any byte moves
         check_local_tier(local_cache)
     tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)

@@ -275,9 +275,9 @@ def resolve(
     """The recipe, manifest and manifest digest to serve. Each recipe (the recipe file, the
     manifest's own) is parsed and planned once, and its plan handed to every check.
 
-    Under ``policy``, the manifest's attestations are checked first (for a ref, before the
-    manifest is read; for a digest, once the manifest names its recipe), before any blob is
-    read: :meth:`~neuronbuild.attest.policy.Policy.enforce` raises PolicyRefused (exit 2).
+    Under ``policy``, the manifest's attestations are checked once the manifest is read (its
+    Statement must describe it), before any blob is read:
+    :meth:`~neuronbuild.attest.policy.Policy.enforce` raises PolicyRefused (exit 2).
 
     Raises:
         UserError: no such ref or manifest, a manifest of another key schema, a recipe that
@@ -287,13 +287,10 @@ def resolve(
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     digest = _digest(source, recipe_file, tiers)
-    if policy is not None and source.manifest is None:
-        ref = served_ref(source, recipe_file, "", digest)
-        policy.enforce(ref, digest, tiers.get_attestations(digest))
     manifest = tiers.get_manifest(digest)
-    if policy is not None and source.manifest is not None:
+    if policy is not None:
         ref = served_ref(source, recipe_file, manifest.name, digest)
-        policy.enforce(ref, digest, tiers.get_attestations(digest))
+        policy.enforce(ref, digest, tiers.get_attestations(digest), manifest=manifest)
     if recipe_file is None:
         sealed = plan_manifest_recipe(manifest, digest)
         _check_covered(sealed, manifest, digest)

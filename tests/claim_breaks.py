@@ -684,8 +684,8 @@ BREAKS = [
         (
             (
                 GC,
-                "if not store.backend.exists(ref_path) and sweep.old(path):",
-                "if sweep.old(path):",
+                "if not store.backend.exists(ref_path) and sweep.old(path, in_flight=True):",
+                "if sweep.old(path, in_flight=True):",
             ),
         ),
         (f"{CLAIMS_GC}::test_the_lock_of_a_live_ref_stays_and_the_lock_of_a_gone_ref_goes",),
@@ -1131,17 +1131,15 @@ BREAKS += [
         ("tests/store/test_pins_gc.py::test_a_dry_run_lists_an_expired_lease_and_leaves_it",),
     ),
     Break(
-        "gc sweeps another run's fresh condemned marker as a temporary file",
+        "gc sweeps a condemned marker as a temporary file too (a dry run lists it twice)",
         (
             (
                 "neuronbuild/store/gc.py",
-                "if layout.condemned_of(path) is None and sweep.old(path):",
-                "if sweep.old(path):",
+                "if layout.condemned_of(path) is None and sweep.old(path, in_flight=True):",
+                "if sweep.old(path, in_flight=True):",
             ),
         ),
-        (
-            "tests/store/test_pins_gc.py::test_another_runs_fresh_condemned_marker_survives_a_gc_with_no_grace_period",
-        ),
+        ("tests/store/test_pins_gc.py::test_a_stale_condemned_marker_is_listed_once",),
     ),
     Break(
         "gc sweeps a young off-chain history entry (a move in flight)",
@@ -2104,6 +2102,40 @@ BREAKS += [
             ),
         ),
         ("tests/store/test_claims_gc.py::test_no_grace_period_sweeps_what_a_live_writer_holds",),
+    ),
+    Break(
+        "a policy accepts a signature without checking what its Statement binds",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "        return binding_problem(attestation.subject_name, attestation.predicate, ref, manifest)",
+                "        return None",
+            ),
+        ),
+        (
+            "tests/attest/test_bindings.py::test_a_ref_pointed_at_another_recipes_signed_build_is_refused",
+            "tests/attest/test_bindings.py::test_a_signed_statement_that_describes_another_build_is_refused",
+        ),
+    ),
+    Break(
+        "a signature over another recipe's build passes under any ref name (mix-and-match)",
+        (("neuronbuild/attest/statement.py", "    if name != ref_name:", "    if False:"),),
+        (
+            "tests/attest/test_bindings.py::test_a_ref_pointed_at_another_recipes_signed_build_is_refused",
+        ),
+    ),
+    Break(
+        "a Statement's toolchain is not compared with its manifest's",
+        (
+            (
+                "neuronbuild/attest/statement.py",
+                '        and internal.get("toolchain") == dict(sorted(toolchain.items()))',
+                "",
+            ),
+        ),
+        (
+            "tests/attest/test_bindings.py::test_a_signed_statement_that_describes_another_build_is_refused",
+        ),
     ),
 ]
 

@@ -82,6 +82,8 @@ class Attestation:
     keyids: tuple[str, ...]
     subject: str
     predicate: dict[str, Any]
+    subject_name: str = ""
+    """The Statement's subject ``name``: the recipe name the signer bound the manifest to."""
     predicate_type: str = PREDICATE_TYPE
     bundle: Any = None
     """A keyless attestation's Sigstore bundle (:mod:`neuronbuild.attest.keyless`; its
@@ -144,8 +146,10 @@ def read_attestation(data: bytes, what: str) -> Attestation:
         envelope = Envelope.from_dict({**raw, "signatures": [dict(s) for s in signatures]})
     except (KeyError, ValueError, TypeError, FormatError, binascii.Error) as exc:
         raise StoreDataInvalid(f"{what}: not a DSSE envelope ({ascii(str(exc))[:80]})") from None
-    subject, predicate = statement_subject(parse_json(envelope.payload, f"{what}: payload"), what)
-    return Attestation(envelope, keyids, subject, predicate)
+    subject, name, predicate = statement_subject(
+        parse_json(envelope.payload, f"{what}: payload"), what
+    )
+    return Attestation(envelope, keyids, subject, predicate, name)
 
 
 def _read_bundle(data: bytes, what: str) -> Attestation:
@@ -164,5 +168,5 @@ def _read_bundle(data: bytes, what: str) -> Attestation:
         found = ascii(dsse.payload_type)[:80]
         raise StoreDataInvalid(f"{what}: payload type {found}, expected {PAYLOAD_TYPE}")
     payload = bytes(dsse.payload)
-    subject, predicate = statement_subject(parse_json(payload, f"{what}: payload"), what)
-    return Attestation(None, (), subject, predicate, bundle=bundle)
+    subject, name, predicate = statement_subject(parse_json(payload, f"{what}: payload"), what)
+    return Attestation(None, (), subject, predicate, name, bundle=bundle)

@@ -71,10 +71,12 @@ from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
 from neuronbuild.attest.ref_patterns import compile_pattern, covers
+from neuronbuild.attest.statement import binding_problem
 from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.store.additions import KINDS, Addition
+from neuronbuild.store.records import Manifest
 from neuronbuild.user_files import DuplicateKeys, load_yaml_unique
 
 MAX_POLICY_BYTES = 1 << 20
@@ -200,13 +202,16 @@ class Policy:
         digest: str,
         attestations: Iterable[tuple[str, bytes]],
         *,
+        manifest: Manifest,
         required: bool = True,
     ) -> str | None:
         """None when one of ``attestations`` (``(keyid their name claims, bytes)`` pairs, as
         :meth:`~neuronbuild.store.cas.Store.get_attestations` reads them) is a signature by a
-        signer the first rule matching ``ref`` names, over manifest ``digest``; else the one-line
-        refusal, naming what was found and who was expected. ``required``: a ref no rule matches
-        is refused (False: ``tag``'s check, where such a ref is not protected).
+        signer the first rule matching ``ref`` names, over manifest ``digest`` (read as
+        ``manifest``), whose Statement binds it to ``ref``'s name and describes that manifest
+        (:func:`~neuronbuild.attest.statement.binding_problem`); else the one-line refusal,
+        naming what was found and who was expected. ``required``: a ref no rule matches is
+        refused (False: ``tag``'s check, where such a ref is not protected).
 
         Never raises on hostile attestations: each is described in the refusal.
         """
@@ -234,6 +239,9 @@ class Policy:
                         f"a Sigstore attestation by {certificate_identity(attestation.bundle)[0]}"
                         f" over another manifest, {short(attestation.subject)}"
                     )
+                elif binding := self._unbound(attestation, ref, manifest):
+                    who = certificate_identity(attestation.bundle)[0]
+                    found.append(f"a Sigstore attestation by {who} {binding}")
                 else:
                     return None
                 continue
@@ -252,11 +260,17 @@ class Policy:
                     f"an attestation by {self._signer_of(by)} over another manifest, "
                     f"{short(attestation.subject)}"
                 )
+            elif binding := self._unbound(attestation, ref, manifest):
+                found.append(f"a signature by {self._signer_of(by)} {binding}")
             else:
                 return None
         if not found:
             return f"{head}: found no attestation; expected a signature by {expected}"
         return f"{head}: found {'; '.join(found)}; expected a signature by {expected}"
+
+    @staticmethod
+    def _unbound(attestation: Attestation, ref: str, manifest: Manifest) -> str | None:
+        return binding_problem(attestation.subject_name, attestation.predicate, ref, manifest)
 
     def enforce(
         self,
@@ -264,6 +278,7 @@ class Policy:
         digest: str,
         attestations: Iterable[tuple[str, bytes]],
         *,
+        manifest: Manifest,
         required: bool = True,
     ) -> None:
         """:meth:`refusal`, raised.
@@ -271,7 +286,7 @@ class Policy:
         Raises:
             PolicyRefused: the refusal line (exit 2).
         """
-        line = self.refusal(ref, digest, attestations, required=required)
+        line = self.refusal(ref, digest, attestations, manifest=manifest, required=required)
         if line is not None:
             raise PolicyRefused(line)
 

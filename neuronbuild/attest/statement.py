@@ -79,8 +79,9 @@ def statement(manifest: Manifest, digest: str, builder: Builder) -> dict[str, An
     }
 
 
-def statement_subject(data: Any, what: str) -> tuple[str, dict[str, Any]]:
-    """``(subject manifest digest, predicate)`` of a parsed Statement.
+def statement_subject(data: Any, what: str) -> tuple[str, str, dict[str, Any]]:
+    """``(subject manifest digest, subject name, predicate)`` of a parsed Statement (the name
+    ``""`` where the subject has none).
 
     Raises:
         StoreDataInvalid: not a Statement v1 of a SLSA v1 predicate, or not exactly one subject
@@ -100,4 +101,48 @@ def statement_subject(data: Any, what: str) -> tuple[str, dict[str, Any]]:
         raise StoreDataInvalid(f"{what}: its subject has no sha256 digest")
     if not isinstance(predicate, dict):
         raise StoreDataInvalid(f"{what}: its predicate is not an object")
-    return check_digest("sha256:" + digests["sha256"], f"{what}: subject"), predicate
+    name = subjects[0].get("name")
+    subject = check_digest("sha256:" + digests["sha256"], f"{what}: subject")
+    return subject, name if isinstance(name, str) else "", predicate
+
+
+def binding_problem(
+    name: str, predicate: dict[str, Any], ref: str, manifest: Manifest
+) -> str | None:
+    """None when a verified Statement binds ``manifest`` to ``ref`` (``<name>/<tag>``); else
+    what it does instead, for a refusal (``a signature by X <this>``).
+
+    A signature over a manifest binds it to one recipe name: the Statement's subject ``name``
+    (:func:`statement`), which must be the ref's name and the name of the recipe its predicate
+    holds; and the predicate must describe the manifest it names: the same canonical recipe
+    (``recipeDigest`` its digest), unit keys in order and toolchain. Without this, a key that
+    signs two recipes (one CI key for a fleet) lets a store writer point ``app/prod`` at
+    ``other``'s build (TUF's mix-and-match attack), and a Statement could claim a recipe or
+    target its manifest does not have (issue 43).
+    """
+    ref_name = ref.partition("/")[0]
+    definition = predicate.get("buildDefinition")
+    definition = definition if isinstance(definition, dict) else {}
+    external = definition.get("externalParameters")
+    external = external if isinstance(external, dict) else {}
+    internal = definition.get("internalParameters")
+    internal = internal if isinstance(internal, dict) else {}
+    recipe = external.get("recipe")
+    if not isinstance(recipe, dict):
+        return "over a Statement whose predicate holds no recipe"
+    if name != ref_name:
+        return f"binding it to recipe {ascii(name)[:80]}, not {ref_name}"
+    if recipe.get("name") != name:
+        return f"over a Statement whose subject names {ascii(name)[:80]} but not its recipe"
+    toolchain: dict[str, str] = {}
+    for unit in manifest.units:
+        toolchain.update(unit.toolchain)
+    described = (
+        canonical_json(recipe) == canonical_json(manifest.recipe)
+        and external.get("recipeDigest") == sha256_digest(canonical_json(recipe))
+        and internal.get("units") == [unit.key for unit in manifest.units]
+        and internal.get("toolchain") == dict(sorted(toolchain.items()))
+    )
+    if manifest.name != name or not described:
+        return "over a Statement that does not describe it (its recipe, units or toolchain differ)"
+    return None

@@ -84,8 +84,9 @@ def verify(
     entries, problems = describe_attestations(found.digest, attestations, trusted)
     report.problems += problems
     if trusted is not None:
-        ref = found.ref_text or f"{store.get_manifest(found.digest).name}/{found.digest}"
-        refusal = trusted.refusal(ref, found.digest, attestations)
+        manifest = store.get_manifest(found.digest)
+        ref = found.ref_text or f"{manifest.name}/{found.digest}"
+        refusal = trusted.refusal(ref, found.digest, attestations, manifest=manifest)
         if refusal is not None:
             report.problems.append(refusal)
     if as_json:
@@ -263,11 +264,13 @@ def tag(
     trusted = policy_from(policy)
     store = Store(cache, last_writer_wins=last_writer_wins)
     digest = store.resolve(source)
-    store.get_manifest(digest)
+    manifest = store.get_manifest(digest)
     name, ref_tag = parse_ref(destination)
     if trusted is not None:  # refused before the ref is read for its swap
         attestations = store.get_attestations(digest).items()
-        trusted.enforce(f"{name}/{ref_tag}", digest, attestations, required=False)
+        trusted.enforce(
+            f"{name}/{ref_tag}", digest, attestations, manifest=manifest, required=False
+        )
     ask = moves.Ask(rollback, moves.expected_digest(store, expect))
     moved = moves.move_ref(store, name, ref_tag, digest, ask)
     if as_json:

@@ -351,7 +351,10 @@ def test_seal_signs_keyless_before_the_ref_moves(
     assert store.get_ref("tiny", "signed") == signed["manifest"]
     (data,) = store.get_attestations(signed["manifest"]).values()
     policy = load_policy(keyless["policy"])
-    assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
+    manifest = store.get_manifest(signed["manifest"])
+    assert (
+        policy.refusal("tiny/signed", signed["manifest"], [("k", data)], manifest=manifest) is None
+    )
 
 
 @pytest.mark.slow

@@ -117,7 +117,10 @@ def test_seal_signs_with_kms_before_the_ref_moves(node: dict[str, Path], kms: An
     store = Store(str(node["store"]))
     (data,) = store.get_attestations(signed["manifest"]).values()
     policy = load_policy(kms_policy(node["root"], kms, arn))
-    assert policy.refusal("tiny/signed", signed["manifest"], [("k", data)]) is None
+    manifest = store.get_manifest(signed["manifest"])
+    assert (
+        policy.refusal("tiny/signed", signed["manifest"], [("k", data)], manifest=manifest) is None
+    )
     assert read_attestation(data, "a").subject == signed["manifest"]
 
 

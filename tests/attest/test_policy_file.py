@@ -16,7 +16,7 @@ from neuronbuild.attest.policy import PolicyInvalid, load_policy
 from neuronbuild.attest.ref_patterns import covers, translate
 from neuronbuild.errors import UserError
 from tests.lib.commands import neuronbuild_in_process
-from tests.lib.keys import write_key
+from tests.lib.keys import ANY_MANIFEST, write_key
 
 ARN = "arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 DIGEST = "sha256:" + "0" * 64
@@ -323,7 +323,7 @@ def test_a_kms_key_names_its_arn_in_the_refusal(tmp_path: Path) -> None:
     text = f"signers: {{ci: {{keys: [{{kms: 'awskms:{ARN}', file: kms.pub}}]}}}}\n"
     policy = load_policy(policy_at(tmp_path, text + "refs: [{match: 'a/*', signers: [ci]}]\n"))
     keyid = load_public_key(public, "k").keyid
-    line = policy.refusal("a/prod", DIGEST, [])
+    line = policy.refusal("a/prod", DIGEST, [], manifest=ANY_MANIFEST)
     assert line is not None and f"expected a signature by ci (key {keyid[:16]} at {ARN})" in line
 
 

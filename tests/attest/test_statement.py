@@ -22,7 +22,7 @@ from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.errors import UserError
 from neuronbuild.store.cas import Store
 from tests.conftest import cpu_recipe, publish_build
-from tests.lib.keys import write_key, write_policy
+from tests.lib.keys import ANY_MANIFEST, write_key, write_policy
 
 
 @pytest.fixture
@@ -236,6 +236,9 @@ def test_a_policy_names_its_signers_keyids_in_refusals(tmp_path: Path) -> None:
     public = write_key(tmp_path / "ci.key")
     policy = load_policy(write_policy(tmp_path / "p.yaml", {"ci": [public]}, [("a/*", ["ci"])]))
     keyid = load_public_key(public, "key").keyid
-    line = policy.refusal("a/prod", "sha256:" + "0" * 64, [])
+    line = policy.refusal("a/prod", "sha256:" + "0" * 64, [], manifest=ANY_MANIFEST)
     assert line is not None and f"ci (key {keyid[:16]})" in line
-    assert policy.refusal("b/prod", "sha256:" + "0" * 64, [], required=False) is None
+    unprotected = policy.refusal(
+        "b/prod", "sha256:" + "0" * 64, [], manifest=ANY_MANIFEST, required=False
+    )
+    assert unprotected is None

@@ -8,6 +8,11 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from neuronbuild.store.records import Manifest
+
+ANY_MANIFEST = Manifest("a", {"name": "a"}, ())
+"""A manifest for a policy refusal that never reaches the binding check (no attestation)."""
+
 
 def write_key(path: Path, kind: str = "ed25519") -> Path:
     """Write a fresh ``kind`` (``ed25519`` or ``p256``) private key to ``path`` (PEM, PKCS#8)

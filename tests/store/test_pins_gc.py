@@ -15,7 +15,7 @@ from pathlib import Path
 
 from neuronbuild.digest import sha256_digest
 from neuronbuild.orchestrate.verify import verify_manifest
-from neuronbuild.store.cas import Store
+from neuronbuild.store.cas import CONDEMNED_SECONDS, Store
 from neuronbuild.store.gc import collect_garbage
 from neuronbuild.store.records import RefMove, UnitTiming
 from tests.store.test_additions import added
@@ -135,6 +135,20 @@ def test_another_runs_fresh_condemned_marker_survives_a_gc_with_no_grace_period(
     report = collect_garbage(store, older_than_days=0)
     assert "tmp" not in report.deleted and "manifests" not in report.deleted
     assert store.backend.exists(marker)
+
+
+def test_a_stale_condemned_marker_is_listed_once(tmp_path: Path) -> None:
+    """A killed run's marker, past its hour, goes once: it is a temporary file too, so the
+    temporary-file sweep leaves markers to the marker sweep (a dry run, which deletes neither,
+    listed it twice)."""
+    store = Store(str(tmp_path / "store"), create=True)
+    earlier, _ = moved_through(store, tmp_path, 2)
+    marker = store.layout.condemned(earlier, "0123abcd")
+    store.backend.put(marker, b"")
+    later = time.time() + CONDEMNED_SECONDS + 60
+    for dry_run in (True, False):
+        report = collect_garbage(store, older_than_days=0, now=later, dry_run=dry_run)
+        assert report.deleted.get("tmp") == [marker]
 
 
 def test_a_dry_run_lists_an_expired_lease_and_leaves_it(tmp_path: Path) -> None:
