@@ -228,6 +228,13 @@ def node_tiers(
     help="Lay out no addition nodes gave back to the build (neuronbuild capture): its own files "
     "alone.",
 )
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Under a trust policy, serve a ref's build though its newest signature is older than "
+    "that of the build this node last served under the ref (a rollback; signing the older "
+    "build again needs no flag).",
+)
 @policy_option
 @json_option(" (with --dry-run or --layout-only)")
 def serve(
@@ -243,6 +250,7 @@ def serve(
     dry_run: bool,
     layout_only: bool,
     no_additions: bool,
+    rollback: bool,
     policy: str | None,
     as_json: bool,
 ) -> None:
@@ -255,7 +263,8 @@ def serve(
     from the build (installed versions, target, instruction set, model files), when an
     option would change what was compiled, or when the layout root is inside a store (or holds
     one), or, under a trust policy (--policy, $NEURONBUILD_POLICY), when the manifest has no
-    attestation by a signer the policy names for the ref, checked before any blob is fetched;
+    attestation by a signer the policy names for the ref, checked before any blob is fetched,
+    or the ref's build was signed before the one this node last served under it (--rollback);
     exits 3 when the layout root or the local tier has no room. The newest addition a node
     gave back to the build (neuronbuild capture) that this node may use is laid out beside its
     files (under a policy, only one its additions entry trusts).
@@ -290,6 +299,7 @@ def serve(
         layout_only=layout_only,
         policy=trusted,
         additions=not no_additions,
+        rollback=rollback,
     )
     echo_notes(prepared.notes)
     for line in prepared.env_warnings:

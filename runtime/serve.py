@@ -270,14 +270,22 @@ def served_ref(
 
 
 def resolve(
-    source: ServeSource, tiers: TieredStore, policy: Policy | None = None
+    source: ServeSource,
+    tiers: TieredStore,
+    policy: Policy | None = None,
+    *,
+    rollback: bool = False,
+    record: bool = False,
 ) -> tuple[Recipe, Manifest, str]:
     """The recipe, manifest and manifest digest to serve. Each recipe (the recipe file, the
     manifest's own) is parsed and planned once, and its plan handed to every check.
 
     Under ``policy``, the manifest's attestations are checked once the manifest is read (its
     Statement must describe it), before any blob is read:
-    :meth:`~neuronbuild.attest.policy.Policy.enforce` raises PolicyRefused (exit 2).
+    :meth:`~neuronbuild.attest.policy.Policy.enforce` raises PolicyRefused (exit 2). A build
+    found through a ref must then not be signed before the one this node last served under it
+    (:func:`~neuronbuild.attest.served.check_served`; ``rollback`` allows it, ``record`` makes
+    it the ref's entry: a serve that goes on, not a dry run).
 
     Raises:
         UserError: no such ref or manifest, a manifest of another key schema, a recipe that
@@ -290,7 +298,11 @@ def resolve(
     manifest = tiers.get_manifest(digest)
     if policy is not None:
         ref = served_ref(source, recipe_file, manifest.name, digest)
-        policy.enforce(ref, digest, tiers.get_attestations(digest), manifest=manifest)
+        signed = policy.enforce(ref, digest, tiers.get_attestations(digest), manifest=manifest)
+        if source.manifest is None:  # found through a ref, which a store writer can move back
+            from neuronbuild.attest.served import check_served
+
+            check_served(tiers.url, ref, digest, signed, rollback=rollback, record=record)
     if recipe_file is None:
         sealed = plan_manifest_recipe(manifest, digest)
         _check_covered(sealed, manifest, digest)
@@ -326,6 +338,7 @@ def prepare(
     policy: Policy | None = None,
     additions: bool = True,
     record: bool = True,
+    rollback: bool = False,
 ) -> Prepared:
     """Resolve, check the node and the model, fetch, verify and lay out; return the vLLM
     command to exec.
@@ -346,7 +359,8 @@ def prepare(
     back to the build that this node may use (:mod:`neuronbuild.node.additions`; never into a
     node image, never in a dry run); ``record``: note the lay-out in the local tier for ``ls``,
     ``status`` and ``gc`` (False for a throwaway one, ``capture``'s, which must not replace the
-    record of the node's own).
+    record of the node's own); ``rollback``: serve a build signed before the one this node last
+    served under the ref (:func:`resolve`).
 
     Every check of the node's own configuration comes before the first blob is fetched
     (:mod:`.node_config`): the layout root and, when it lacks blobs, the local tier must be
@@ -364,7 +378,7 @@ def prepare(
             holds it with another size, mtime or (``deep``) bytes (exit 2).
     """
     environ = dict(start_env.environ() if environ is None else environ)
-    recipe, manifest, digest = resolve(source, tiers, policy)
+    recipe, manifest, digest = resolve(source, tiers, policy, rollback=rollback, record=not dry_run)
     engine = engine_for(recipe)
     argv = [sys.executable, "-m", API_SERVER, *serve_argv(recipe), *(serving_args or [])]
     view = run_checks(

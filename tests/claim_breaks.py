@@ -2137,6 +2137,51 @@ BREAKS += [
             "tests/attest/test_bindings.py::test_a_signed_statement_that_describes_another_build_is_refused",
         ),
     ),
+    Break(
+        "a node serves a ref moved back to an older signed build",
+        (
+            (
+                "neuronbuild/attest/served.py",
+                '        if older and not rollback and seen.get("manifest") != digest:',
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/attest/test_rollback.py::test_a_ref_moved_back_to_an_older_signed_build_is_refused",
+            "tests/attest/test_rollback.py::test_a_signed_rollback_needs_no_flag_and_the_same_build_is_never_a_rollback",
+        ),
+    ),
+    Break(
+        "a node forgets what it served (no record written)",
+        (("neuronbuild/attest/served.py", "        table[key] = {", "        {"),),
+        (
+            "tests/attest/test_rollback.py::test_a_ref_moved_back_to_an_older_signed_build_is_refused",
+        ),
+    ),
+    Break(
+        "a node refuses a newer signature of the build it served as a rollback",
+        (
+            (
+                "neuronbuild/attest/served.py",
+                ' and seen.get("manifest") != digest:',
+                ":",
+            ),
+        ),
+        (
+            "tests/attest/test_rollback.py::test_a_signed_rollback_needs_no_flag_and_the_same_build_is_never_a_rollback",
+        ),
+    ),
+    Break(
+        "a rule's max_age_days is never enforced (freeze)",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "        if rule.max_age_days is None:\n            return None",
+                "        if True:\n            return None",
+            ),
+        ),
+        ("tests/attest/test_rollback.py::test_a_rule_with_max_age_days_refuses_a_stale_signature",),
+    ),
 ]
 
 

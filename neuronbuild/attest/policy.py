@@ -58,6 +58,7 @@ keep the last silently, so a signer edited in two places would trust what nobody
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,7 @@ from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
 from neuronbuild.attest.ref_patterns import compile_pattern, covers
-from neuronbuild.attest.statement import binding_problem
+from neuronbuild.attest.statement import binding_problem, iso_time, signed_time
 from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
@@ -81,6 +82,9 @@ from neuronbuild.user_files import DuplicateKeys, load_yaml_unique
 
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read (bytes)."""
+RULE_FIELDS = frozenset({"match", "signers", "max_age_days"})
+"""The fields of a ``refs`` entry."""
+DAY = 86400.0
 
 
 class PolicyInvalid(UserError):
@@ -126,6 +130,8 @@ class Rule:
     match: str
     signers: tuple[Signer, ...]
     pattern: re.Pattern[str]
+    max_age_days: float | None = None
+    """The oldest a build's newest accepted signature may be (days), or None: no limit."""
 
     def covers(self, ref: str) -> bool:
         """Whether ``match`` matches the whole of ``ref``."""
@@ -204,14 +210,35 @@ class Policy:
         *,
         manifest: Manifest,
         required: bool = True,
+        now: float | None = None,
     ) -> str | None:
-        """None when one of ``attestations`` (``(keyid their name claims, bytes)`` pairs, as
-        :meth:`~neuronbuild.store.cas.Store.get_attestations` reads them) is a signature by a
-        signer the first rule matching ``ref`` names, over manifest ``digest`` (read as
+        """:meth:`judge`'s refusal line, or None."""
+        return self.judge(ref, digest, attestations, manifest=manifest, required=required, now=now)[
+            0
+        ]
+
+    def judge(
+        self,
+        ref: str,
+        digest: str,
+        attestations: Iterable[tuple[str, bytes]],
+        *,
+        manifest: Manifest,
+        required: bool = True,
+        now: float | None = None,
+    ) -> tuple[str | None, float | None]:
+        """``(None, signed)`` when one of ``attestations`` (``(keyid their name claims, bytes)``
+        pairs, as :meth:`~neuronbuild.store.cas.Store.get_attestations` reads them) is a signature
+        by a signer the first rule matching ``ref`` names, over manifest ``digest`` (read as
         ``manifest``), whose Statement binds it to ``ref``'s name and describes that manifest
-        (:func:`~neuronbuild.attest.statement.binding_problem`); else the one-line refusal,
-        naming what was found and who was expected. ``required``: a ref no rule matches is
-        refused (False: ``tag``'s check, where such a ref is not protected).
+        (:func:`~neuronbuild.attest.statement.binding_problem`); else the one-line refusal, naming
+        what was found and who was expected, and None. ``signed``: when the newest such signature
+        was made (seconds since the epoch, :func:`~.statement.signed_time`; None where its Statement
+        states no time, or no rule matches). ``required``: a ref no rule matches is refused (False:
+        ``tag``'s check, where such a ref is not protected). A rule's ``max_age_days`` refuses a
+        build whose newest accepted signature is older than that at ``now`` (this host's clock,
+        default now): a node that only sees a frozen view of the store stops serving it (TUF's
+        freeze attack), offline too.
 
         Never raises on hostile attestations: each is described in the refusal.
         """
@@ -219,11 +246,13 @@ class Policy:
         head = f"policy {self.source} refuses {ref} ({short(digest)})"
         if rule is None:
             if not required:
-                return None
-            return f"{head}: no rule names its signers; add a refs entry whose match covers {ref}"
+                return None, None
+            line = f"{head}: no rule names its signers; add a refs entry whose match covers {ref}"
+            return line, None
         expected = " or ".join(s.describe() for s in rule.signers)
         keys = [k for s in rule.signers for k in s.keys]
-        found = []
+        found: list[str] = []
+        accepted: list[float | None] = []
         for keyid, data in attestations:
             try:
                 attestation = read_attestation(data, f"attestation {keyid[:16]}")
@@ -243,7 +272,7 @@ class Policy:
                     who = certificate_identity(attestation.bundle)[0]
                     found.append(f"a Sigstore attestation by {who} {binding}")
                 else:
-                    return None
+                    accepted.append(signed_time(attestation.predicate))
                 continue
             by = attestation.verified_by(keys)
             if by is None:
@@ -263,10 +292,31 @@ class Policy:
             elif binding := self._unbound(attestation, ref, manifest):
                 found.append(f"a signature by {self._signer_of(by)} {binding}")
             else:
-                return None
+                accepted.append(signed_time(attestation.predicate))
+        if accepted:
+            times = [t for t in accepted if t is not None]
+            signed = max(times) if times else None
+            return self._stale(rule, head, signed, time.time() if now is None else now), signed
         if not found:
-            return f"{head}: found no attestation; expected a signature by {expected}"
-        return f"{head}: found {'; '.join(found)}; expected a signature by {expected}"
+            return f"{head}: found no attestation; expected a signature by {expected}", None
+        return f"{head}: found {'; '.join(found)}; expected a signature by {expected}", None
+
+    def _stale(self, rule: Rule, head: str, signed: float | None, now: float) -> str | None:
+        """The refusal of a build whose newest accepted signature is older than ``rule``'s
+        ``max_age_days`` at ``now``, else None."""
+        if rule.max_age_days is None:
+            return None
+        if signed is None:
+            age = "states no time"
+        elif now - signed > rule.max_age_days * DAY:
+            age = f"was made {(now - signed) / DAY:.1f} days ago ({iso_time(signed)})"
+        else:
+            return None
+        return (
+            f"{head}: its newest accepted signature {age}, and refs[{self.rules.index(rule)}] "
+            f"({rule.match!r}) allows {rule.max_age_days:g} days (max_age_days); sign it again "
+            "(neuronbuild sign) or let this node read the store's newest signatures"
+        )
 
     @staticmethod
     def _unbound(attestation: Attestation, ref: str, manifest: Manifest) -> str | None:
@@ -280,15 +330,16 @@ class Policy:
         *,
         manifest: Manifest,
         required: bool = True,
-    ) -> None:
-        """:meth:`refusal`, raised.
+    ) -> float | None:
+        """:meth:`judge`, its refusal raised; else when the newest accepted signature was made.
 
         Raises:
             PolicyRefused: the refusal line (exit 2).
         """
-        line = self.refusal(ref, digest, attestations, manifest=manifest, required=required)
+        line, signed = self.judge(ref, digest, attestations, manifest=manifest, required=required)
         if line is not None:
             raise PolicyRefused(line)
+        return signed
 
 
 def _list(value: Any, where: str, what: str) -> list[Any]:
@@ -370,8 +421,15 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
     rules: list[Rule] = []
     for i, entry in enumerate(_list(data["refs"], f"{where}: refs", "{match, signers}")):
         field = f"{where}: refs[{i}]"
-        if not isinstance(entry, dict) or set(entry) != {"match", "signers"}:
-            raise PolicyInvalid(f"{field}: expected exactly {{match: PATTERN, signers: [NAME]}}")
+        if not isinstance(entry, dict) or not {"match", "signers"} <= set(entry) <= RULE_FIELDS:
+            raise PolicyInvalid(
+                f"{field}: expected {{match: PATTERN, signers: [NAME]}} and at most max_age_days"
+            )
+        max_age = entry.get("max_age_days")
+        if max_age is not None and (
+            isinstance(max_age, bool) or not isinstance(max_age, int | float) or not max_age > 0
+        ):
+            raise PolicyInvalid(f"{field}.max_age_days: expected a number of days above 0")
         if not isinstance(entry["match"], str):
             raise PolicyInvalid(f"{field}.match: expected a pattern over <name>/<tag>")
         try:
@@ -391,7 +449,7 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
                     f"({earlier.match!r}) comes first and matches every ref it does (the first "
                     "match wins); put the narrower rule first"
                 )
-        rules.append(Rule(entry["match"], tuple(named), pattern))
+        rules.append(Rule(entry["match"], tuple(named), pattern, max_age))
     additions = _additions(data.get("additions"), signers, rules, where)
     return Policy(source, signers, tuple(rules), additions)
 

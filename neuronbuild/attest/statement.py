@@ -10,6 +10,7 @@ statement.md``: ``_type``, ``subject`` as ResourceDescriptors with a ``digest`` 
 
 from __future__ import annotations
 
+import calendar
 import time
 from typing import Any
 
@@ -38,9 +39,7 @@ def provenance(
     for unit in manifest.units:
         toolchain.update(unit.toolchain)
     metadata: dict[str, Any] = {
-        "finishedOn": time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if finished is None else finished)
-        )
+        "finishedOn": iso_time(time.time() if finished is None else finished)
     }
     if builder.run is not None:
         metadata["invocationId"] = builder.run
@@ -104,6 +103,27 @@ def statement_subject(data: Any, what: str) -> tuple[str, str, dict[str, Any]]:
     name = subjects[0].get("name")
     subject = check_digest("sha256:" + digests["sha256"], f"{what}: subject")
     return subject, name if isinstance(name, str) else "", predicate
+
+
+def iso_time(seconds: float) -> str:
+    """``seconds`` since the epoch as RFC 3339 UTC to the second (``metadata.finishedOn``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def signed_time(predicate: dict[str, Any]) -> float | None:
+    """When a verified Statement says it was made (seconds since the epoch): its predicate's
+    ``runDetails.metadata.finishedOn``, which ``sign`` and ``seal`` set when they sign (so a
+    build signed again is newer). None where it states none or not as :func:`iso_time` does.
+    The signer's own clock: trusted as far as its key is."""
+    details = predicate.get("runDetails")
+    metadata = details.get("metadata") if isinstance(details, dict) else None
+    value = metadata.get("finishedOn") if isinstance(metadata, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 def binding_problem(

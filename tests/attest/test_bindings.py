@@ -43,27 +43,29 @@ def fleet(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path, "store": Path(store.root), "policy": policy}
 
 
-def serve(fleet: dict[str, Path], ref: str) -> tuple[int, str]:
-    """``serve --ref REF --layout-only`` under the policy: (exit code, stderr)."""
-    local = fleet["root"] / "local"
+def serve(fleet: dict[str, Path], ref: str, *args: str, local: str = "local") -> tuple[int, str]:
+    """``serve --ref REF --layout-only ARGS`` under the policy, with an empty local tier named
+    ``local`` (``--dry-run`` in ARGS replaces ``--layout-only``): (exit code, stderr). A
+    refused serve fetched no blob."""
+    tier = fleet["root"] / local
+    mode = () if "--dry-run" in args else ("--layout-only",)
     done = serve_without_vllm(
-        "--ref", ref, "--cache", str(fleet["store"]), "--local-cache", str(local),
-        "--vllm-cache-root", str(fleet["root"] / "layout"), "--layout-only",
-        "--workdir", str(fleet["root"]), "--policy", str(fleet["policy"]),
+        "--ref", ref, "--cache", str(fleet["store"]), "--local-cache", str(tier),
+        "--vllm-cache-root", str(fleet["root"] / f"layout-{local}"), *mode,
+        "--workdir", str(fleet["root"]), "--policy", str(fleet["policy"]), *args,
     )  # fmt: skip
-    assert not (local / "blobs").exists() or done.returncode == 0
+    assert done.returncode == 0 or not (tier / "blobs").exists(), done.stderr
     return done.returncode, done.stderr
 
 
 def test_a_ref_pointed_at_another_recipes_signed_build_is_refused(fleet: dict[str, Path]) -> None:
     store = Store(str(fleet["store"]))
     assert serve(fleet, "app/latest")[0] == 0
-    shutil.rmtree(fleet["root"] / "local")
     ref = Path(store.layout.ref("app", "prod"))
     ref.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(store.layout.ref("other", "latest"), ref)  # the store writer's move
 
-    code, err = serve(fleet, "app/prod")
+    code, err = serve(fleet, "app/prod", local="local-2")
     assert code == 2, err
     assert err.strip().count("\n") == 0, err
     assert "binding it to recipe 'other', not app;" in err, err

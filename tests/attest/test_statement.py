@@ -190,7 +190,10 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [dev]}]\n",
             "refs[0].signers: 'dev' is not a signer",
         ),
-        ("signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*'}]\n", "refs[0]: expected exactly"),
+        (
+            "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*'}]\n",
+            "refs[0]: expected {match: PATTERN, signers: [NAME]} and at most",
+        ),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n",
             "expected the fields signers and refs, and at most additions besides",
