@@ -21,6 +21,7 @@ The file (YAML), paths relative to its own folder::
     refs:                       # first match wins; a pattern is matched over <name>/<tag>
       - match: app/prod
         signers: [release]
+        max_age_days: 7         # optional: refuse a build whose newest signature is older
       - match: "*/*"
         signers: [ci, builds]
     additions:                  # optional: who may sign what nodes give back to a build
