@@ -2182,6 +2182,59 @@ BREAKS += [
         ),
         ("tests/attest/test_rollback.py::test_a_rule_with_max_age_days_refuses_a_stale_signature",),
     ),
+    Break(
+        "a revoked key's signature still counts",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "        if keyid in self.revoked:",
+                "        if False:",
+            ),
+        ),
+        (
+            "tests/attest/test_key_lifecycle.py::test_a_revoked_key_signs_nothing_and_its_builds_are_signed_again",
+        ),
+    ),
+    Break(
+        "a key is expired before its expires date",
+        (("neuronbuild/attest/policy.py", " and now >= expires:", ":"),),
+        ("tests/attest/test_key_lifecycle.py::test_an_expiry_in_the_future_changes_nothing",),
+    ),
+    Break(
+        "an expired key's signature still counts",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "                expires = trusted.expires",
+                "                expires = None",
+            ),
+        ),
+        (
+            "tests/attest/test_key_lifecycle.py::test_a_key_is_rotated_by_listing_the_next_and_letting_the_old_expire",
+        ),
+    ),
+    Break(
+        "a rule's threshold is never enforced",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "        if len(names) >= rule.threshold:",
+                "        if names:",
+            ),
+        ),
+        ("tests/attest/test_key_lifecycle.py::test_a_threshold_needs_that_many_signers",),
+    ),
+    Break(
+        "two keys of one signer count as two signers",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "        names = sorted({name for name, _ in accepted})",
+                "        names = [name for name, _ in accepted]",
+            ),
+        ),
+        ("tests/attest/test_key_lifecycle.py::test_a_threshold_needs_that_many_signers",),
+    ),
 ]
 
 

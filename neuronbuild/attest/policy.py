@@ -26,6 +26,10 @@ The file (YAML), paths relative to its own folder::
         signers: [ci, builds]
     additions:                  # optional: who may sign what nodes give back to a build
       precompile-cache: [nodes]
+    revoked: [9a0b...]          # optional: keyids whose signatures count for nothing
+
+A rule may also carry ``threshold: N`` (N of its signers, by name, must each have signed) and a
+key entry ``expires: DATE`` (:mod:`.trusted_keys`).
 
 A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
 securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private
@@ -74,7 +78,7 @@ from neuronbuild.attest.files import read_small_file
 from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
 from neuronbuild.attest.ref_patterns import compile_pattern, covers
 from neuronbuild.attest.statement import binding_problem, iso_time, signed_time
-from neuronbuild.attest.trusted_keys import KEYLESS_FIELDS, TrustedKey, trusted_key
+from neuronbuild.attest.trusted_keys import KEYID, KEYLESS_FIELDS, TrustedKey, trusted_key
 from neuronbuild.digest import short
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.store.additions import KINDS, Addition
@@ -83,7 +87,7 @@ from neuronbuild.user_files import DuplicateKeys, load_yaml_unique
 
 MAX_POLICY_BYTES = 1 << 20
 """Largest policy file read (bytes)."""
-RULE_FIELDS = frozenset({"match", "signers", "max_age_days"})
+RULE_FIELDS = frozenset({"match", "signers", "max_age_days", "threshold"})
 """The fields of a ``refs`` entry."""
 DAY = 86400.0
 
@@ -133,6 +137,8 @@ class Rule:
     pattern: re.Pattern[str]
     max_age_days: float | None = None
     """The oldest a build's newest accepted signature may be (days), or None: no limit."""
+    threshold: int = 1
+    """How many of ``signers`` (distinct names) must each have signed the build."""
 
     def covers(self, ref: str) -> bool:
         """Whether ``match`` matches the whole of ``ref``."""
@@ -148,6 +154,8 @@ class Policy:
     signers: Mapping[str, Signer]
     rules: tuple[Rule, ...]
     additions: Mapping[str, tuple[Signer, ...]] = field(default_factory=dict)
+    revoked: frozenset[str] = frozenset()
+    """Keyids (64 hex) whose signatures count for nothing, whoever lists the key."""
 
     def addition_refusal(self, addition: Addition) -> str | None:
         """None when a signer the policy names for ``addition``'s kind signed it; else the
@@ -161,7 +169,8 @@ class Policy:
         signers = self.additions.get(kind, ())
         if not signers:
             return f"{head}: it names no signer of {kind}; add additions: {{{kind}: [SIGNER]}}"
-        keys = [k for s in signers for k in s.keys]
+        now = time.time()
+        keys = [k for s in signers for k in s.keys if self._unusable(k.keyid, now) is None]
         if verified_by(addition, keys) is not None:
             return None
         ours = {k.keyid for k in keys}
@@ -250,10 +259,13 @@ class Policy:
                 return None, None
             line = f"{head}: no rule names its signers; add a refs entry whose match covers {ref}"
             return line, None
+        now = time.time() if now is None else now
         expected = " or ".join(s.describe() for s in rule.signers)
+        if rule.threshold > 1:
+            expected = f"{rule.threshold} of {expected}"
         keys = [k for s in rule.signers for k in s.keys]
         found: list[str] = []
-        accepted: list[float | None] = []
+        accepted: list[tuple[str, float | None]] = []  # (signer name, when signed)
         for keyid, data in attestations:
             try:
                 attestation = read_attestation(data, f"attestation {keyid[:16]}")
@@ -273,7 +285,10 @@ class Policy:
                     who = certificate_identity(attestation.bundle)[0]
                     found.append(f"a Sigstore attestation by {who} {binding}")
                 else:
-                    accepted.append(signed_time(attestation.predicate))
+                    who = KeylessIdentity(*certificate_identity(attestation.bundle)).name()
+                    for signer in rule.signers:
+                        if any(i.name() == who for i in signer.identities):
+                            accepted.append((signer.name, signed_time(attestation.predicate)))
                 continue
             by = attestation.verified_by(keys)
             if by is None:
@@ -292,15 +307,36 @@ class Policy:
                 )
             elif binding := self._unbound(attestation, ref, manifest):
                 found.append(f"a signature by {self._signer_of(by)} {binding}")
+            elif unusable := self._unusable(by, now):
+                found.append(f"a signature by {self._signer_of(by)}, {unusable}")
             else:
-                accepted.append(signed_time(attestation.predicate))
-        if accepted:
-            times = [t for t in accepted if t is not None]
+                for signer in rule.signers:
+                    if any(k.keyid == by for k in signer.keys):
+                        accepted.append((signer.name, signed_time(attestation.predicate)))
+        names = sorted({name for name, _ in accepted})
+        if len(names) >= rule.threshold:
+            times = [t for _, t in accepted if t is not None]
             signed = max(times) if times else None
-            return self._stale(rule, head, signed, time.time() if now is None else now), signed
+            return self._stale(rule, head, signed, now), signed
+        if accepted:
+            found.insert(0, f"signatures by {len(names)} of its signers ({', '.join(names)})")
         if not found:
             return f"{head}: found no attestation; expected a signature by {expected}", None
         return f"{head}: found {'; '.join(found)}; expected a signature by {expected}", None
+
+    def _unusable(self, keyid: str, now: float) -> str | None:
+        """Why key ``keyid``'s valid signature counts for nothing at ``now``: the policy revokes
+        it, or it expired (its ``expires`` date); None where it counts. A key's signatures
+        carry only the signer's own time, so a revoked key's count for nothing, whenever they
+        claim to have been made."""
+        if keyid in self.revoked:
+            return "a key this policy revokes (revoked)"
+        for signer in self.signers.values():
+            for trusted in signer.trusted:
+                expires = trusted.expires
+                if trusted.key.keyid == keyid and expires is not None and now >= expires:
+                    return f"a key that expired {iso_time(expires)} (expires)"
+        return None
 
     def _stale(self, rule: Rule, head: str, signed: float | None, now: float) -> str | None:
         """The refusal of a build whose newest accepted signature is older than ``rule``'s
@@ -407,9 +443,11 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         "signers",
         "refs",
         "additions",
+        "revoked",
     }:
         raise PolicyInvalid(
-            f"{where}: expected the fields signers and refs, and at most additions besides"
+            f"{where}: expected the fields signers and refs, and at most additions and revoked "
+            "besides"
         )
     raw_signers = data["signers"]
     if not isinstance(raw_signers, dict) or not raw_signers:
@@ -424,7 +462,8 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
         field = f"{where}: refs[{i}]"
         if not isinstance(entry, dict) or not {"match", "signers"} <= set(entry) <= RULE_FIELDS:
             raise PolicyInvalid(
-                f"{field}: expected {{match: PATTERN, signers: [NAME]}} and at most max_age_days"
+                f"{field}: expected {{match: PATTERN, signers: [NAME]}}, and at most "
+                "max_age_days and threshold besides"
             )
         max_age = entry.get("max_age_days")
         if max_age is not None and (
@@ -450,9 +489,25 @@ def parse_policy(data: Any, source: str, folder: Path) -> Policy:
                     f"({earlier.match!r}) comes first and matches every ref it does (the first "
                     "match wins); put the narrower rule first"
                 )
-        rules.append(Rule(entry["match"], tuple(named), pattern, max_age))
+        threshold = entry.get("threshold", 1)
+        if isinstance(threshold, bool) or not isinstance(threshold, int):
+            raise PolicyInvalid(f"{field}.threshold: expected a whole number of signers")
+        if not 1 <= threshold <= len({s.name for s in named}):
+            raise PolicyInvalid(
+                f"{field}.threshold: {threshold} of {len({s.name for s in named})} signers can "
+                "never be met; name that many signers or lower it"
+            )
+        rules.append(Rule(entry["match"], tuple(named), pattern, max_age, threshold))
     additions = _additions(data.get("additions"), signers, rules, where)
-    return Policy(source, signers, tuple(rules), additions)
+    revoked = data.get("revoked", [])
+    if not isinstance(revoked, list) or not all(
+        isinstance(k, str) and KEYID.fullmatch(k) for k in revoked
+    ):
+        raise PolicyInvalid(
+            f"{where}: revoked: expected a list of keyids (64 lowercase hex, as sign --json "
+            "prints them)"
+        )
+    return Policy(source, signers, tuple(rules), additions, frozenset(revoked))
 
 
 def _additions(

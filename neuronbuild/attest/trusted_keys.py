@@ -7,6 +7,9 @@ Each entry is one of:
 - ``{file: PATH, keyid: HEX}``: that file, its fingerprint pinned (securesystemslib's keyid, the
   64 hex ``neuronbuild sign`` prints): a file that holds another key is refused, so a swapped
   ``.pub`` beside the policy cannot widen it;
+- ``{file: PATH, expires: 2027-06-30}`` (with ``keyid`` or ``kms`` too): a key that verifies
+  nothing from that date (UTC midnight; or a full timestamp) on: keys are rotated by listing the
+  next key beside the current one, then letting the current one expire;
 - ``{kms: awskms:ARN, file: PATH}`` (``keyid`` optional too): an AWS KMS key
   (:mod:`neuronbuild.attest.kms`) and its public key, fetched once with KMS's GetPublicKey and
   pinned in the file. Nodes verify offline: they never call KMS, so need neither network to it
@@ -25,6 +28,8 @@ key at verification time would make every node depend on KMS.
 
 from __future__ import annotations
 
+import calendar
+import datetime
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +44,7 @@ from neuronbuild.errors import UserError
 KEYID = re.compile(r"[0-9a-f]{64}")
 """A pinned keyid: securesystemslib's default, sha256 hex of the public key's canonical form."""
 
-KEY_FIELDS = {"file", "keyid", "kms"}
+KEY_FIELDS = {"file", "keyid", "kms", "expires"}
 KEYLESS_FIELDS = {"identity", "issuer", "trusted_root"}
 """The fields of a keyless (Sigstore) signer: the certificate's identity and OIDC issuer, and
 the trusted root they are checked against (optional)."""
@@ -58,6 +63,9 @@ class TrustedKey:
 
     key: Key
     kms: str | None = None
+    expires: float | None = None
+    """When the key stops verifying anything (seconds since the epoch, by the node's clock), or
+    None: never. A key to retire is given an ``expires`` date; a stolen one is revoked."""
 
     def name(self) -> str:
         """``key <keyid, 16 hex>``, and `` at <ARN>`` for a KMS key: how refusals name it."""
@@ -128,6 +136,7 @@ def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey | KeylessIde
     if not isinstance(entry, dict) or not entry or not set(entry) <= KEY_FIELDS:
         raise UserError(f"{field}: expected one of {FORMS}")
     path, keyid, kms = entry.get("file"), entry.get("keyid"), entry.get("kms")
+    expires = expiry(entry.get("expires"), f"{field}.expires")
     arn = None
     if kms is not None:
         from neuronbuild.attest.kms import kms_arn
@@ -153,4 +162,21 @@ def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey | KeylessIde
             f"{field}.file {folder / path}: holds a key of type {key.keytype}, but a KMS "
             "signer's key is ECC_NIST_P256 (ECDSA P-256)"
         )
-    return TrustedKey(key, arn)
+    return TrustedKey(key, arn, expires)
+
+
+def expiry(value: Any, field: str) -> float | None:
+    """A key's ``expires``: a YAML date (UTC midnight) or timestamp (a naive one is UTC), as
+    seconds since the epoch; None where absent.
+
+    Raises:
+        UserError: anything else, naming ``field``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+        return aware.timestamp()
+    if isinstance(value, datetime.date):
+        return float(calendar.timegm(value.timetuple()))
+    raise UserError(f"{field}: expected a date (2027-06-30) or a timestamp, not {value!r}")

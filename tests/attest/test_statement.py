@@ -192,11 +192,11 @@ def test_a_key_of_another_kind_or_no_key_at_all_is_one_line(tmp_path: Path) -> N
         ),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*'}]\n",
-            "refs[0]: expected {match: PATTERN, signers: [NAME]} and at most",
+            "refs[0]: expected {match: PATTERN, signers: [NAME]}, and at most",
         ),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: []\nextra: 1\n",
-            "expected the fields signers and refs, and at most additions besides",
+            "expected the fields signers and refs, and at most additions and revoked besides",
         ),
         (
             "signers:\n  ci: {keys: [ci.pub]}\nrefs: [{match: '*/*', signers: [ci]}]\n"
