@@ -184,6 +184,20 @@ def trusted_root(path: Path | None) -> TrustedRoot:
     )
 
 
+CLAIMS = {
+    "source_repository": "OIDCSourceRepositoryURI",
+    "source_repository_ref": "OIDCSourceRepositoryRef",
+    "build_trigger": "OIDCBuildTrigger",
+    "build_config": "OIDCBuildConfigURI",
+}
+"""The Fulcio certificate extensions a policy may require of a keyless signer (sigstore-python's
+policy class for each; Fulcio's OIDs 1.3.6.1.4.1.57264.1.12, .14, .20 and .18, each a DER
+UTF8String): the source repository URI (``https://github.com/ORG/REPO``), its ref
+(``refs/heads/main``), the event that triggered the build (``push``) and the build
+configuration, the calling workflow at its ref
+(``https://github.com/ORG/REPO/.github/workflows/release.yml@refs/heads/main``)."""
+
+
 @dataclass(frozen=True)
 class KeylessIdentity:
     """A keyless signer a policy names: the certificate ``identity`` (its email or URI SAN,
@@ -193,10 +207,17 @@ class KeylessIdentity:
     identity: str
     issuer: str
     root: Path | None = None
+    claims: tuple[tuple[str, str], ...] = ()
+    """Further certificate extensions the certificate must carry, as ``(field, value)`` pairs
+    of :data:`CLAIMS` (``source_repository``, ...), as cosign's ``--certificate-github-*``
+    flags require them: a reusable workflow's identity is the same whichever repository calls
+    it, so these name the caller."""
 
     def name(self) -> str:
-        """``identity <identity> (issuer <issuer>)``: how refusals name it."""
-        return f"identity {self.identity} (issuer {self.issuer})"
+        """``identity <identity> (issuer <issuer>)``, then each required claim: how refusals
+        name it."""
+        extra = "".join(f", {field} {value}" for field, value in self.claims)
+        return f"identity {self.identity} (issuer {self.issuer}{extra})"
 
     def claimed_by(self, bundle: Bundle) -> bool:
         """Whether ``bundle``'s certificate claims this identity and issuer (unverified)."""
@@ -215,14 +236,28 @@ class KeylessIdentity:
                 any date, ...) is such a failure too.
         """
         from sigstore.verify import Verifier
-        from sigstore.verify.policy import Identity
+        from sigstore.verify import policy as policies
 
         verifier = Verifier(trusted_root=trusted_root(self.root))
-        policy = Identity(identity=self.identity, issuer=self.issuer)
+        policy: Any = policies.Identity(identity=self.identity, issuer=self.issuer)
+        if self.claims:
+            required = [getattr(policies, CLAIMS[f])(value) for f, value in self.claims]
+            policy = policies.AllOf([policy, *required])
         try:
             return verifier.verify_dsse(bundle, policy)
         except Exception as exc:  # Error, ValueError, and what hostile values raise inside it
             raise UserError(first_line(exc)) from None
+
+
+def logged_time(bundle: Bundle) -> float | None:
+    """When Rekor logged ``bundle``'s signature (its entry's integrated time, seconds since the
+    epoch), which the verified inclusion promise signs: a keyless signature's trusted time (a
+    key's is only its signer's claim); None where the entry states none."""
+    try:
+        value = bundle.log_entry._inner.integrated_time
+        return float(value) if value else None
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def first_verifying(

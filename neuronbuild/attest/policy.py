@@ -75,7 +75,12 @@ from securesystemslib.signer import Key
 from neuronbuild.attest.additions import verified_by
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.files import read_small_file
-from neuronbuild.attest.keyless import KeylessIdentity, certificate_identity, first_verifying
+from neuronbuild.attest.keyless import (
+    KeylessIdentity,
+    certificate_identity,
+    first_verifying,
+    logged_time,
+)
 from neuronbuild.attest.ref_patterns import compile_pattern, covers
 from neuronbuild.attest.statement import binding_problem, iso_time, signed_time
 from neuronbuild.attest.trusted_keys import KEYID, KEYLESS_FIELDS, TrustedKey, trusted_key
@@ -188,14 +193,16 @@ class Policy:
         """The first rule whose pattern matches ``ref`` (``<name>/<tag>``), or None."""
         return next((r for r in self.rules if r.covers(ref)), None)
 
-    def _keyless_finding(self, attestation: Attestation, ref: str, rule: Rule) -> str | None:
-        """None when a keyless identity of ``rule`` verifies ``attestation``'s bundle, else what
+    def _keyless_finding(
+        self, attestation: Attestation, ref: str, rule: Rule
+    ) -> KeylessIdentity | str:
+        """The keyless identity of ``rule`` that verifies ``attestation``'s bundle, else what
         was found, for the refusal."""
         bundle = attestation.bundle
         identities = [i for s in rule.signers for i in s.identities]
         verified, failed = first_verifying(bundle, identities)
         if verified is not None:
-            return None
+            return verified
         who = KeylessIdentity(*certificate_identity(bundle)).name()
         if failed is not None:
             return f"a Sigstore signature by {who} that does not verify ({failed})"
@@ -243,12 +250,13 @@ class Policy:
         ``manifest``), whose Statement binds it to ``ref``'s name and describes that manifest
         (:func:`~neuronbuild.attest.statement.binding_problem`); else the one-line refusal, naming
         what was found and who was expected, and None. ``signed``: when the newest such signature
-        was made (seconds since the epoch, :func:`~.statement.signed_time`; None where its Statement
-        states no time, or no rule matches). ``required``: a ref no rule matches is refused (False:
-        ``tag``'s check, where such a ref is not protected). A rule's ``max_age_days`` refuses a
-        build whose newest accepted signature is older than that at ``now`` (this host's clock,
-        default now): a node that only sees a frozen view of the store stops serving it (TUF's
-        freeze attack), offline too.
+        was made (seconds since the epoch: Rekor's integrated time for a keyless one,
+        :func:`~.keyless.logged_time`, else :func:`~.statement.signed_time`; None where none is
+        stated, or no rule matches). A rule's ``threshold`` needs that many of its signers.
+        ``required``: a ref no rule matches is refused (False: ``tag``'s check, where such a ref is
+        not protected). A rule's ``max_age_days`` refuses a build whose newest accepted signature is
+        older than that at ``now`` (this host's clock, default now): a node that only sees a frozen
+        view of the store stops serving it (TUF's freeze attack), offline too.
 
         Never raises on hostile attestations: each is described in the refusal.
         """
@@ -274,7 +282,7 @@ class Policy:
                 continue
             if attestation.bundle is not None:
                 finding = self._keyless_finding(attestation, ref, rule)
-                if finding is not None:
+                if isinstance(finding, str):
                     found.append(finding)
                 elif attestation.subject != digest:
                     found.append(
@@ -285,10 +293,10 @@ class Policy:
                     who = certificate_identity(attestation.bundle)[0]
                     found.append(f"a Sigstore attestation by {who} {binding}")
                 else:
-                    who = KeylessIdentity(*certificate_identity(attestation.bundle)).name()
+                    logged = logged_time(attestation.bundle)  # Rekor's: a trusted time
                     for signer in rule.signers:
-                        if any(i.name() == who for i in signer.identities):
-                            accepted.append((signer.name, signed_time(attestation.predicate)))
+                        if finding in signer.identities:
+                            accepted.append((signer.name, logged))
                 continue
             by = attestation.verified_by(keys)
             if by is None:

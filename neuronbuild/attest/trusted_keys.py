@@ -15,8 +15,10 @@ Each entry is one of:
   pinned in the file. Nodes verify offline: they never call KMS, so need neither network to it
   nor credentials. The ARN names the signer in refusals.
 
-- ``{identity: ID, issuer: URL}`` (``trusted_root: PATH`` optional): a Sigstore keyless
-  signer (:mod:`neuronbuild.attest.keyless`), the certificate identity (email or URI SAN, e.g.
+- ``{identity: ID, issuer: URL}`` (``trusted_root: PATH`` optional, and the certificate
+  claims ``source_repository``, ``source_repository_ref``, ``build_trigger``, ``build_config``
+  it must carry, :data:`~neuronbuild.attest.keyless.CLAIMS`): a Sigstore keyless signer
+  (:mod:`neuronbuild.attest.keyless`), the certificate identity (email or URI SAN, e.g.
   ``https://github.com/ORG/REPO/.github/workflows/build.yml@refs/heads/main``) and OIDC issuer
   (``https://token.actions.githubusercontent.com``) Fulcio certified, checked offline against
   the trusted root in that file, else Sigstore's public-good root as the installed sigstore
@@ -37,7 +39,7 @@ from typing import Any
 
 from securesystemslib.signer import Key
 
-from neuronbuild.attest.keyless import KeylessIdentity
+from neuronbuild.attest.keyless import CLAIMS, KeylessIdentity
 from neuronbuild.attest.keys import load_public_key
 from neuronbuild.errors import UserError
 
@@ -45,7 +47,7 @@ KEYID = re.compile(r"[0-9a-f]{64}")
 """A pinned keyid: securesystemslib's default, sha256 hex of the public key's canonical form."""
 
 KEY_FIELDS = {"file", "keyid", "kms", "expires"}
-KEYLESS_FIELDS = {"identity", "issuer", "trusted_root"}
+KEYLESS_FIELDS = {"identity", "issuer", "trusted_root", *CLAIMS}
 """The fields of a keyless (Sigstore) signer: the certificate's identity and OIDC issuer, and
 the trusted root they are checked against (optional)."""
 
@@ -91,8 +93,16 @@ def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> Keyless
     if not set(entry) <= KEYLESS_FIELDS or not {"identity", "issuer"} <= set(entry):
         raise UserError(
             f"{field}: a keyless signer is exactly {{identity: ID, issuer: URL}}, "
-            "and trusted_root: PATH if not Sigstore's public-good instance"
+            "and trusted_root: PATH if not Sigstore's public-good instance, and at most "
+            f"{', '.join(CLAIMS)} besides"
         )
+    claims = tuple((name, entry[name]) for name in CLAIMS if name in entry)
+    for name, value in claims:
+        if not isinstance(value, str) or not value.strip() or PATTERN_CHARACTERS & set(value):
+            raise UserError(
+                f"{field}.{name}: expected the exact value the certificate carries (compared "
+                "exactly, not as a pattern)"
+            )
     identity, issuer, root = entry["identity"], entry["issuer"], entry.get("trusted_root")
     if not isinstance(identity, str) or not identity.strip():
         raise UserError(f"{field}.identity: expected the certificate's email or URI")
@@ -116,7 +126,7 @@ def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> Keyless
         trusted_root(path)  # read now: a bad root is the policy's error, not each serve's
     except UserError as exc:
         raise UserError(f"{field}.{exc}") from None
-    return KeylessIdentity(identity, issuer, path)
+    return KeylessIdentity(identity, issuer, path, claims)
 
 
 def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey | KeylessIdentity:

@@ -480,3 +480,71 @@ def test_a_keyless_signer_cannot_be_named_for_additions(tmp_path: Path) -> None:
     )
     with pytest.raises(PolicyInvalid, match="nodes has only keyless identities"):
         load_policy(policy)
+
+
+SOURCE_REPOSITORY = "1.3.6.1.4.1.57264.1.12"
+BUILD_TRIGGER = "1.3.6.1.4.1.57264.1.20"
+REUSABLE = "https://github.com/org/shared/.github/workflows/build.yml@refs/heads/main"
+
+
+@pytest.mark.parametrize(
+    ("claims", "accepted"),
+    [
+        ({SOURCE_REPOSITORY: "https://github.com/org/repo", BUILD_TRIGGER: "push"}, True),
+        ({SOURCE_REPOSITORY: "https://github.com/fork/repo", BUILD_TRIGGER: "push"}, False),
+        ({SOURCE_REPOSITORY: "https://github.com/org/repo", BUILD_TRIGGER: "pull_request"}, False),
+        ({BUILD_TRIGGER: "push"}, False),
+    ],
+)
+def test_a_reusable_workflows_identity_is_accepted_only_from_the_callers_the_policy_names(
+    keyless: dict[str, Path], sigstore: SigstoreInstance, claims: dict[str, str], accepted: bool
+) -> None:
+    """Issue 43 item 4: a reusable workflow's identity is the same whichever repository calls
+    it; the policy names the caller's repository and trigger (Fulcio's extensions), as cosign's
+    ``--certificate-github-workflow-repository`` and ``-trigger`` do."""
+    from neuronbuild.attest.policy import load_policy
+
+    keyless["policy"].write_text(
+        "signers:\n  ci:\n    keys:\n"
+        f"      - identity: {REUSABLE}\n        issuer: {GITHUB}\n"
+        "        trusted_root: trusted_root.json\n"
+        "        source_repository: https://github.com/org/repo\n"
+        "        build_trigger: push\n"
+        "refs: [{match: 'tiny/*', signers: [ci]}]\n"
+    )
+    store = Store(str(keyless["store"]))
+    digest = attest(keyless, sigstore.bundle(payload(store), REUSABLE, claims=claims), REUSABLE)
+    policy = load_policy(keyless["policy"])
+    attestations = list(store.get_attestations(digest).items())
+    line = policy.refusal("tiny/latest", digest, attestations, manifest=store.get_manifest(digest))
+    if accepted:
+        assert line is None
+    else:
+        assert line is not None and "a Sigstore signature by identity " in line, line
+        assert "that does not verify" in line and "\n" not in line, line
+        assert "expected a signature by ci (identity " in line
+        assert "source_repository https://github.com/org/repo, build_trigger push))" in line
+
+
+def test_a_keyless_signatures_age_is_rekors_not_the_statements(
+    keyless: dict[str, Path], sigstore: SigstoreInstance
+) -> None:
+    """Issue 43 items 1 and 2: a keyless signature's time is when Rekor logged it (a trusted
+    time), whatever the Statement's own ``finishedOn`` claims (here: now)."""
+    from neuronbuild.attest.policy import load_policy
+
+    text = keyless["policy"].read_text()
+    keyless["policy"].write_text(text.replace("signers: [ci]}", "signers: [ci], max_age_days: 1}"))
+    store = Store(str(keyless["store"]))
+    three_days_ago = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    digest = attest(keyless, sigstore.bundle(payload(store), signed_at=three_days_ago))
+    policy = load_policy(keyless["policy"])
+    attestations = list(store.get_attestations(digest).items())
+    line = policy.refusal("tiny/latest", digest, attestations, manifest=store.get_manifest(digest))
+    assert line is not None and "its newest accepted signature was made 3.0 days ago" in line
+    digest = attest(keyless, sigstore.bundle(payload(store)))
+    attestations = list(store.get_attestations(digest).items())
+    assert (
+        policy.refusal("tiny/latest", digest, attestations, manifest=store.get_manifest(digest))
+        is None
+    )

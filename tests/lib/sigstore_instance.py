@@ -203,10 +203,13 @@ class SigstoreInstance:
         not_before: dt.datetime,
         minutes: int = 10,
         ct_key: ec.EllipticCurvePrivateKey | None = None,
+        claims: dict[str, str] | None = None,
     ) -> x509.Certificate:
         """A Fulcio-profile certificate for public ``key`` naming ``identity`` and ``issuer``,
         valid ``minutes`` from ``not_before``, with an SCT by the CT log key embedded (by
-        ``ct_key`` instead, under the log's id, if given: a forged SCT)."""
+        ``ct_key`` instead, under the log's id, if given: a forged SCT). ``claims``: further
+        extensions by dotted OID (Fulcio's ``1.3.6.1.4.1.57264.1.12`` source repository, ...),
+        each a DER UTF8String as Fulcio writes them."""
         san: x509.GeneralName = (
             x509.UniformResourceIdentifier(identity)
             if "://" in identity
@@ -230,6 +233,9 @@ class SigstoreInstance:
             .add_extension(x509.UnrecognizedExtension(ISSUER_V1_OID, issuer.encode()), False)
             .add_extension(x509.UnrecognizedExtension(ISSUER_OID, der_utf8(issuer)), False)
         )
+        for oid, value in (claims or {}).items():
+            ext = x509.UnrecognizedExtension(x509.ObjectIdentifier(oid), der_utf8(value))
+            builder = builder.add_extension(ext, False)
         # The CT log signs the precertificate: this TBS is the final one less its last
         # extension, the SCT list (RFC 6962 section 3.2).
         tbs = builder.sign(self.ca_key, hashes.SHA256()).tbs_certificate_bytes
@@ -295,18 +301,22 @@ class SigstoreInstance:
         tamper: bytes | None = None,
         rogue: frozenset[str] = frozenset(),
         integrated: int | None = None,
+        claims: dict[str, str] | None = None,
     ) -> bytes:
         """A Sigstore bundle (v0.3 JSON) of ``payload`` signed as ``identity`` (``issuer``):
         a fresh key, its certificate issued at ``signed_at`` (default a minute ago), logged at
         ``logged_at`` (default ``signed_at`` + 1 s). ``tamper``: the envelope carries this
         payload instead, under the signature of ``payload``. ``rogue``: the pieces (``sct``,
         ``checkpoint``, ``promise``) a stranger's key signs instead of the instance's;
-        ``integrated``: the integrated time written, whatever ``logged_at`` says."""
+        ``integrated``: the integrated time written, whatever ``logged_at`` says; ``claims``:
+        the certificate's further extensions (:meth:`certificate`)."""
         signed_at = signed_at or dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
         logged_at = logged_at or signed_at + dt.timedelta(seconds=1)
         key = p256()
         ct_key = p256() if "sct" in rogue else None
-        cert = self.certificate(key.public_key(), identity, issuer, signed_at, ct_key=ct_key)
+        cert = self.certificate(
+            key.public_key(), identity, issuer, signed_at, ct_key=ct_key, claims=claims
+        )
         signature = signed(key, pae(payload_type, payload))
         carried = payload if tamper is None else tamper
         envelope = {
