@@ -2251,7 +2251,9 @@ BREAKS += [
                 "logged = signed_time(attestation.predicate)",
             ),
         ),
-        ("tests/attest/test_keyless.py::test_a_keyless_signatures_age_is_rekors_not_the_statements",),
+        (
+            "tests/attest/test_keyless.py::test_a_keyless_signatures_age_is_rekors_not_the_statements",
+        ),
     ),
 ]
 
