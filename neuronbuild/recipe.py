@@ -29,7 +29,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from neuronbuild.data.vllm_data import ArgTables, engine_arg_names, server_options
+from neuronbuild.data.vllm_data import (
+    ArgTables,
+    arg_types,
+    engine_arg_names,
+    env_vars,
+    server_options,
+)
 from neuronbuild.engines.arg_classes import SERVING_ONLY_ARGS
 from neuronbuild.engines.arg_sources import ArgSource
 from neuronbuild.engines.registry import (
@@ -272,6 +278,54 @@ def _check_keys(data: Mapping[str, Any], tables: ArgTables | None) -> list[Recip
                 f"neuronbuild's ({', '.join(own_keys())}); remove it"
             )
         errors.append(RecipeError(str(key), NOT_A_VALUE, hint))
+    return errors
+
+
+CREDENTIAL_WORDS = frozenset({"key", "token", "secret", "password", "credentials"})
+"""The last word of a vLLM option whose string value is a credential (``api_key``,
+``hf_token``): the rule :func:`credential_args` applies to vLLM's own argument table."""
+
+
+def credential_args(tables: ArgTables | None = None) -> frozenset[str]:
+    """The options (by ``dest``) of vLLM's server whose value is a credential, read from its
+    argument table (``tables``, else the shipped one): a string option whose name ends in one
+    of :data:`CREDENTIAL_WORDS` (``api_key``, ``hf_token``; not ``ssl_keyfile``, a path)."""
+    types = arg_types() if tables is None else tables.types
+    return frozenset(
+        dest
+        for dest, kind in types.items()
+        if dest.rsplit("_", 1)[-1] in CREDENTIAL_WORDS and "str" in kind.kinds
+    )
+
+
+def _credential_errors(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
+    """A credential (:func:`credential_args`) at the top level or in ``serve:`` is refused: a
+    recipe is stored verbatim in the manifest, its signed Statement and node images, and
+    printed by ``serve --dry-run``. The hint names vLLM's environment variable for it
+    (``VLLM_API_KEY``), where vLLM has one."""
+    secret = credential_args(tables)
+    serve = data.get("serve")
+    found = [(str(k), k) for k in data if str(k).replace("-", "_") in secret]
+    if isinstance(serve, Mapping):
+        found += [(f"serve.{k}", k) for k in serve if str(k).replace("-", "_") in secret]
+    errors = []
+    for where, key in found:
+        dest = str(key).replace("-", "_")
+        variable = f"VLLM_{dest.upper()}"
+        if variable in env_vars():
+            on_node = f"set {variable} in the node's environment (vLLM reads it)"
+        elif dest.startswith("hf_"):  # vLLM hands it to huggingface_hub, which reads HF_TOKEN
+            on_node = "set HF_TOKEN where the model is fetched (huggingface_hub reads it)"
+        else:
+            on_node = "give it through the environment of the host that needs it"
+        errors.append(
+            RecipeError(
+                where,
+                NOT_A_VALUE,
+                "a credential is never kept in a recipe (it would be stored in the manifest, "
+                f"its signature and node images); remove it and {on_node}",
+            )
+        )
     return errors
 
 
@@ -558,6 +612,10 @@ def parse_recipe(data: Any, source: str = "<recipe>") -> Recipe:
         errors += _foreign_fields(data, engine_name)
         serving_only = engine_for(recipe).serving_only_args
     errors += check_serve_section(data.get("serve"), serving_only, arg_source.tables)
+    credentials = _credential_errors(data, arg_source.tables)
+    if credentials:  # one line per field: the credential's, not its value's
+        named = {e.field for e in credentials}
+        errors = credentials + [e for e in errors if e.field not in named]
     if errors or recipe is None:
         raise RecipeInvalid(source, errors)
     host = (

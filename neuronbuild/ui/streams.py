@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from neuronbuild.ui.redact import redact
+
 
 class OutputLost(BaseException):
     """Writing ``stream`` (``"stdout"`` or ``"stderr"``) failed with ``error``.
@@ -32,15 +34,17 @@ class OutputLost(BaseException):
 
 class WatchedStream:
     """``stream`` with its ``write`` and ``flush`` raising :class:`OutputLost` instead of
-    ``OSError``; every other attribute is the stream's own (click reads ``encoding``,
-    ``isatty``, ``buffer``)."""
+    ``OSError``, and every URL's credentials cut from what is written
+    (:func:`~neuronbuild.ui.redact.redact`); every other attribute is the stream's own (click
+    reads ``encoding``, ``isatty``)."""
 
     def __init__(self, stream: TextIO, name: str) -> None:
         self._stream, self._label = stream, name
 
     def write(self, text: str) -> int:
         try:
-            return self._stream.write(text)
+            self._stream.write(redact(text))
+            return len(text)
         except OSError as exc:
             raise OutputLost(self._label, exc) from None
 

@@ -1,0 +1,83 @@
+"""Issue 43 item 7: no secret leaves the recipe. A credential (vLLM's ``api_key``, ``hf_token``,
+found from its argument table) is refused in a recipe, at the top level and in ``serve:``; a
+URL's userinfo and query values are cut from every message and ``--json`` document the CLI
+prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from neuronbuild.errors import RecipeInvalid
+from neuronbuild.recipe import credential_args, parse_recipe
+from neuronbuild.ui.redact import redact
+from tests.lib.builders import cpu_recipe
+from tests.lib.commands import neuronbuild_in_process, serve_without_vllm
+
+PASSWORD, SIGNATURE, TOKEN = "hunter2-planted", "SIGplanted0123", "hf_plantedTOKEN"
+STORE = f"http://alice:{PASSWORD}@127.0.0.1:9/store?X-Amz-Signature={SIGNATURE}&X-Amz-Date=1"
+"""A store URL with a password and a presigned query, at a port nothing listens on."""
+
+
+def test_credentials_are_the_tables_string_options_named_key_or_token() -> None:
+    assert credential_args() == {"api_key", "hf_token"}
+
+
+@pytest.mark.parametrize(
+    ("where", "hint"),
+    [
+        ({"hf_token": TOKEN}, "set HF_TOKEN where the model is fetched"),
+        ({"serve": {"api_key": TOKEN}}, "set VLLM_API_KEY in the node's environment"),
+        ({"serve": {"api-key": TOKEN, "port": 8000}}, "set VLLM_API_KEY in the node's environment"),
+    ],
+)
+def test_a_credential_in_a_recipe_is_refused_without_echoing_it(
+    where: dict[str, object], hint: str
+) -> None:
+    with pytest.raises(RecipeInvalid) as raised:
+        parse_recipe(cpu_recipe(**where))
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 1, lines
+    assert "a credential is never kept in a recipe" in lines[0] and hint in lines[0]
+    assert TOKEN not in lines[0]
+
+
+def test_redact_cuts_userinfo_and_query_values_and_keeps_the_rest() -> None:
+    text = f"store error: {STORE}: cannot reach it (oci://host/repo@sha256:ab, s3://K:S@b/p)."
+    assert redact(text) == (
+        "store error: http://***@127.0.0.1:9/store?X-Amz-Signature=***&X-Amz-Date=***: cannot "
+        "reach it (oci://host/repo@sha256:ab, s3://***@b/p)."
+    )
+    assert redact("no URL, a@b and ?x=1 stay") == "no URL, a@b and ?x=1 stay"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls", "--cache", STORE],
+        ["ls", "--cache", STORE, "--json"],
+        ["status", "--cache", STORE, "--json"],
+        ["verify", "app/latest", "--cache", STORE],
+        ["gc", "--dry-run", "--cache", STORE, "--json"],
+        ["tag", "app/latest", "app/prod", "--cache", STORE],
+        ["pull", "app/latest", "--cache", STORE, "--local-cache", "{tmp}/local"],
+    ],
+)
+def test_no_planted_secret_reaches_any_output(argv: list[str], tmp_path: Path) -> None:
+    code, out, err = neuronbuild_in_process(*(a.format(tmp=tmp_path) for a in argv))
+    assert code != 0  # nothing listens there
+    for secret in (PASSWORD, SIGNATURE):
+        assert secret not in out + err, (out, err)
+    assert "***@127.0.0.1:9" in out + err
+    if "--json" in argv:
+        json.loads(out)
+
+
+def test_serve_prints_no_planted_secret(tmp_path: Path) -> None:
+    done = serve_without_vllm(
+        "--ref", "app/latest", "--cache", STORE, "--local-cache", str(tmp_path / "l"), "--dry-run"
+    )
+    assert done.returncode != 0
+    assert PASSWORD not in done.stdout + done.stderr and SIGNATURE not in done.stderr
