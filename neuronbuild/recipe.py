@@ -299,15 +299,20 @@ def credential_args(tables: ArgTables | None = None) -> frozenset[str]:
 
 
 def _credential_errors(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
-    """A credential (:func:`credential_args`) at the top level or in ``serve:`` is refused: a
+    """A credential (:func:`credential_args`) at the top level or in ``serve:`` is refused (a
+    value that names none, such as ``hf_token: true``, vLLM's "use the stored login", goes): a
     recipe is stored verbatim in the manifest, its signed Statement and node images, and
     printed by ``serve --dry-run``. The hint names vLLM's environment variable for it
     (``VLLM_API_KEY``), where vLLM has one."""
     secret = credential_args(tables)
+
+    def held(section: Mapping[str, Any]) -> list[Any]:  # ``hf_token: true`` names no secret
+        return [k for k, v in section.items() if str(k).replace("-", "_") in secret and v]
+
     serve = data.get("serve")
-    found = [(str(k), k) for k in data if str(k).replace("-", "_") in secret]
+    found = [(str(k), k) for k in held(data)]
     if isinstance(serve, Mapping):
-        found += [(f"serve.{k}", k) for k in serve if str(k).replace("-", "_") in secret]
+        found += [(f"serve.{k}", k) for k in held(serve)]
     errors = []
     for where, key in found:
         dest = str(key).replace("-", "_")

@@ -7,16 +7,23 @@ was built. A node image instead fixes what survives unpacking: each file's size 
 modification time (:data:`IMAGE_MTIME`, which OCI layers carry in their tar headers and container
 runtimes keep), beside the manifest digest. The stamp is the same file (:data:`NODE_STAMP`) with
 ``"image": true`` and ``[size, mtime ns]`` per path. A folder holding such a stamp is served as it
-is and never written: it is either the manifest's bytes (sizes and mtimes hold; ``deep``
-re-hashes them) or refused in one line. vLLM itself writes beside its artifacts while loading
-them, so ``serve`` hands it a writable mirror of symlinks into the image (:mod:`.mirrors`).
+is and never written: it is either the manifest's bytes (sizes and mtimes hold, and the bytes
+hash as the manifest says, at the first start on a node; later starts trust the node's own
+record of that check, kept outside the mount) or refused in one line. vLLM itself writes
+beside its artifacts while loading them, so ``serve`` hands it a writable mirror of symlinks into
+the image (:mod:`.mirrors`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 from pathlib import Path
 from typing import Any
 
+from neuronbuild import envs
 from neuronbuild.digest import canonical_json, hash_file
 from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.node.materialize import read_stamp_value
@@ -52,16 +59,19 @@ def read_image_stamp(root: Path) -> dict[str, Any] | None:
 
 
 def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = False) -> bool:
-    """Whether ``root`` holds a node image; if it does, that it holds ``manifest`` (``digest``):
-    its stamp names that manifest, and every file of the manifest is there, a regular file
-    (no symlink) of its size and :data:`IMAGE_MTIME`; with ``deep``, re-hashed too. Nothing under
-    ``root`` is written. False when ``root`` holds no node image stamp (a folder ``serve`` lays
-    out itself).
+    """Whether ``root`` holds a node image; if it does, that it holds ``manifest`` (``digest``): its
+    stamp names that manifest, and every file of the manifest is there, a regular file (no symlink)
+    of its size and :data:`IMAGE_MTIME`, and of its bytes: hashed at the first start on this node
+    (an image's stamp is the image's own, so a forged image of the right sizes and times would pass
+    it), then trusted by the node's own record of that check (:func:`checked_path`, outside the
+    mount: each file's device, inode, size, mtime and ctime, which no write can set back) while
+    every file keeps them; ``deep`` re-hashes whatever the record says. Nothing under ``root`` is
+    written. False when ``root`` holds no node image stamp (a folder ``serve`` lays out itself).
 
     Raises:
         UserError: the image holds another manifest (the message names both, exit code 2).
-        StoreDataInvalid: a file is missing, of another size or mtime, or (``deep``) of other
-            bytes: the image is damaged or not unpacked whole (exit code 2).
+        StoreDataInvalid: a file is missing, of another size or mtime, or of other bytes: the
+            image is damaged, forged or not unpacked whole (exit code 2).
     """
     stamp = read_image_stamp(root)
     if stamp is None:
@@ -73,6 +83,7 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
             "manifest it holds"
         )
     mtime_ns = IMAGE_MTIME * 10**9
+    seen: dict[str, list[int]] = {}
     for file in manifest.files():
         where = f"layout root {root} (a node image of {digest[:19]}): {file.path}"
         path = root / file.path
@@ -92,11 +103,40 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
                 f"{where} was modified after the image was built (mtime {st.st_mtime_ns} ns, "
                 f"the image's is {mtime_ns}); pull the image again"
             )
-        if deep and hash_file(path) != (file.digest, file.size):
+        seen[file.path] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    record = checked_path(root, digest)
+    if not deep and _read_checked(record) == seen:
+        return True
+    for file in manifest.files():
+        if hash_file(root / file.path) != (file.digest, file.size):
+            where = f"layout root {root} (a node image of {digest[:19]}): {file.path}"
             raise StoreDataInvalid(
-                f"{where} does not hash to {file.digest}; the image is damaged, pull it again"
+                f"{where} does not hash to {file.digest}; the image is damaged or forged, "
+                "pull it again"
             )
+    with contextlib.suppress(OSError):  # a node whose cache is read-only hashes every start
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(canonical_json(seen))
+        os.replace(partial, record)
     return True
+
+
+def checked_path(root: Path, digest: str) -> Path:
+    """This node's record that the image mounted at ``root`` held ``digest``'s bytes when last
+    hashed: under the node's cache (``$XDG_CACHE_HOME/neuronbuild/image-checks``), never in
+    the read-only mount, named by the mount's path and the manifest."""
+    where = hashlib.sha256(f"{root.resolve()}\n{digest}".encode()).hexdigest()[:32]
+    return envs.user_cache() / "image-checks" / f"{where}.json"
+
+
+def _read_checked(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, or None when absent or unreadable (then everything is hashed)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def image_manifest_path(digest: str) -> str:

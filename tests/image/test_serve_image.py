@@ -1,9 +1,10 @@
 """Issue 23, item 3: ``serve --vllm-cache-root`` on a node image's read-only mount. The layer is
 pulled from the real registry and unpacked, then bound read-only in a private mount namespace (as a
 container runtime mounts an image volume): ``serve`` checks it by the image's stamp (sizes, the
-fixed mtime, the manifest digest; ``--deep`` re-hashes), fetches nothing and writes nothing, and
-refuses in one line (exit 2) an image of another manifest, a missing or short file, or (deep) other
-bytes."""
+fixed mtime, the manifest digest) and by content (hashed at a node's first start, then by the
+node's own record; ``--deep`` re-hashes), fetches nothing and writes nothing, and refuses in one
+line (exit 2) an image of another manifest, a missing or short file, or other bytes (issue 43
+item 5)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.image.build import build_image
+from neuronbuild.node.image_stamp import checked_path
 from neuronbuild.store.cas import Store
 from neuronbuild.transports.oci_registry import parse_registry_url
 from tests.image.test_image import pulled, unpack
@@ -122,18 +124,49 @@ def test_a_damaged_image_is_one_line_exit_2(
     ] in line, line
 
 
-def test_deep_finds_other_bytes_the_stamp_cannot_see(reg: RegistryServer, tmp_path: Path) -> None:
+def forge(target: Path) -> None:
+    """Other bytes in ``target``, written in place, its size and mtime as the image's stamp
+    says (a forged image: the stamp is the image's own)."""
+    data = bytearray(target.read_bytes())
+    data[0] ^= 1
+    with target.open("r+b") as f:
+        f.write(bytes(data))
+    os.utime(target, ns=(0, 0))
+
+
+@pytest.mark.parametrize("how", [("--dry-run",), ("--dry-run", "--deep")])
+def test_a_forged_image_of_the_stamps_sizes_and_times_is_refused_at_its_first_start(
+    reg: RegistryServer, tmp_path: Path, how: tuple[str, ...]
+) -> None:
+    """Issue 43 item 5: the first start on a node hashes the image's files, deep or not."""
     store = Store(str(tmp_path / "store"), create=True)
     digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
     mount = tmp_path / "mount"
     image_of(reg, store, digest, mount, "nb/claims")
-    target = mount / MODEL_FILE
-    data = bytearray(target.read_bytes())
-    data[0] ^= 1
-    target.write_bytes(bytes(data))
-    os.utime(target, ns=(0, 0))  # size and mtime as the stamp says
+    forge(mount / MODEL_FILE)
+    line = one_line(serve(store, digest, mount, *how))
+    assert f"{MODEL_FILE} does not hash to" in line and "damaged or forged" in line, line
+
+
+def test_a_repeat_start_trusts_the_nodes_record_until_a_file_changes(
+    reg: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a full check the node records each file's device, inode, size, mtime and ctime
+    outside the mount; a start while they hold hashes nothing, and a file written since (its
+    mtime set back: its ctime cannot be) is hashed again and refused."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "node-cache"))
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    mount = tmp_path / "mount"
+    image_of(reg, store, digest, mount, "nb/claims")
     assert serve(store, digest, mount, "--dry-run").returncode == 0  # type: ignore[attr-defined]
-    line = one_line(serve(store, digest, mount, "--dry-run", "--deep"))
+    record = checked_path(mount, digest)
+    assert set(json.loads(record.read_text())) == {
+        f.path for f in store.get_manifest(digest).files()
+    }
+    assert serve(store, digest, mount, "--dry-run").returncode == 0  # type: ignore[attr-defined]
+    forge(mount / MODEL_FILE)
+    line = one_line(serve(store, digest, mount, "--dry-run"))
     assert f"{MODEL_FILE} does not hash to" in line, line
 
 

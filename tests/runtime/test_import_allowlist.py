@@ -91,6 +91,7 @@ OURS = {
     "neuronbuild.ui.logtail",  # the last lines of a log (progress's heartbeat reads one)
     "neuronbuild.ui.options",  # the options commands share
     "neuronbuild.ui.progress",  # byte progress of serve's fetch and of pull (tqdm)
+    "neuronbuild.ui.redact",  # credentials cut from what the CLI prints (URL userinfo, queries)
     "neuronbuild.ui.streams",  # the CLI edge watching stdout and stderr (a closed pipe: 141)
     "neuronbuild.ui.verbosity",  # -v/-q
     "neuronbuild_runtime",
