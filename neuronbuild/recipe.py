@@ -328,7 +328,8 @@ def _credential_errors(data: Mapping[str, Any], tables: ArgTables | None) -> lis
                 where,
                 NOT_A_VALUE,
                 "a credential is never kept in a recipe (it would be stored in the manifest, "
-                f"its signature and node images); remove it and {on_node}",
+                f"its signature and node images); remove it (a build sealed with it: compile "
+                f"again) and {on_node}",
             )
         )
     return errors

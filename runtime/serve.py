@@ -378,7 +378,9 @@ def prepare(
             holds it with another size, mtime or (``deep``) bytes (exit 2).
     """
     environ = dict(start_env.environ() if environ is None else environ)
-    recipe, manifest, digest = resolve(source, tiers, policy, rollback=rollback, record=not dry_run)
+    recipe, manifest, digest = resolve(
+        source, tiers, policy, rollback=rollback, record=record and not dry_run
+    )
     engine = engine_for(recipe)
     argv = [sys.executable, "-m", API_SERVER, *serve_argv(recipe), *(serving_args or [])]
     view = run_checks(

@@ -81,3 +81,18 @@ def test_serve_prints_no_planted_secret(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert PASSWORD not in done.stdout + done.stderr and SIGNATURE not in done.stderr
+
+
+def test_a_secret_holding_a_slash_and_an_ascii_stream_are_redacted_too() -> None:
+    """Review of issue 43: half of AWS secret keys hold a ``/``; click writes to the binary
+    buffer under an ASCII stream (``LC_ALL=C``)."""
+    import io
+
+    from neuronbuild.ui.streams import WatchedStream
+
+    assert redact("s3://AKIAX:wJalr/K7MD+bPx@bucket/x") == "s3://***@bucket/x"
+    assert redact("oci://host:5000/repo@sha256:ab") == "oci://host:5000/repo@sha256:ab"
+    raw = io.BytesIO()
+    stream = WatchedStream(io.TextIOWrapper(raw, encoding="ascii"), "stdout")  # type: ignore[arg-type]
+    stream.buffer.write(f"{STORE}\n".encode())
+    assert PASSWORD.encode() not in raw.getvalue() and b"***@127.0.0.1:9" in raw.getvalue()

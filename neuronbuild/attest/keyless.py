@@ -251,11 +251,14 @@ class KeylessIdentity:
 
 def logged_time(bundle: Bundle) -> float | None:
     """When Rekor logged ``bundle``'s signature (its entry's integrated time, seconds since the
-    epoch), which the verified inclusion promise signs: a keyless signature's trusted time (a
-    key's is only its signer's claim); None where the entry states none."""
+    epoch), where its inclusion promise (the SET, which sigstore-python's verifier checks) signs
+    that time: a keyless signature's trusted time (a key's is only its signer's claim). None
+    where the entry carries no promise (an inclusion proof alone does not cover the time, so a
+    store writer could set it) or no time: such a signature "states no time"."""
     try:
-        value = bundle.log_entry._inner.integrated_time
-        return float(value) if value else None
+        entry = bundle.log_entry._inner
+        value = entry.integrated_time
+        return float(value) if value and entry.inclusion_promise else None
     except (AttributeError, TypeError, ValueError):
         return None
 

@@ -270,8 +270,10 @@ class Policy:
         now = time.time() if now is None else now
         expected = " or ".join(s.describe() for s in rule.signers)
         if rule.threshold > 1:
-            expected = f"{rule.threshold} of {expected}"
+            listed = ", ".join(s.describe() for s in rule.signers)
+            expected = f"each of {rule.threshold} of its signers: {listed}"
         keys = [k for s in rule.signers for k in s.keys]
+        usable = [k for k in keys if self._unusable(k.keyid, now) is None]
         found: list[str] = []
         accepted: list[tuple[str, float | None]] = []  # (signer name, when signed)
         for keyid, data in attestations:
@@ -298,7 +300,8 @@ class Policy:
                         if finding in signer.identities:
                             accepted.append((signer.name, logged))
                 continue
-            by = attestation.verified_by(keys)
+            # Usable keys first: an envelope signed by an expired key and its successor counts.
+            by = attestation.verified_by(usable) or attestation.verified_by(keys)
             if by is None:
                 claimed = [k for k in attestation.keyids if any(k == key.keyid for key in keys)]
                 if claimed:
@@ -360,7 +363,7 @@ class Policy:
         return (
             f"{head}: its newest accepted signature {age}, and refs[{self.rules.index(rule)}] "
             f"({rule.match!r}) allows {rule.max_age_days:g} days (max_age_days); sign it again "
-            "(neuronbuild sign) or let this node read the store's newest signatures"
+            "(neuronbuild sign), or read a store that holds its newest signature"
         )
 
     @staticmethod

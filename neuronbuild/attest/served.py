@@ -66,10 +66,29 @@ def check_served(
 
     Raises:
         RolledBack: one line naming both builds, their signature times and the two ways on.
-        OSError: the record's folder cannot be written (with ``record``).
+        UserError: the record cannot be written (with ``record``): one line naming its folder.
     """
     path = record_path()
-    key = f"{store} {ref}"
+    try:
+        _check(path, f"{store} {ref}", ref, digest, signed, rollback=rollback, record=record)
+    except OSError as exc:  # a node that cannot keep the record would forget every rollback
+        raise UserError(
+            f"{path}: cannot record what this node serves under {ref} (rollback protection): "
+            f"{exc.strerror or exc}; make that folder writable, or set XDG_CACHE_HOME to one"
+        ) from None
+
+
+def _check(
+    path: Path,
+    key: str,
+    ref: str,
+    digest: str,
+    signed: float | None,
+    *,
+    rollback: bool,
+    record: bool,
+) -> None:
+    """:func:`check_served` on the record at ``path``, entry ``key``."""
     lock = FileLock(str(path) + ".lock") if record else contextlib.nullcontext()
     if record:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,13 +105,17 @@ def check_served(
                 f"{ref} ({short(digest)}) is a rollback: its newest signature {when}, before "
                 f"that of {short(str(seen.get('manifest')))}, which this node served under "
                 f"{ref} ({iso_time(last or 0.0)}, {path}); sign the older build again to roll back "
-                "(neuronbuild sign), or pass --rollback"
+                "(neuronbuild sign), or pass serve --rollback"
             )
         if not record or (older and not rollback):
             return
         table[key] = {"manifest": digest, "signed": signed}
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False) as out:
-            json.dump(table, out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
+            try:
+                json.dump(table, out, sort_keys=True)
+                out.flush()
+                os.fsync(out.fileno())
+            except OSError:
+                os.unlink(out.name)
+                raise
         os.replace(out.name, path)

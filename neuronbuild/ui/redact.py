@@ -19,9 +19,17 @@ def _url(match: re.Match[str]) -> str:
     rest = whole.rstrip(":,.;)]}")  # the sentence's punctuation after the URL stays
     after = whole[len(rest) :]
     cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    query = min((rest.find(c) for c in "?#" if c in rest), default=len(rest))
+    at, colon = rest.rfind("@", 0, query), rest.find(":")
+    # userinfo ends at the last @ of the authority, or, for a password holding "/" (half of
+    # AWS secret keys: s3://KEY:SE/CRET@bucket), at the @ after "user:" where what follows the
+    # colon is no port (host:5000/repo@sha256:... is a path).
+    secret_with_slash = 0 <= colon < cut < at and not rest[colon + 1 : cut].isdigit()
+    if "@" in rest[:cut] or secret_with_slash:
+        end = rest.rfind("@", 0, cut) if "@" in rest[:cut] else rest.find("@", colon)
+        rest = f"{MASK}@{rest[end + 1 :]}"
+        cut = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
     authority, tail = rest[:cut], rest[cut:]
-    if "@" in authority:
-        authority = f"{MASK}@{authority.rsplit('@', 1)[1]}"
     path, mark, query = tail.partition("?")
     if mark:
         query, hash_, fragment = query.partition("#")

@@ -54,8 +54,39 @@ class WatchedStream:
         except OSError as exc:
             raise OutputLost(self._label, exc) from None
 
+    @property
+    def buffer(self) -> _RedactedBytes:
+        """The binary stream under it, redacted too: click writes there when the text stream's
+        encoding is ASCII (``LC_ALL=C``)."""
+        return _RedactedBytes(self._stream.buffer, self._label)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+class _RedactedBytes:
+    """A binary stream whose writes are redacted (as UTF-8, undecodable bytes kept) and raise
+    :class:`OutputLost` instead of ``OSError``."""
+
+    def __init__(self, raw: Any, name: str) -> None:
+        self._raw, self._label = raw, name
+
+    def write(self, data: bytes) -> int:
+        text = bytes(data).decode("utf-8", "surrogateescape")
+        try:
+            self._raw.write(redact(text).encode("utf-8", "surrogateescape"))
+        except OSError as exc:
+            raise OutputLost(self._label, exc) from None
+        return len(data)
+
+    def flush(self) -> None:
+        try:
+            self._raw.flush()
+        except OSError as exc:
+            raise OutputLost(self._label, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 @contextlib.contextmanager

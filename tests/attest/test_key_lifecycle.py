@@ -92,7 +92,7 @@ def test_a_threshold_needs_that_many_signers(fleet: dict[str, Path], keys: dict[
     sign(fleet, "next.key")  # a second key of the same signer is still one signer
     line = judged(fleet)
     assert line is not None and "found signatures by 1 of its signers (ci)" in line, line
-    assert "expected a signature by 2 of ci (" in line, line
+    assert "expected a signature by each of 2 of its signers: ci (" in line, line
     sign(fleet, "release.key")
     assert judged(fleet) is None
 

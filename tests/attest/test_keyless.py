@@ -548,3 +548,14 @@ def test_a_keyless_signatures_age_is_rekors_not_the_statements(
         policy.refusal("tiny/latest", digest, attestations, manifest=store.get_manifest(digest))
         is None
     )
+
+
+def test_a_bundle_without_an_inclusion_promise_states_no_time(sigstore: SigstoreInstance) -> None:
+    """Review of issue 43: an inclusion proof does not cover the integrated time, so a store
+    writer could set it; only a promise (which the verifier checks) makes it a trusted time."""
+    from neuronbuild.attest.keyless import logged_time, read_bundle
+
+    bundle = read_bundle(sigstore.bundle(b"{}"), "b")
+    assert logged_time(bundle) is not None
+    bundle.log_entry._inner.inclusion_promise = None  # as a bundle with a TSA timestamp instead
+    assert logged_time(bundle) is None

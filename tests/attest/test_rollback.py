@@ -72,7 +72,7 @@ def test_a_ref_moved_back_to_an_older_signed_build_is_refused(
     assert code == 2, err
     assert err.strip().count("\n") == 0, err
     assert f"app/prod ({old[:19]}) is a rollback: its newest signature was made " in err, err
-    assert "or pass --rollback" in err, err
+    assert "or pass serve --rollback" in err, err
 
     assert serve(fleet, "app/prod", "--dry-run", local="local-3")[0] == 2  # a dry run refuses too
     assert serve(fleet, "app/prod", "--rollback", local="local-4")[0] == 0  # the operator's say
@@ -129,3 +129,16 @@ def test_a_policy_rule_takes_max_age_days_and_refuses_a_bad_one(tmp_path: Path) 
         data["refs"][0]["max_age_days"] = bad
         with pytest.raises(PolicyInvalid, match=r"refs\[0\].max_age_days: expected a number"):
             parse_policy(data, "p.yaml", tmp_path)
+
+
+def test_a_node_that_cannot_keep_its_record_refuses_in_one_line(
+    builds: tuple[dict[str, Path], str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review of issue 43: a record that cannot be written would forget every rollback."""
+    fleet = builds[0]
+    blocked = fleet["root"] / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    code, err = serve(fleet, "app/prod")
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "cannot record what this node serves under app/prod (rollback protection)" in err
