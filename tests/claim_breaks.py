@@ -2317,7 +2317,9 @@ BREAKS += [
                 "return float(value) if value else None",
             ),
         ),
-        ("tests/attest/test_keyless.py::test_a_bundle_without_an_inclusion_promise_states_no_time",),
+        (
+            "tests/attest/test_keyless.py::test_a_bundle_without_an_inclusion_promise_states_no_time",
+        ),
     ),
     Break(
         "click's binary writes under an ASCII stream are not redacted",
@@ -2328,7 +2330,9 @@ BREAKS += [
                 "        return self._stream.buffer",
             ),
         ),
-        ("tests/test_secrets.py::test_a_secret_holding_a_slash_and_an_ascii_stream_are_redacted_too",),
+        (
+            "tests/test_secrets.py::test_a_secret_holding_a_slash_and_an_ascii_stream_are_redacted_too",
+        ),
     ),
     Break(
         "a node that cannot write its served record serves anyway (rollback forgotten)",
@@ -2339,7 +2343,9 @@ BREAKS += [
                 "    except OSError:  # a node that cannot keep the record\n        return\n    except ValueError as exc:",
             ),
         ),
-        ("tests/attest/test_rollback.py::test_a_node_that_cannot_keep_its_record_refuses_in_one_line",),
+        (
+            "tests/attest/test_rollback.py::test_a_node_that_cannot_keep_its_record_refuses_in_one_line",
+        ),
     ),
 ]
 
