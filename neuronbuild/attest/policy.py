@@ -175,12 +175,16 @@ class Policy:
         if not signers:
             return f"{head}: it names no signer of {kind}; add additions: {{{kind}: [SIGNER]}}"
         now = time.time()
-        keys = [k for s in signers for k in s.keys if self._unusable(k.keyid, now) is None]
+        every = [k for s in signers for k in s.keys]
+        keys = [k for k in every if self._unusable(k.keyid, now) is None]
         if verified_by(addition, keys) is not None:
             return None
         ours = {k.keyid for k in keys}
+        voided = verified_by(addition, every)
         if not addition.keyids:
             found = "it is unsigned"
+        elif voided is not None:  # a good signature by a revoked or expired key
+            found = f"a signature by {self._signer_of(voided)}, {self._unusable(voided, now)}"
         elif ours & set(addition.keyids):
             found = f"a signature by {self._signer_of(min(ours & set(addition.keyids)))} that "
             found += "does not verify"

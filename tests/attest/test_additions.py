@@ -221,3 +221,15 @@ def test_an_addition_file_where_the_build_has_a_folder_is_skipped() -> None:
     folder = (FileRecord("neuron/compile_cache", "sha256:" + "b" * 64, 1),)
     picked, [note] = chosen([sealed(files=folder)])
     assert picked is None and "names neuron/compile_cache, a path of the manifest's" in note
+
+
+def test_an_addition_signed_by_a_revoked_node_key_is_not_laid_out_and_says_so(
+    keys: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 43 item 3: a policy's ``revoked`` list voids a node key's additions too."""
+    signed = sealed(signer=keys["node"])
+    text = (tmp_path / "policy.yaml").read_text()
+    revoked = f"{text}revoked: [{keys['node'].public_key.keyid}]\n"
+    (tmp_path / "revoked.yaml").write_text(revoked)
+    picked, [note] = chosen([signed], load_policy(tmp_path / "revoked.yaml"))
+    assert picked is None and "a key this policy revokes (revoked)" in note, note
