@@ -2360,6 +2360,19 @@ BREAKS += [
             "tests/attest/test_additions.py::test_an_addition_signed_by_a_revoked_node_key_is_not_laid_out_and_says_so",
         ),
     ),
+    Break(
+        "verify --json calls a revoked key's signature verified",
+        (
+            (
+                "neuronbuild/attest/inspect.py",
+                '            entry["verified"] = by is not None and void is None',
+                '            entry["verified"] = by is not None',
+            ),
+        ),
+        (
+            "tests/attest/test_key_lifecycle.py::test_a_revoked_key_signs_nothing_and_its_builds_are_signed_again",
+        ),
+    ),
 ]
 
 

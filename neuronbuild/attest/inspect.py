@@ -3,6 +3,7 @@ policy's key verifies it, its subject and predicate (``verify``, ``ls``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,7 +31,8 @@ def describe_attestations(
     certificate identity and issuer, as ``ID (issuer URL)``, unverified; None for a key's),
     ``signer`` (the policy's name of the key
     that verified it, None without one), ``verified`` (whether a key of ``policy`` verified its
-    signature; None without a policy: no key to check it with), ``subject``,
+    signature and the policy still counts that key, :meth:`~.policy.Policy.unusable`; None
+    without a policy: no key to check it with), ``subject``,
     ``predicate_type`` and ``predicate`` (None when unreadable) and ``problem`` (None when
     sound). ``problems``: one line each for an unreadable attestation or one over another
     manifest (the caller exits 2).
@@ -67,8 +69,11 @@ def describe_attestations(
                 entry["verified"] = entry["signer"] is not None
         elif policy is not None:
             by = attestation.verified_by([k for _, k in keys])
-            entry["verified"] = by is not None
+            void = policy.unusable(by, time.time()) if by is not None else None
+            entry["verified"] = by is not None and void is None
             entry["signer"] = next((n for n, k in keys if k.keyid == by), None)
+            if void is not None:  # a good signature the policy no longer counts
+                entry["problem"] = f"signed by {entry['signer']} with {void}"
         if attestation.subject != digest:
             entry["problem"] = (
                 f"attestation {keyid[:16]} of {digest} is over another manifest, "

@@ -176,7 +176,7 @@ class Policy:
             return f"{head}: it names no signer of {kind}; add additions: {{{kind}: [SIGNER]}}"
         now = time.time()
         every = [k for s in signers for k in s.keys]
-        keys = [k for k in every if self._unusable(k.keyid, now) is None]
+        keys = [k for k in every if self.unusable(k.keyid, now) is None]
         if verified_by(addition, keys) is not None:
             return None
         ours = {k.keyid for k in keys}
@@ -184,7 +184,7 @@ class Policy:
         if not addition.keyids:
             found = "it is unsigned"
         elif voided is not None:  # a good signature by a revoked or expired key
-            found = f"a signature by {self._signer_of(voided)}, {self._unusable(voided, now)}"
+            found = f"a signature by {self._signer_of(voided)}, {self.unusable(voided, now)}"
         elif ours & set(addition.keyids):
             found = f"a signature by {self._signer_of(min(ours & set(addition.keyids)))} that "
             found += "does not verify"
@@ -277,7 +277,7 @@ class Policy:
             listed = ", ".join(s.describe() for s in rule.signers)
             expected = f"each of {rule.threshold} of its signers: {listed}"
         keys = [k for s in rule.signers for k in s.keys]
-        usable = [k for k in keys if self._unusable(k.keyid, now) is None]
+        usable = [k for k in keys if self.unusable(k.keyid, now) is None]
         found: list[str] = []
         accepted: list[tuple[str, float | None]] = []  # (signer name, when signed)
         for keyid, data in attestations:
@@ -322,7 +322,7 @@ class Policy:
                 )
             elif binding := self._unbound(attestation, ref, manifest):
                 found.append(f"a signature by {self._signer_of(by)} {binding}")
-            elif unusable := self._unusable(by, now):
+            elif unusable := self.unusable(by, now):
                 found.append(f"a signature by {self._signer_of(by)}, {unusable}")
             else:
                 for signer in rule.signers:
@@ -339,7 +339,7 @@ class Policy:
             return f"{head}: found no attestation; expected a signature by {expected}", None
         return f"{head}: found {'; '.join(found)}; expected a signature by {expected}", None
 
-    def _unusable(self, keyid: str, now: float) -> str | None:
+    def unusable(self, keyid: str, now: float) -> str | None:
         """Why key ``keyid``'s valid signature counts for nothing at ``now``: the policy revokes
         it, or it expired (its ``expires`` date); None where it counts. A key's signatures
         carry only the signer's own time, so a revoked key's count for nothing, whenever they

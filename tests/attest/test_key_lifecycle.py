@@ -4,6 +4,7 @@ signature; a rule's ``threshold`` needs that many of its signers."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -81,6 +82,13 @@ def test_a_revoked_key_signs_nothing_and_its_builds_are_signed_again(
     fleet["policy"].write_text(policy_text(signers, revoked=f"revoked: [{keys['ci']}]\n"))
     line = judged(fleet)
     assert line is not None and "a key this policy revokes (revoked)" in line, line
+    code, out, _ = neuronbuild_in_process(
+        "verify", "app/latest", "--cache", str(fleet["store"]), "--policy", str(fleet["policy"]),
+        "--json",
+    )  # fmt: skip
+    [entry] = json.loads(out)["attestations"]
+    assert code == 2 and entry["signer"] == "ci" and entry["verified"] is False, entry
+    assert "a key this policy revokes" in entry["problem"], entry
     sign(fleet, "next.key")
     assert judged(fleet) is None
     assert serve(fleet, "app/latest")[0] == 0
