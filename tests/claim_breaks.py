@@ -2352,7 +2352,7 @@ BREAKS += [
         (
             (
                 "neuronbuild/attest/policy.py",
-                "        keys = [k for k in every if self._unusable(k.keyid, now) is None]",
+                "        keys = [k for k in every if self.unusable(k.keyid, now) is None]",
                 "        keys = every",
             ),
         ),
