@@ -54,7 +54,7 @@ FAST_CASE_BUDGET ?= 20
 unit: install
 	NEURONBUILD_FAST_CASE_BUDGET=$(FAST_CASE_BUDGET) \
 		$(VENV)/bin/pytest -q -n 2 --dist worksteal -m "not vllm" --durations=30
-	$(VENV)/bin/pytest -q -m vllm --durations=0
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup -m vllm --durations=0
 
 test: lint unit
 

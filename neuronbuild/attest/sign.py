@@ -43,6 +43,20 @@ class Signed:
         return f"signed {self.manifest} with {who} (builder {self.builder})"
 
 
+def sign_told(told: dict[str, Any], signer: Signer | KeylessSigner) -> tuple[str, bytes, str]:
+    """Sign the in-toto Statement ``told``: (the keyid it is stored under, the bytes stored, who
+    signed). A key's signature is a DSSE envelope; a keyless one's a Sigstore bundle, named by
+    :func:`~neuronbuild.attest.keyless.keyless_name`.
+
+    Raises:
+        StoreError: (keyless) Sigstore did not sign.
+    """
+    if isinstance(signer, KeylessSigner):
+        return signer.sign(told)
+    keyid = str(signer.public_key.keyid)
+    return keyid, sign_statement(told, signer), f"key {keyid[:16]}"
+
+
 def sign_manifest(
     store: Store, digest: str, signer: Signer | KeylessSigner, environ: Mapping[str, str]
 ) -> Signed:
@@ -57,12 +71,7 @@ def sign_manifest(
     """
     manifest = store.get_manifest(digest)
     builder = builder_from_env(environ)
-    told = statement(manifest, digest, builder)
-    if isinstance(signer, KeylessSigner):
-        keyid, data, who = signer.sign(told)
-    else:
-        keyid = str(signer.public_key.keyid)
-        data, who = sign_statement(told, signer), f"key {keyid[:16]}"
+    keyid, data, who = sign_told(statement(manifest, digest, builder), signer)
     store.put_attestation(digest, keyid, data)
     url = store.url_of(store.layout.attestation(digest, keyid))
     return Signed(digest, keyid, builder.id, url, who)

@@ -66,6 +66,33 @@ def provenance(
     }
 
 
+IMAGE_BUILD_TYPE = "https://neuronbuild.dev/node-image/v1"
+"""The ``buildType`` of a node image (``neuronbuild image``): the build's provenance, with the
+neuronbuild manifest it lays out as its one ``resolvedDependencies`` entry."""
+
+
+def image_statement(
+    manifest: Manifest, digest: str, image: str, name: str, builder: Builder
+) -> dict[str, Any]:
+    """The in-toto Statement v1 of a node image: its one subject is the image manifest
+    (``{"name": "HOST/REPOSITORY", "digest": {"sha256": <image hex>}}``), as cosign's
+    ``verify-attestation`` and sigstore policy-controller match an image by digest; its predicate
+    is the build's :func:`provenance` under :data:`IMAGE_BUILD_TYPE`, naming the neuronbuild
+    manifest ``digest`` the image lays out (``resolvedDependencies``)."""
+    predicate = provenance(manifest, builder)
+    definition = predicate["buildDefinition"]
+    definition["buildType"] = IMAGE_BUILD_TYPE
+    definition["resolvedDependencies"] = [
+        {"name": manifest.name, "digest": {"sha256": hex_of(digest)}}
+    ]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": hex_of(image)}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
 def statement(manifest: Manifest, digest: str, builder: Builder) -> dict[str, Any]:
     """The in-toto Statement v1 whose one subject is the manifest ``digest``
     (``{"name": <recipe name>, "digest": {"sha256": <64 hex>}}``) and whose predicate is

@@ -29,10 +29,24 @@ from neuronbuild.ui.options import cache_option, dry_run_option, json_option
     help="Where the layer is written before its upload; it needs room for the manifest's bytes "
     "(default: $TMPDIR, else /tmp).",
 )
+@click.option(
+    "--key",
+    "key_ref",
+    metavar="KEY_REF",
+    help="Also sign the image itself: an in-toto Statement whose subject is the image digest "
+    "(what cosign verify-attestation and sigstore policy-controller check at admission), pushed "
+    "as its referrer. KEY_REF as for `neuronbuild sign`: file:PATH or PATH, awskms:ARN, sigstore:.",
+)
 @dry_run_option("check the manifest, its blobs in the store and that the registry answers")
 @json_option()
 def image(
-    target: str, cache: str, to: str, tmp_dir: str | None, dry_run: bool, as_json: bool
+    target: str,
+    cache: str,
+    to: str,
+    tmp_dir: str | None,
+    key_ref: str | None,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Build the node image of REF|MANIFEST (the folder `serve` lays out under VLLM_CACHE_ROOT,
     with a stamp `serve` checks on a read-only mount), push it, and print its reference by
@@ -41,16 +55,24 @@ def image(
     `neuronbuild serve --manifest DIGEST --vllm-cache-root MOUNT`.
 
     \b
+    The manifest's attestations (`neuronbuild sign`) travel as referrers of the image; they name
+    the neuronbuild manifest. With --key the image gets its own, naming the image digest.
+
+    \b
     Examples:
       neuronbuild image app/prod --to oci://registry.example.com/ml/app-artifacts:prod
+      neuronbuild image app/prod --to oci://registry.example.com/ml/app:prod --key sigstore:
       neuronbuild image sha256:3f2a9c1b --to oci+http://localhost:5000/app --dry-run
     """
+    from neuronbuild import start_env
+    from neuronbuild.attest.keys import load_signer
     from neuronbuild.image.build import build_image
     from neuronbuild.store.cas import Store
     from neuronbuild.transports.oci_registry import parse_registry_url
     from neuronbuild.ui.progress import ByteProgress
 
     dest = parse_registry_url(to, "--to")
+    signer = load_signer(key_ref, "--key") if key_ref else None  # refused before the store is read
     store = Store(cache)
     found = store.resolve_target(target)
     built = build_image(
@@ -60,6 +82,8 @@ def image(
         dry_run=dry_run,
         scratch=Path(tmp_dir) if tmp_dir else None,
         progress=ByteProgress,
+        signer=signer,
+        environ=start_env.environ(),
     )
     if as_json:
         echo_json("image", {"store": store.url, "ref": found.ref_text, **built.to_json()})
@@ -80,5 +104,6 @@ def image(
             if built.attestations
             else ""
         )
+        + (f"; the image signed by {built.signed_by}" if built.signed_by else "")
     )
     click.echo(built.reference)

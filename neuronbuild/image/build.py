@@ -14,11 +14,17 @@ referrers of the image (:mod:`.referrers`), which leave its digest as it is.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from securesystemslib.signer import Signer
+
+from neuronbuild.attest.builder import builder_from_env
+from neuronbuild.attest.keyless_sign import KeylessSigner
+from neuronbuild.attest.sign import sign_told
+from neuronbuild.attest.statement import image_statement
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.engines.registry import ENGINES, get_engine
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
@@ -52,7 +58,7 @@ class ImageBuilt:
     its ``image`` manifest digest and ``reference`` by digest (None on a dry run), its layer's
     digest and size, and the ``files`` and file ``bytes`` it holds; ``uploaded``: blobs the
     registry lacked; ``attestations``: those pushed as referrers of the image
-    (:mod:`.referrers`)."""
+    (:mod:`.referrers`); ``signed_by``: who signed the image's own attestation (``--key``)."""
 
     manifest: str
     destination: RegistryURL
@@ -64,6 +70,7 @@ class ImageBuilt:
     layer_bytes: int | None = None
     uploaded: int = 0
     attestations: int = 0
+    signed_by: str | None = None
 
     @property
     def reference(self) -> str | None:
@@ -83,6 +90,7 @@ class ImageBuilt:
             "layer_bytes": self.layer_bytes,
             "uploaded": self.uploaded,
             "attestations": self.attestations,
+            "signed_by": self.signed_by,
         }
 
 
@@ -146,18 +154,24 @@ def build_image(
     dry_run: bool = False,
     scratch: Path | None = None,
     progress: ProgressFactory | None = None,
+    signer: Signer | KeylessSigner | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ImageBuilt:
     """Build the node image of manifest ``digest`` from ``store`` and push it to ``dest``.
 
     The layer is written to a temporary file under ``scratch`` (default: the system's
     temporary folder), which needs room for the manifest's bytes, then streamed to the registry.
     ``dry_run``: check the manifest, that the store holds every blob and that the
-    registry answers; build and push nothing.
+    registry answers; build and push nothing. ``signer``: also sign the image itself, an in-toto
+    Statement whose subject is the image digest (:func:`~neuronbuild.attest.statement.
+    image_statement`, builder read from ``environ``), pushed as its referrer beside the build's
+    attestations, so cosign and policy-controller can verify the image at admission.
 
     Raises:
         UserError: no such manifest. StoreDataInvalid: the store lacks a blob or holds a corrupt
             one, or the manifest is hostile (exit code 2). StoreError: the store or the registry
-            failed or refused (exit code 3). NoRoom: ``scratch`` is full (exit code 3).
+            failed or refused, or (keyless) Sigstore did not sign (exit code 3). NoRoom:
+            ``scratch`` is full (exit code 3).
     """
     manifest = store.get_manifest(digest)
     files = manifest.files()
@@ -208,9 +222,24 @@ def build_image(
         raise StoreError(
             f"{dest.url}: the registry names the image {named}, its bytes hash to {image}"
         )
-    attested = push_attestations(
-        client, image, len(data), digest, store.get_attestations(digest), scratch
-    )
+    attestations = [(k, v, "manifest") for k, v in store.get_attestations(digest).items()]
+    signed_by = None
+    if signer is not None:
+        name = dest.by_digest(image).partition("@")[0]
+        told = image_statement(manifest, digest, image, name, builder_from_env(environ or {}))
+        keyid, envelope, signed_by = sign_told(told, signer)
+        attestations.append((keyid, envelope, "image"))
+    attested = push_attestations(client, image, len(data), digest, attestations, scratch)
     return ImageBuilt(
-        digest, dest, arch, len(files), total, image, layer.digest, layer.size, uploaded, attested
+        digest,
+        dest,
+        arch,
+        len(files),
+        total,
+        image,
+        layer.digest,
+        layer.size,
+        uploaded,
+        attested,
+        signed_by,
     )

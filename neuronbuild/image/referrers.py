@@ -1,5 +1,6 @@
 """A node image's attestations as OCI referrers: each signed statement of its neuronbuild
-manifest (``attestations/``, :mod:`neuronbuild.attest`) pushed as an artifact manifest whose
+manifest (``attestations/``, :mod:`neuronbuild.attest`), and the image's own (its in-toto subject
+the image digest, signed by ``neuronbuild image --key``), pushed as an artifact manifest whose
 ``subject`` is the image manifest (OCI distribution spec 1.1, "Listing Referrers").
 
 Each referrer is an image manifest with ``artifactType`` :data:`DSSE_MEDIA_TYPE` (a keyless
@@ -55,8 +56,17 @@ def artifact_type(attestation: bytes) -> str:
     return found if found in BUNDLE_MEDIA_TYPES else DSSE_MEDIA_TYPE
 
 
-def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest: str) -> bytes:
-    """The canonical bytes of the referrer manifest of one attestation of ``image``."""
+SUBJECT_ANNOTATION = "dev.neuronbuild.subject"
+"""What the attestation's in-toto subject is: ``image`` (the image itself, signed by ``neuronbuild
+image --key``: what cosign and policy-controller verify) or ``manifest`` (the build's, which
+names the neuronbuild manifest the image lays out)."""
+
+
+def referrer(
+    image: str, image_size: int, keyid: str, envelope: bytes, manifest: str, subject: str
+) -> bytes:
+    """The canonical bytes of the referrer manifest of one attestation of ``image``, whose
+    in-toto ``subject`` is the ``image`` or the ``manifest`` (:data:`SUBJECT_ANNOTATION`)."""
     kind = artifact_type(envelope)
     return canonical_json(
         {
@@ -76,7 +86,11 @@ def referrer(image: str, image_size: int, keyid: str, envelope: bytes, manifest:
                 }
             ],
             "subject": {"mediaType": MANIFEST_MEDIA_TYPE, "digest": image, "size": image_size},
-            "annotations": {KEYID_ANNOTATION: keyid, "dev.neuronbuild.manifest": manifest},
+            "annotations": {
+                KEYID_ANNOTATION: keyid,
+                "dev.neuronbuild.manifest": manifest,
+                SUBJECT_ANNOTATION: subject,
+            },
         }
     )
 
@@ -136,10 +150,11 @@ def push_attestations(
     image: str,
     image_size: int,
     manifest: str,
-    attestations: dict[str, bytes],
+    attestations: list[tuple[str, bytes, str]],
     scratch: Path | None = None,
 ) -> int:
-    """Push each of ``attestations`` (keyid -> envelope bytes) of neuronbuild manifest
+    """Push each of ``attestations`` ((keyid, envelope bytes, subject: ``image`` or
+    ``manifest``), :data:`SUBJECT_ANNOTATION`) of the node image of neuronbuild manifest
     ``manifest`` as a referrer of ``image`` (its manifest being ``image_size`` bytes), and index
     them where the registry does not. Returns how many were pushed.
 
@@ -154,11 +169,11 @@ def push_attestations(
         empty = Path(work) / "empty.json"
         empty.write_bytes(EMPTY)
         client.push_file(str(empty), sha256_digest(EMPTY), len(EMPTY))
-        for keyid, envelope in sorted(attestations.items()):
+        for keyid, envelope, about in sorted(attestations):
             path = Path(work) / "envelope.json"
             path.write_bytes(envelope)
             client.push_file(str(path), sha256_digest(envelope), len(envelope))
-            data = referrer(image, image_size, keyid, envelope, manifest)
+            data = referrer(image, image_size, keyid, envelope, manifest, about)
             digest = sha256_digest(data)
             _, subject = client.put_manifest(digest, data, MANIFEST_MEDIA_TYPE)
             indexes_itself = indexes_itself and subject
@@ -168,7 +183,7 @@ def push_attestations(
                     "digest": digest,
                     "size": len(data),
                     "artifactType": artifact_type(envelope),
-                    "annotations": {KEYID_ANNOTATION: keyid},
+                    "annotations": {KEYID_ANNOTATION: keyid, SUBJECT_ANNOTATION: about},
                 }
             )
     if not indexes_itself:

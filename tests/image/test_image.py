@@ -213,6 +213,88 @@ def test_attestations_travel_as_referrers_of_the_image_whose_digest_stays(
     assert len(index["manifests"]) == 1  # pushed again: listed once
 
 
+def dsse_verified(envelope: bytes, public_pem: bytes) -> dict[str, Any]:
+    """The Statement of a DSSE envelope whose one signature an Ed25519 ``public_pem`` verifies
+    over the pre-authentication encoding (DSSE ``protocol.md``), as cosign checks it: written
+    here from the spec, not with neuronbuild's reader."""
+    import base64
+
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    value = json.loads(envelope)
+    payload, kind = base64.b64decode(value["payload"]), value["payloadType"].encode()
+    pae = b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+    [signature] = value["signatures"]
+    load_pem_public_key(public_pem).verify(base64.b64decode(signature["sig"]), pae)  # type: ignore[call-arg, union-attr]
+    return dict(json.loads(payload))
+
+
+def test_the_image_signed_with_key_names_its_own_digest_as_the_in_toto_subject(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    """Issue 43 item 5: admission controllers (cosign verify-attestation, policy-controller) match
+    an attestation's subject against the image digest; the build's names the neuronbuild
+    manifest, so ``image --key`` signs the image itself."""
+    store, digest = built(tmp_path)
+    public = write_key(tmp_path / "ci.key")
+    assert neuronbuild("sign", digest, "--key", str(tmp_path / "ci.key"), "--cache", store.url)
+    to = f"oci+http://{reg.host}/nb/admitted:v1"
+    done = neuronbuild(
+        "image",
+        digest,
+        "--cache",
+        store.url,
+        "--to",
+        to,
+        "--key",
+        str(tmp_path / "ci.key"),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    image = report["image"]
+    assert report["attestations"] == 2 and report["signed_by"].startswith("key ")
+    index = json.loads(get(reg, f"nb/admitted/manifests/sha256-{image[7:]}", INDEX))
+    by_subject = {m["annotations"]["dev.neuronbuild.subject"]: m for m in index["manifests"]}
+    assert sorted(by_subject) == ["image", "manifest"]
+    referrer = json.loads(
+        get(reg, f"nb/admitted/manifests/{by_subject['image']['digest']}", ACCEPT)
+    )
+    assert referrer["subject"]["digest"] == image
+    envelope = get(reg, f"nb/admitted/blobs/{referrer['layers'][0]['digest']}")
+    told = dsse_verified(envelope, public.read_bytes())
+    assert told["subject"] == [{"name": f"{reg.host}/nb/admitted", "digest": {"sha256": image[7:]}}]
+    definition = told["predicate"]["buildDefinition"]
+    assert definition["buildType"] == "https://neuronbuild.dev/node-image/v1"
+    assert definition["resolvedDependencies"] == [
+        {"name": "claims", "digest": {"sha256": digest[7:]}}
+    ]
+    manifest_side = json.loads(
+        get(reg, f"nb/admitted/manifests/{by_subject['manifest']['digest']}", ACCEPT)
+    )
+    build = dsse_verified(
+        get(reg, f"nb/admitted/blobs/{manifest_side['layers'][0]['digest']}"), public.read_bytes()
+    )
+    assert build["subject"][0]["digest"] == {"sha256": digest[7:]}  # the build's: the manifest
+
+
+def test_a_bad_image_key_is_one_line_before_the_store_is_read(tmp_path: Path) -> None:
+    line = one_line(
+        neuronbuild(
+            "image",
+            "app/latest",
+            "--cache",
+            str(tmp_path / "none"),
+            "--to",
+            "oci://reg.example/nb",
+            "--key",
+            str(tmp_path / "missing.key"),
+        ),
+        2,
+    )
+    assert "--key" in line and "missing.key" in line
+
+
 def test_a_dry_run_checks_the_store_and_the_registry_and_pushes_nothing(
     reg: RegistryServer, tmp_path: Path
 ) -> None:

@@ -46,7 +46,11 @@ def test_attestations_pushed_at_once_each_end_in_the_referrers_index(
     def push(keyid: str) -> int:
         together.wait()
         return referrers.push_attestations(
-            client, image, 100, sha256_digest(b"neuronbuild manifest"), {keyid: envelopes[keyid]}
+            client,
+            image,
+            100,
+            sha256_digest(b"neuronbuild manifest"),
+            [(keyid, envelopes[keyid], "manifest")],
         )
 
     with ThreadPoolExecutor(len(envelopes)) as pool:
