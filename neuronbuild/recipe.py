@@ -298,6 +298,20 @@ def credential_args(tables: ArgTables | None = None) -> frozenset[str]:
     )
 
 
+def credential_hint(option: str) -> str:
+    """Where a credential option of vLLM (``api_key``, ``--api-key``, ``hf_token``) goes
+    instead: the environment variable vLLM reads for it (``VLLM_<DEST>``, from its own table of
+    variables), ``HF_TOKEN`` for huggingface_hub's; a phrase, e.g. "set VLLM_API_KEY in the
+    node's environment (vLLM reads it)"."""
+    dest = option.lstrip("-").replace("-", "_")
+    variable = f"VLLM_{dest.upper()}"
+    if variable in env_vars():
+        return f"set {variable} in the node's environment (vLLM reads it)"
+    if dest.startswith("hf_"):  # vLLM hands it to huggingface_hub, which reads HF_TOKEN
+        return "set HF_TOKEN where the model is fetched (huggingface_hub reads it)"
+    return "give it through the environment of the host that needs it"
+
+
 def _credential_errors(data: Mapping[str, Any], tables: ArgTables | None) -> list[RecipeError]:
     """A credential (:func:`credential_args`) at the top level or in ``serve:`` is refused (a
     value that names none, such as ``hf_token: true``, vLLM's "use the stored login", goes): a
@@ -315,14 +329,7 @@ def _credential_errors(data: Mapping[str, Any], tables: ArgTables | None) -> lis
         found += [(f"serve.{k}", k) for k in held(serve)]
     errors = []
     for where, key in found:
-        dest = str(key).replace("-", "_")
-        variable = f"VLLM_{dest.upper()}"
-        if variable in env_vars():
-            on_node = f"set {variable} in the node's environment (vLLM reads it)"
-        elif dest.startswith("hf_"):  # vLLM hands it to huggingface_hub, which reads HF_TOKEN
-            on_node = "set HF_TOKEN where the model is fetched (huggingface_hub reads it)"
-        else:
-            on_node = "give it through the environment of the host that needs it"
+        on_node = credential_hint(str(key))
         errors.append(
             RecipeError(
                 where,

@@ -11,6 +11,7 @@ from neuronbuild.engines.registry import engine_fields
 from neuronbuild.errors import NoRoom, StoreError, UserError
 from neuronbuild.human import count, size
 from neuronbuild.node.image_stamp import image_manifest_store
+from neuronbuild.recipe import credential_hint
 from neuronbuild.store.cas import Store
 from neuronbuild.store.moves import Moved
 from neuronbuild.store.names import MIN_PREFIX_HEX, Target
@@ -302,6 +303,12 @@ def serve(
         rollback=rollback,
     )
     echo_notes(prepared.notes)
+    for flag in prepared.credentials():
+        info(
+            f"warning: {flag} puts a credential on vLLM's command line, which every user of this "
+            f"node can read (ps): {credential_hint(flag)}; what serve prints shows it as ***",
+            err=True,
+        )
     for line in prepared.env_warnings:
         info(f"warning: {line}", err=True)
     for m in prepared.allowed:

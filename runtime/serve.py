@@ -92,13 +92,28 @@ class Prepared:
         removed = sorted(k for k in self.started_with if k not in self.env)
         return changed, removed
 
+    def credentials(self) -> list[str]:
+        """The credential options (:func:`~neuronbuild.recipe.credential_args`, e.g.
+        ``--api-key``) the operator gave vLLM on its command line, where every user of the node
+        reads them (``ps``); their values are masked in what ``serve`` prints."""
+        return [flag for flag, _ in _credential_values(self.argv)]
+
+    def shown_argv(self) -> list[str]:
+        """``argv`` as printed: each credential option's value replaced by ``***``."""
+        shown = list(self.argv)
+        for _, index in _credential_values(self.argv):
+            flag, eq, _ = shown[index].partition("=")
+            shown[index] = f"{flag}=***" if eq else "***"
+        return shown
+
     def command(self) -> str:
         """One shell command that, pasted into the shell ``serve`` was started from, runs vLLM
-        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV``."""
+        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV`` (a
+        credential option's value masked: :meth:`shown_argv`)."""
         changed, removed = self.env_changes()
         env = ["env", *(arg for name in removed for arg in ("-u", name))]
         env += [f"{k}={v}" for k, v in changed.items()]
-        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join([*env, *self.argv])}"
+        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join([*env, *self.shown_argv()])}"
 
     def to_json(self) -> dict[str, Any]:
         changed, removed = self.env_changes()
@@ -108,7 +123,7 @@ class Prepared:
             "n_files": self.files,
             "bytes": self.bytes,
             "cwd": str(self.cwd),
-            "argv": self.argv,
+            "argv": self.shown_argv(),
             "env": changed,
             "unset": removed,
             "command": self.command(),
@@ -117,6 +132,25 @@ class Prepared:
             "allowed_mismatches": [vars(m) for m in self.allowed],
             "notes": self.notes,
         }
+
+
+def _credential_values(argv: list[str]) -> list[tuple[str, int]]:
+    """Each credential option in ``argv`` (``--api-key X``, ``--api-key=X``, ``--api_key X``:
+    vLLM's parser takes either spelling) and the index of the item holding its value."""
+    from neuronbuild.recipe import credential_args
+
+    flags = {f"--{d}" for d in credential_args()} | {
+        f"--{d.replace('_', '-')}" for d in credential_args()
+    }
+    found = []
+    for i, item in enumerate(argv):
+        flag = item.partition("=")[0]
+        if flag in flags:
+            if "=" in item:
+                found.append((flag, i))
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                found.append((flag, i + 1))
+    return found
 
 
 RECIPE_FACTORS = ("schema", "engine", "target", "model", "revision", "engine_args", "toolchain")

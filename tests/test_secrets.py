@@ -13,7 +13,7 @@ import pytest
 from neuronbuild.errors import RecipeInvalid
 from neuronbuild.recipe import credential_args, parse_recipe
 from neuronbuild.ui.redact import redact
-from tests.lib.builders import cpu_recipe
+from tests.lib.builders import cpu_recipe, published_with_model
 from tests.lib.commands import neuronbuild_in_process, serve_without_vllm
 
 PASSWORD, SIGNATURE, TOKEN = "hunter2-planted", "SIGplanted0123", "hf_plantedTOKEN"
@@ -96,3 +96,44 @@ def test_a_secret_holding_a_slash_and_an_ascii_stream_are_redacted_too() -> None
     stream = WatchedStream(io.TextIOWrapper(raw, encoding="ascii"), "stdout")  # type: ignore[arg-type]
     stream.buffer.write(f"{STORE}\n".encode())
     assert PASSWORD.encode() not in raw.getvalue() and b"***@127.0.0.1:9" in raw.getvalue()
+
+
+@pytest.mark.parametrize("given", [["--api-key", TOKEN], [f"--api-key={TOKEN}"]])
+def test_an_api_key_given_to_serve_reaches_vllm_but_no_output(
+    given: list[str], tmp_path: Path
+) -> None:
+    """An operator's ``--api-key`` for vLLM is on its argv (vLLM reads it there) but masked in
+    the dry run's line, its JSON and the exec'd server's announcement, with a warning that names
+    VLLM_API_KEY (vLLM's own variable) instead."""
+    from tests.lib.commands import in_process
+
+    store, _ = published_with_model(tmp_path)
+    args = ["--ref", "tiny/latest", "--cache", store.url, "--vllm-cache-root", str(tmp_path / "r")]
+    for extra in ([], ["--json"]):
+        dry = serve_without_vllm(*args, *given, "--dry-run", *extra)
+        assert dry.returncode == 0, dry.stderr
+        assert TOKEN not in dry.stdout + dry.stderr
+        assert "--api-key" in dry.stdout and "***" in dry.stdout
+        assert "set VLLM_API_KEY in the node's environment" in dry.stderr
+    execs: list[list[str]] = []
+    done = in_process(["serve", *args, *given], exec_vllm=lambda p: execs.append(p.argv))
+    assert done.returncode == 0, done.stderr
+    assert TOKEN not in done.stdout + done.stderr
+    [argv] = execs
+    assert argv[-len(given) :] == given  # vLLM itself gets it
+
+
+def test_a_traceback_of_ours_is_redacted_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of neuronbuild's own (no exit code of its taxonomy) still prints the
+    interpreter's traceback and exits 1, through the stream that cuts credentials out."""
+    from neuronbuild.store import cas
+
+    def broken(self: object, url: str, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"a bug while opening {url}")
+
+    monkeypatch.setattr(cas.Store, "__init__", broken)
+    code, out, err = neuronbuild_in_process("ls", "--cache", STORE)
+    assert code == 1 and "Traceback" in err and "RuntimeError: a bug while opening" in err
+    assert PASSWORD not in out + err and "***@127.0.0.1:9" in err

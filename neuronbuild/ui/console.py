@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
@@ -172,8 +173,9 @@ def _outcome(command: click.Command, args: list[str]) -> tuple[int, bool]:
         return fail(stop_lines(exc), exc.exit_code), True
     except Exception as exc:
         code = exit_code(exc)
-        if code is None:
-            raise
+        if code is None:  # a fault of ours: the interpreter's traceback and exit code, but
+            traceback.print_exc()  # written here, through the stream that cuts credentials out
+            return 1, False
         return fail(message_lines(exc), code), False
     return 0, False
 

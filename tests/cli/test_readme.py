@@ -36,6 +36,7 @@ from neuronbuild.demo.server import free_port
 from neuronbuild.store.cas import Store
 from tests.cli.test_examples import SHELL_OPERATORS, problems
 from tests.conftest import RECIPES, REPO
+from tests.lib import planted
 
 README = REPO / "README.md"
 WALKTHROUGH_TITLE = "## From nothing to a serving node"
@@ -438,13 +439,16 @@ def test_the_option_check_catches_a_misspelt_option_in_a_block_a_span_and_the_ta
 @pytest.mark.slow
 def test_the_walkthrough_runs_with_the_cpu_double(tmp_path: Path) -> None:
     """Every command but the real server's, in order, with vLLM's CPU build replaced by the
-    test double (``tests/cpu_double``): seconds instead of minutes, on every CI run."""
+    test double (``tests/cpu_double``): seconds instead of minutes, on every CI run. The
+    walk-through's environment holds planted credentials (issue 43 item 7): none is in its
+    output or in any file it leaves (stores, manifests, attestations, logs, lay-outs)."""
     steps = [s for s in readme_steps() if not s.real_vllm_only]
     folder = tmp_path / "fresh"
     folder.mkdir()
-    env = clean_env(tmp_path / "home", PYTHONPATH=str(DOUBLE))
+    env = clean_env(tmp_path / "home", PYTHONPATH=str(DOUBLE), **planted.planted_env())
     run_walkthrough(steps, folder, env, timeout=300)
     assert_rolled_back(folder)
+    planted.assert_none_under(tmp_path)  # walkthrough.log, the stores, the home
 
 
 @pytest.mark.vllm

