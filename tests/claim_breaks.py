@@ -2373,6 +2373,89 @@ BREAKS += [
             "tests/attest/test_key_lifecycle.py::test_a_revoked_key_signs_nothing_and_its_builds_are_signed_again",
         ),
     ),
+    Break(
+        "the image's own attestation names the neuronbuild manifest, not the image",
+        (
+            (
+                "neuronbuild/attest/statement.py",
+                '        "subject": [{"name": name, "digest": {"sha256": hex_of(image)}}],',
+                '        "subject": [{"name": name, "digest": {"sha256": hex_of(digest)}}],',
+            ),
+        ),
+        (
+            "tests/image/test_image.py::test_the_image_signed_with_key_names_its_own_digest_as_the_in_toto_subject",
+        ),
+    ),
+    Break(
+        "image --key signs nothing",
+        (
+            (
+                "neuronbuild/image/build.py",
+                "    if signer is not None:",
+                "    if signer is not None and False:",
+            ),
+        ),
+        (
+            "tests/image/test_image.py::test_the_image_signed_with_key_names_its_own_digest_as_the_in_toto_subject",
+        ),
+    ),
+    Break(
+        "serve prints an --api-key given to vLLM",
+        (
+            (
+                "runtime/serve.py",
+                '{shlex.join([*env, *self.shown_argv()])}"',
+                '{shlex.join([*env, *self.argv])}"',
+            ),
+        ),
+        ("tests/test_secrets.py::test_an_api_key_given_to_serve_reaches_vllm_but_no_output",),
+    ),
+    Break(
+        "serve masks --api-key in vLLM's own argv too",
+        (
+            (
+                "runtime/serve.py",
+                "    argv = [sys.executable, \"-m\", API_SERVER, *serve_argv(recipe), *(serving_args or [])]",
+                "    argv = [sys.executable, \"-m\", API_SERVER, *serve_argv(recipe), *[a if 'api' not in a and 'PLANTED' not in a and 'hf_' not in a else '***' for a in (serving_args or [])]]",
+            ),
+        ),
+        ("tests/test_secrets.py::test_an_api_key_given_to_serve_reaches_vllm_but_no_output",),
+    ),
+    Break(
+        "a traceback of ours bypasses the redacting stream",
+        (
+            (
+                "neuronbuild/ui/console.py",
+                "            traceback.print_exc()  # written here",
+                "            raise  # written here",
+            ),
+        ),
+        ("tests/test_secrets.py::test_a_traceback_of_ours_is_redacted_too",),
+    ),
+    Break(
+        "any command prints the HF_TOKEN of its environment",
+        (
+            (
+                "neuronbuild/ui/redact.py",
+                "def redact(text: str) -> str:",
+                "def redact(text: str) -> str:\n    import os\n\n    return text + os.environ.get('HF_TOKEN', '')\n\n\ndef _unused(text: str) -> str:",
+            ),
+        ),
+        (
+            "tests/runtime/test_node_config.py::test_a_local_model_missing_on_the_node_names_the_folder_and_workdir_not_the_hub",
+        ),
+    ),
+    Break(
+        "verify --json keeps a Statement binding another recipe as a sound entry",
+        (
+            (
+                "neuronbuild/attest/inspect.py",
+                "        elif unbound is not None:",
+                "        elif unbound is not None and False:",
+            ),
+        ),
+        ("tests/attest/test_bindings.py::test_verify_json_marks_the_entry_that_binds_another_recipe",),
+    ),
 ]
 
 

@@ -10,7 +10,9 @@ from typing import Any
 from neuronbuild.attest.envelope import Attestation, read_attestation
 from neuronbuild.attest.keyless import certificate_identity, first_verifying
 from neuronbuild.attest.policy import Policy
+from neuronbuild.attest.statement import binding_problem
 from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.store.records import Manifest
 
 
 def _keyless_signer(attestation: Attestation, policy: Policy) -> str | None:
@@ -23,7 +25,10 @@ def _keyless_signer(attestation: Attestation, policy: Policy) -> str | None:
 
 
 def describe_attestations(
-    digest: str, attestations: Iterable[tuple[str, bytes]], policy: Policy | None = None
+    digest: str,
+    attestations: Iterable[tuple[str, bytes]],
+    policy: Policy | None = None,
+    bound: tuple[str, Manifest] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """``(entries, problems)`` for the attestations of manifest ``digest``.
 
@@ -34,8 +39,11 @@ def describe_attestations(
     signature and the policy still counts that key, :meth:`~.policy.Policy.unusable`; None
     without a policy: no key to check it with), ``subject``,
     ``predicate_type`` and ``predicate`` (None when unreadable) and ``problem`` (None when
-    sound). ``problems``: one line each for an unreadable attestation or one over another
-    manifest (the caller exits 2).
+    sound). ``problems``: one line each for an unreadable attestation, one over another
+    manifest, or, with ``bound`` (the ref read, ``<name>/<tag>``, and the manifest), one whose
+    Statement does not bind that manifest to that ref (:func:`~.statement.binding_problem`:
+    another recipe name, a predicate that is not the manifest's; under a ``policy`` its refusal
+    says so instead); the caller exits 2.
     """
     keys = [(s.name, k) for s in (policy.signers.values() if policy else ()) for k in s.keys]
     entries, problems = [], []
@@ -74,10 +82,18 @@ def describe_attestations(
             entry["signer"] = next((n for n, k in keys if k.keyid == by), None)
             if void is not None:  # a good signature the policy no longer counts
                 entry["problem"] = f"signed by {entry['signer']} with {void}"
+        unbound = None
+        if bound is not None:
+            unbound = binding_problem(attestation.subject_name, attestation.predicate, *bound)
         if attestation.subject != digest:
             entry["problem"] = (
                 f"attestation {keyid[:16]} of {digest} is over another manifest, "
                 f"{attestation.subject}"
             )
             problems.append(entry["problem"])
+        elif unbound is not None:
+            entry["problem"] = f"attestation {keyid[:16]} of {digest}: {unbound}"
+            entry["verified"] = False if entry["verified"] is not None else None
+            if policy is None:  # under one, its refusal names the binding: one line, not two
+                problems.append(entry["problem"])
     return entries, problems

@@ -81,11 +81,13 @@ def verify(
         remove_corrupt(store, report)
     report.problems += hollow_files(store.get_manifest(found.digest))
     attestations = list(store.get_attestations(found.digest).items())
-    entries, problems = describe_attestations(found.digest, attestations, trusted)
+    manifest = store.get_manifest(found.digest)
+    ref = found.ref_text or f"{manifest.name}/{found.digest}"
+    entries, problems = describe_attestations(
+        found.digest, attestations, trusted, (ref, manifest)
+    )
     report.problems += problems
     if trusted is not None:
-        manifest = store.get_manifest(found.digest)
-        ref = found.ref_text or f"{manifest.name}/{found.digest}"
         refusal = trusted.refusal(ref, found.digest, attestations, manifest=manifest)
         if refusal is not None:
             report.problems.append(refusal)

@@ -128,3 +128,25 @@ def test_a_signed_statement_that_describes_another_build_is_refused(
         assert "over a Statement that does not describe it (its recipe, units" in err, err
     store.put_attestation(digest, signer.public_key.keyid, sign_statement(told, signer))
     assert serve(fleet, "app/latest")[0] == 0
+
+
+def test_verify_json_marks_the_entry_that_binds_another_recipe(fleet: dict[str, Path]) -> None:
+    """Review of issue 43: ``verify --json`` printed the false predicate of a Statement binding
+    another recipe as a sound entry; with or without a policy, the entry names the binding, is
+    not verified, and verify exits 2."""
+    import json
+
+    store = Store(str(fleet["store"]))
+    ref = Path(store.layout.ref("app", "prod"))
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(store.layout.ref("other", "latest"), ref)
+    for policy in ((), ("--policy", str(fleet["policy"]))):
+        code, out, err = neuronbuild_in_process(
+            "verify", "app/prod", "--cache", str(fleet["store"]), *policy, "--json"
+        )
+        assert code == 2, (out, err)
+        [entry] = json.loads(out)["attestations"]
+        assert "binding it to recipe 'other', not app" in entry["problem"], entry
+        assert entry["verified"] is (False if policy else None), entry
+    code, out, _ = neuronbuild_in_process("verify", "other/latest", "--cache", str(fleet["store"]))
+    assert code == 0, out
