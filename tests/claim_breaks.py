@@ -2415,7 +2415,7 @@ BREAKS += [
         (
             (
                 "runtime/serve.py",
-                "    argv = [sys.executable, \"-m\", API_SERVER, *serve_argv(recipe), *(serving_args or [])]",
+                '    argv = [sys.executable, "-m", API_SERVER, *serve_argv(recipe), *(serving_args or [])]',
                 "    argv = [sys.executable, \"-m\", API_SERVER, *serve_argv(recipe), *[a if 'api' not in a and 'PLANTED' not in a and 'hf_' not in a else '***' for a in (serving_args or [])]]",
             ),
         ),
@@ -2454,7 +2454,9 @@ BREAKS += [
                 "        elif unbound is not None and False:",
             ),
         ),
-        ("tests/attest/test_bindings.py::test_verify_json_marks_the_entry_that_binds_another_recipe",),
+        (
+            "tests/attest/test_bindings.py::test_verify_json_marks_the_entry_that_binds_another_recipe",
+        ),
     ),
 ]
 

@@ -83,9 +83,7 @@ def verify(
     attestations = list(store.get_attestations(found.digest).items())
     manifest = store.get_manifest(found.digest)
     ref = found.ref_text or f"{manifest.name}/{found.digest}"
-    entries, problems = describe_attestations(
-        found.digest, attestations, trusted, (ref, manifest)
-    )
+    entries, problems = describe_attestations(found.digest, attestations, trusted, (ref, manifest))
     report.problems += problems
     if trusted is not None:
         refusal = trusted.refusal(ref, found.digest, attestations, manifest=manifest)
