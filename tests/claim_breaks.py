@@ -2458,6 +2458,32 @@ BREAKS += [
             "tests/attest/test_bindings.py::test_verify_json_marks_the_entry_that_binds_another_recipe",
         ),
     ),
+    Break(
+        "a keyless identity's expires is ignored",
+        (
+            (
+                "neuronbuild/attest/policy.py",
+                "                    if void := finding.void_at(logged, now):",
+                "                    if void := None:",
+            ),
+        ),
+        (
+            "tests/attest/test_keyless.py::test_revoking_an_identity_keeps_what_rekor_logged_before_it",
+        ),
+    ),
+    Break(
+        "a keyless identity's expires voids what was logged before it too",
+        (
+            (
+                "neuronbuild/attest/keyless.py",
+                "        if logged is not None and logged >= self.expires:",
+                "        if logged is not None:",
+            ),
+        ),
+        (
+            "tests/attest/test_keyless.py::test_revoking_an_identity_keeps_what_rekor_logged_before_it",
+        ),
+    ),
 ]
 
 

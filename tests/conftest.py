@@ -60,17 +60,6 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"${FAST_CASE_BUDGET}={budget!r}: give seconds, e.g. 20") from None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the real-vLLM cases for ``pytest -n 2 --dist loadgroup`` (``make unit``): a case that
-    uses the session's compiled demo runs on the worker that compiled it, every other case with
-    its module's (whose module-scoped builds it shares), so no compile is paid twice."""
-    for item in items:
-        if any(item.iter_markers("vllm")):
-            fixtures = getattr(item, "fixturenames", ())
-            group = "compiled_demo" if "compiled_demo" in fixtures else item.module.__name__  # type: ignore[attr-defined]
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Fail a fast-tier case whose call took longer than the budget (:data:`FAST_CASE_BUDGET`),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronbuild.attest.files import read_small_file
+from neuronbuild.attest.statement import iso_time
 from neuronbuild.errors import StoreDataInvalid, UserError
 
 if TYPE_CHECKING:
@@ -212,6 +213,23 @@ class KeylessIdentity:
     of :data:`CLAIMS` (``source_repository``, ...), as cosign's ``--certificate-github-*``
     flags require them: a reusable workflow's identity is the same whichever repository calls
     it, so these name the caller."""
+    expires: float | None = None
+    """From when (seconds since the epoch) a signature of this identity counts for nothing, by
+    the time Rekor logged it (:func:`logged_time`, a trusted time), or None: never. Set at a
+    compromise, it revokes what was signed after it and keeps every build signed before; a
+    signature stating no trusted time counts for nothing once this time has passed on the node."""
+
+    def void_at(self, logged: float | None, now: float) -> str | None:
+        """Why a signature of this identity logged at ``logged`` counts for nothing (the node's
+        clock at ``now`` where it states no trusted time), else None."""
+        if self.expires is None:
+            return None
+        until = iso_time(self.expires)
+        if logged is None and now >= self.expires:
+            return f"stating no trusted time, of an identity that expired {until} (expires)"
+        if logged is not None and logged >= self.expires:
+            return f"logged {iso_time(logged)}, after its identity expired {until} (expires)"
+        return None
 
     def name(self) -> str:
         """``identity <identity> (issuer <issuer>)``, then each required claim: how refusals

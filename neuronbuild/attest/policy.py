@@ -300,6 +300,9 @@ class Policy:
                     found.append(f"a Sigstore attestation by {who} {binding}")
                 else:
                     logged = logged_time(attestation.bundle)  # Rekor's: a trusted time
+                    if void := finding.void_at(logged, now):
+                        found.append(f"a Sigstore signature by {finding.name()}, {void}")
+                        continue
                     for signer in rule.signers:
                         if finding in signer.identities:
                             accepted.append((signer.name, logged))

@@ -82,7 +82,8 @@ workflow URI) holds: an identity written with them never matches (cosign's
 
 
 def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> KeylessIdentity:
-    """The keyless signer ``entry`` names (``identity``, ``issuer``, ``trusted_root``).
+    """The keyless signer ``entry`` names (``identity``, ``issuer``, ``trusted_root``, the
+    required certificate claims, and ``expires``: :attr:`~.keyless.KeylessIdentity.expires`).
 
     Raises:
         UserError: other fields, an identity or issuer that is not a non-empty string, an issuer
@@ -90,12 +91,13 @@ def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> Keyless
     """
     from neuronbuild.attest.keyless import trusted_root
 
-    if not set(entry) <= KEYLESS_FIELDS or not {"identity", "issuer"} <= set(entry):
+    if not set(entry) <= KEYLESS_FIELDS | {"expires"} or not {"identity", "issuer"} <= set(entry):
         raise UserError(
             f"{field}: a keyless signer is exactly {{identity: ID, issuer: URL}}, "
             "and trusted_root: PATH if not Sigstore's public-good instance, and at most "
-            f"{', '.join(CLAIMS)} besides"
+            f"expires, {', '.join(CLAIMS)} besides"
         )
+    expires = expiry(entry.get("expires"), f"{field}.expires")
     claims = tuple((name, entry[name]) for name in CLAIMS if name in entry)
     for name, value in claims:
         if not isinstance(value, str) or not value.strip() or PATTERN_CHARACTERS & set(value):
@@ -126,7 +128,7 @@ def keyless_identity(entry: dict[str, Any], folder: Path, field: str) -> Keyless
         trusted_root(path)  # read now: a bad root is the policy's error, not each serve's
     except UserError as exc:
         raise UserError(f"{field}.{exc}") from None
-    return KeylessIdentity(identity, issuer, path, claims)
+    return KeylessIdentity(identity, issuer, path, claims, expires)
 
 
 def trusted_key(entry: Any, folder: Path, field: str) -> TrustedKey | KeylessIdentity:

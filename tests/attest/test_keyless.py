@@ -559,3 +559,35 @@ def test_a_bundle_without_an_inclusion_promise_states_no_time(sigstore: Sigstore
     assert logged_time(bundle) is not None
     bundle.log_entry._inner.inclusion_promise = None  # as a bundle with a TSA timestamp instead
     assert logged_time(bundle) is None
+
+
+def test_revoking_an_identity_keeps_what_rekor_logged_before_it(
+    keyless: dict[str, Path], sigstore: SigstoreInstance
+) -> None:
+    """Issue 43 item 3: an identity's ``expires`` (set at a compromise) revokes the signatures
+    Rekor logged after it and keeps every build logged before, since Rekor's time is trusted;
+    a key's signatures state no trusted time, so a revoked key keeps nothing."""
+    from neuronbuild.attest.policy import load_policy
+
+    revoked_at = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+    keyless["policy"].write_text(
+        keyless["policy"]
+        .read_text()
+        .replace(
+            "        trusted_root: trusted_root.json\n",
+            "        trusted_root: trusted_root.json\n"
+            f"        expires: {revoked_at.strftime('%Y-%m-%dT%H:%M:%SZ')}\n",
+        )
+    )
+    policy = load_policy(keyless["policy"])
+    store = Store(str(keyless["store"]))
+    for logged, kept in ((revoked_at - dt.timedelta(days=2), True), (None, False)):
+        digest = attest(keyless, sigstore.bundle(payload(store), signed_at=logged))
+        attestations = list(store.get_attestations(digest).items())
+        manifest = store.get_manifest(digest)
+        line = policy.refusal("tiny/latest", digest, attestations, manifest=manifest)
+        if kept:
+            assert line is None, line
+        else:
+            assert line is not None and "\n" not in line, line
+            assert "after its identity expired " in line and "(expires)" in line, line
