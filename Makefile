@@ -61,8 +61,9 @@ unit: install
 		$(VENV)/bin/pytest -q -n 2 --dist worksteal -m "not vllm" --durations=30
 	log=$$(mktemp); \
 	$(VENV)/bin/pytest -q -m vllm --durations=0 $(VLLM_DEMO_TESTS) > $$log 2>&1 & demo=$$!; \
+	trap 'kill $$demo 2>/dev/null; rm -f $$log' EXIT; trap 'exit 130' INT TERM; \
 	$(VENV)/bin/pytest -q -m vllm --durations=0 $(addprefix --ignore=,$(VLLM_DEMO_TESTS)) tests; \
-	rest=$$?; wait $$demo; demo_rc=$$?; cat $$log; rm -f $$log; \
+	rest=$$?; wait $$demo; demo_rc=$$?; cat $$log; \
 	echo "vLLM tier: demo modules exit $$demo_rc, the rest exit $$rest"; \
 	test $$demo_rc -eq 0 -a $$rest -eq 0
 

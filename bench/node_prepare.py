@@ -14,7 +14,7 @@ an empty local tier, through the byte path of ``serve`` (``TieredStore.fill``, t
 
 Every run starts with the bytes in the page cache (they were just written), as a floor that
 reads them does too, and with no dirty page left to write back (``sync`` before each timing).
-Both floors are printed: the plain copy, and the copy fsynced per blob.
+Both floors are printed: sha256 with the plain copy, and with the copy fsynced per blob.
 """
 
 from __future__ import annotations
@@ -107,7 +107,6 @@ def main() -> None:
         total = args.blobs * size
         print(f"node prepare of {args.blobs} blobs, {total / 1e6:.0f} MB, {os.cpu_count()} cores:")
         print(f"  floor: sha256 {hashing:.2f} s + plain copy {copying:.2f} s = {floor:.2f} s")
-        print(f"  durable floor: sha256 + a copy fsynced per blob = {hashing + durable:.2f} s")
         print(f"  fresh node (fetch + verify + lay out): {fresh_s:.2f} s = {fresh_s / floor:.2f}x")
         print(
             f"    against sha256 + a durable copy (fsync each, as the local tier keeps blobs) "

@@ -298,17 +298,25 @@ def credential_args(tables: ArgTables | None = None) -> frozenset[str]:
     )
 
 
-def credential_hint(option: str) -> str:
-    """Where a credential option of vLLM (``api_key``, ``--api-key``, ``hf_token``) goes
-    instead: the environment variable vLLM reads for it (``VLLM_<DEST>``, from its own table of
-    variables), ``HF_TOKEN`` for huggingface_hub's; a phrase, e.g. "set VLLM_API_KEY in the
-    node's environment (vLLM reads it)"."""
+def credential_variable(option: str) -> str | None:
+    """The environment variable that holds a credential option of vLLM (``api_key``,
+    ``--api-key``, ``hf_token``) instead: ``VLLM_<DEST>`` where vLLM's own table of variables
+    has it, ``HF_TOKEN`` for a hub token (vLLM hands it to huggingface_hub, which reads that);
+    None where none is known."""
     dest = option.lstrip("-").replace("-", "_")
-    variable = f"VLLM_{dest.upper()}"
-    if variable in env_vars():
-        return f"set {variable} in the node's environment (vLLM reads it)"
-    if dest.startswith("hf_"):  # vLLM hands it to huggingface_hub, which reads HF_TOKEN
+    if f"VLLM_{dest.upper()}" in env_vars():
+        return f"VLLM_{dest.upper()}"
+    return "HF_TOKEN" if dest.startswith("hf_") else None
+
+
+def credential_hint(option: str) -> str:
+    """Where a credential option of vLLM goes instead (:func:`credential_variable`), as a phrase:
+    "set VLLM_API_KEY in the node's environment (vLLM reads it)"."""
+    variable = credential_variable(option)
+    if variable == "HF_TOKEN":
         return "set HF_TOKEN where the model is fetched (huggingface_hub reads it)"
+    if variable:
+        return f"set {variable} in the node's environment (vLLM reads it)"
     return "give it through the environment of the host that needs it"
 
 

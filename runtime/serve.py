@@ -29,7 +29,13 @@ from neuronbuild.node.additions import add_to_layout, node_builds
 from neuronbuild.node.materialize import lay_out, register
 from neuronbuild.node.mirrors import KEPT, Mirror, kept_mirror, mirrors_folder, run_mirror
 from neuronbuild.plan import Plan, build_plan
-from neuronbuild.recipe import Recipe, load_recipe, parse_recipe
+from neuronbuild.recipe import (
+    Recipe,
+    credential_args,
+    credential_variable,
+    load_recipe,
+    parse_recipe,
+)
 from neuronbuild.store.cas import LATEST, parse_ref
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.records import Manifest
@@ -37,6 +43,7 @@ from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch
 from .serve_checks import NodeView, run_checks
+from .serve_options import value_count
 
 if TYPE_CHECKING:
     from neuronbuild.attest.policy import Policy
@@ -98,22 +105,44 @@ class Prepared:
         reads them (``ps``); their values are masked in what ``serve`` prints."""
         return [flag for flag, _ in _credential_values(self.argv)]
 
+    def _masked(self) -> dict[int, str]:
+        """Index in ``argv`` -> what is printed for that credential value: ``$VARIABLE`` where
+        one value is given and vLLM (or huggingface_hub) reads it from a variable
+        (:func:`~neuronbuild.recipe.credential_variable`), else ``***``."""
+        masked = {}
+        for flag, indices in _credential_values(self.argv):
+            variable = credential_variable(flag)
+            for i in indices:
+                masked[i] = f"${variable}" if variable and len(indices) == 1 else "***"
+        return masked
+
     def shown_argv(self) -> list[str]:
-        """``argv`` as printed: each credential option's value replaced by ``***``."""
+        """``argv`` as printed: each credential value replaced by a reference to the variable
+        that holds it on the node (``$VLLM_API_KEY``) or ``***`` (:meth:`_masked`)."""
         shown = list(self.argv)
-        for _, index in _credential_values(self.argv):
-            flag, eq, _ = shown[index].partition("=")
-            shown[index] = f"{flag}=***" if eq else "***"
+        for i, text in self._masked().items():
+            flag, eq, _ = shown[i].partition("=")
+            shown[i] = f"{flag}={text}" if eq and flag.startswith("-") else text
         return shown
 
     def command(self) -> str:
         """One shell command that, pasted into the shell ``serve`` was started from, runs vLLM
-        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV`` (a
-        credential option's value masked: :meth:`shown_argv`)."""
+        exactly as ``serve`` would: ``cd CWD && env -u REMOVED... NAME=VALUE... ARGV``; a
+        credential value is the shell's ``"$VLLM_API_KEY"`` (so it runs where that variable holds
+        it) or ``'***'`` (to fill in) (:meth:`shown_argv`)."""
         changed, removed = self.env_changes()
         env = ["env", *(arg for name in removed for arg in ("-u", name))]
         env += [f"{k}={v}" for k, v in changed.items()]
-        return f"cd {shlex.quote(str(self.cwd))} && {shlex.join([*env, *self.shown_argv()])}"
+        masked = self._masked()
+        words = [shlex.quote(a) for a in env]
+        for i, shown in enumerate(self.shown_argv()):
+            if i in masked and masked[i].startswith("$"):
+                flag, eq, _ = shown.partition("=")
+                reference = f'"{masked[i]}"'
+                words.append(f"{flag}={reference}" if eq and flag.startswith("-") else reference)
+            else:
+                words.append(shlex.quote(shown))
+        return f"cd {shlex.quote(str(self.cwd))} && {' '.join(words)}"
 
     def to_json(self) -> dict[str, Any]:
         changed, removed = self.env_changes()
@@ -134,22 +163,21 @@ class Prepared:
         }
 
 
-def _credential_values(argv: list[str]) -> list[tuple[str, int]]:
-    """Each credential option in ``argv`` (``--api-key X``, ``--api-key=X``, ``--api_key X``:
-    vLLM's parser takes either spelling) and the index of the item holding its value."""
-    from neuronbuild.recipe import credential_args
+def _credential_values(argv: list[str]) -> list[tuple[str, list[int]]]:
+    """Each credential option of vLLM's server in ``argv`` (``--api-key K``, ``--api-key K1 K2``:
+    vLLM takes several, ``--api-key=K``), as it was spelled, and the indices of the items holding
+    its values (as :func:`~.serve_options.split_serve_args` counts them)."""
+    from neuronbuild.data.vllm_data import server_options
 
-    flags = {f"--{d}" for d in credential_args()} | {
-        f"--{d.replace('_', '-')}" for d in credential_args()
-    }
+    secret, options = credential_args(), server_options()
     found = []
-    for i, item in enumerate(argv):
-        flag = item.partition("=")[0]
-        if flag in flags:
-            if "=" in item:
-                found.append((flag, i))
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                found.append((flag, i + 1))
+    for i, token in enumerate(argv):
+        name = token.partition("=")[0]
+        option = options.get(name) or options.get(name.replace("_", "-"))
+        if option is None or option.dest not in secret:
+            continue
+        count = value_count(option, token, argv[i + 1 :])
+        found.append((name, [i] if "=" in token else list(range(i + 1, i + 1 + count))))
     return found
 
 

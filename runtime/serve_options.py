@@ -16,7 +16,7 @@ from neuronbuild.engines.arg_classes import KEYED_ARGS, OWN_FACTORS
 from neuronbuild.errors import UserError, did_you_mean
 
 
-def _values(option: ServerOption, token: str, rest: list[str]) -> int:
+def value_count(option: ServerOption, token: str, rest: list[str]) -> int:
     """How many of ``rest`` are values of ``option`` given as ``token``."""
     if "=" in token or option.nargs == "0":
         return 0
@@ -62,7 +62,7 @@ def split_serve_args(args: list[str], own: Mapping[str, bool]) -> tuple[list[str
                 f"{name}: {dest} is part of the unit key and fixed by the recipe; change the "
                 "recipe and compile it, then serve"
             )
-        count = _values(option, token, args[i + 1 :])
+        count = value_count(option, token, args[i + 1 :])
         passed += args[i : i + 1 + count]
         i += 1 + count
     return mine, passed

@@ -2404,8 +2404,8 @@ BREAKS += [
         (
             (
                 "runtime/serve.py",
-                '{shlex.join([*env, *self.shown_argv()])}"',
-                '{shlex.join([*env, *self.argv])}"',
+                "        for i, text in self._masked().items():",
+                "        for i, text in {}.items():",
             ),
         ),
         ("tests/test_secrets.py::test_an_api_key_given_to_serve_reaches_vllm_but_no_output",),

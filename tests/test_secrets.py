@@ -98,23 +98,33 @@ def test_a_secret_holding_a_slash_and_an_ascii_stream_are_redacted_too() -> None
     assert PASSWORD.encode() not in raw.getvalue() and b"***@127.0.0.1:9" in raw.getvalue()
 
 
-@pytest.mark.parametrize("given", [["--api-key", TOKEN], [f"--api-key={TOKEN}"]])
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        (["--api-key", TOKEN], '--api-key "$VLLM_API_KEY"'),
+        ([f"--api-key={TOKEN}"], '--api-key="$VLLM_API_KEY"'),
+        (["--api-key", TOKEN, f"{TOKEN}-2"], "--api-key '***' '***'"),
+    ],
+)
 def test_an_api_key_given_to_serve_reaches_vllm_but_no_output(
-    given: list[str], tmp_path: Path
+    given: list[str], shown: str, tmp_path: Path
 ) -> None:
     """An operator's ``--api-key`` for vLLM is on its argv (vLLM reads it there) but masked in
     the dry run's line, its JSON and the exec'd server's announcement, with a warning that names
-    VLLM_API_KEY (vLLM's own variable) instead."""
+    VLLM_API_KEY (vLLM's own variable) instead; the pasteable line reads that variable (vLLM
+    takes several keys: then each is ``***``, to fill in)."""
     from tests.lib.commands import in_process
 
     store, _ = published_with_model(tmp_path)
     args = ["--ref", "tiny/latest", "--cache", store.url, "--vllm-cache-root", str(tmp_path / "r")]
-    for extra in ([], ["--json"]):
-        dry = serve_without_vllm(*args, *given, "--dry-run", *extra)
-        assert dry.returncode == 0, dry.stderr
-        assert TOKEN not in dry.stdout + dry.stderr
-        assert "--api-key" in dry.stdout and "***" in dry.stdout
-        assert "set VLLM_API_KEY in the node's environment" in dry.stderr
+    dry = serve_without_vllm(*args, *given, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert TOKEN not in dry.stdout + dry.stderr
+    assert dry.stdout.rstrip().endswith(shown), dry.stdout
+    assert "set VLLM_API_KEY in the node's environment" in dry.stderr
+    as_json = serve_without_vllm(*args, *given, "--dry-run", "--json")
+    assert TOKEN not in as_json.stdout + as_json.stderr
+    assert json.loads(as_json.stdout)["command"].endswith(shown)
     execs: list[list[str]] = []
     done = in_process(["serve", *args, *given], exec_vllm=lambda p: execs.append(p.argv))
     assert done.returncode == 0, done.stderr

@@ -8,19 +8,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from neuronbuild.attest.envelope import Attestation, read_attestation
-from neuronbuild.attest.keyless import certificate_identity, first_verifying
+from neuronbuild.attest.keyless import certificate_identity, first_verifying, logged_time
 from neuronbuild.attest.policy import Policy
 from neuronbuild.attest.statement import binding_problem
 from neuronbuild.errors import StoreDataInvalid
 from neuronbuild.store.records import Manifest
 
 
-def _keyless_signer(attestation: Attestation, policy: Policy) -> str | None:
-    """The name of the policy signer one of whose keyless identities verifies
-    ``attestation``'s bundle, else None."""
+def _keyless_signer(attestation: Attestation, policy: Policy) -> tuple[str, str | None] | None:
+    """``(name, void)`` of the policy signer one of whose keyless identities verifies
+    ``attestation``'s bundle (``void``: why that identity's ``expires`` voids it,
+    :meth:`~.keyless.KeylessIdentity.void_at`, else None), or None."""
     for signer in policy.signers.values():
-        if first_verifying(attestation.bundle, list(signer.identities))[0] is not None:
-            return signer.name
+        identity = first_verifying(attestation.bundle, list(signer.identities))[0]
+        if identity is not None:
+            return signer.name, identity.void_at(logged_time(attestation.bundle), time.time())
     return None
 
 
@@ -42,8 +44,8 @@ def describe_attestations(
     sound). ``problems``: one line each for an unreadable attestation, one over another
     manifest, or, with ``bound`` (the ref read, ``<name>/<tag>``, and the manifest), one whose
     Statement does not bind that manifest to that ref (:func:`~.statement.binding_problem`:
-    another recipe name, a predicate that is not the manifest's; under a ``policy`` its refusal
-    says so instead); the caller exits 2.
+    another recipe name, a predicate that is not the manifest's), even where another
+    attestation satisfies the policy; the caller exits 2.
     """
     keys = [(s.name, k) for s in (policy.signers.values() if policy else ()) for k in s.keys]
     entries, problems = [], []
@@ -73,8 +75,10 @@ def describe_attestations(
         if attestation.bundle is not None:
             entry["identity"] = "{} (issuer {})".format(*certificate_identity(attestation.bundle))
             if policy is not None:
-                entry["signer"] = _keyless_signer(attestation, policy)
-                entry["verified"] = entry["signer"] is not None
+                signer, void = _keyless_signer(attestation, policy) or (None, None)
+                entry["signer"], entry["verified"] = signer, signer is not None and void is None
+                if void is not None:  # a good signature the policy no longer counts
+                    entry["problem"] = f"signed by {signer}, {void}"
         elif policy is not None:
             by = attestation.verified_by([k for _, k in keys])
             void = policy.unusable(by, time.time()) if by is not None else None
@@ -94,6 +98,5 @@ def describe_attestations(
         elif unbound is not None:
             entry["problem"] = f"attestation {keyid[:16]} of {digest}: {unbound}"
             entry["verified"] = False if entry["verified"] is not None else None
-            if policy is None:  # under one, its refusal names the binding: one line, not two
-                problems.append(entry["problem"])
+            problems.append(entry["problem"])
     return entries, problems

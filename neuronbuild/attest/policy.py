@@ -28,8 +28,9 @@ The file (YAML), paths relative to its own folder::
       precompile-cache: [nodes]
     revoked: [9a0b...]          # optional: keyids whose signatures count for nothing
 
-A rule may also carry ``threshold: N`` (N of its signers, by name, must each have signed) and a
-key entry ``expires: DATE`` (:mod:`.trusted_keys`).
+A rule may also carry ``threshold: N`` (N of its signers, by name, must each have signed), and a
+key or keyless entry ``expires: DATE`` (:mod:`.trusted_keys`; a keyless one by Rekor's logged
+time, keeping what was signed before).
 
 A key is a PEM public key file, or a mapping of that ``file`` with its fingerprint (``keyid``,
 securesystemslib's, :mod:`neuronbuild.attest.keys`) or the AWS KMS key that holds its private

@@ -49,7 +49,8 @@ def sign_told(told: dict[str, Any], signer: Signer | KeylessSigner) -> tuple[str
     :func:`~neuronbuild.attest.keyless.keyless_name`.
 
     Raises:
-        StoreError: (keyless) Sigstore did not sign.
+        StoreError: (keyless) Sigstore did not sign. UserError: (keyless) no OIDC identity
+            token, or it expired while signing.
     """
     if isinstance(signer, KeylessSigner):
         return signer.sign(told)

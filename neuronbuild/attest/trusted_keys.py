@@ -22,7 +22,8 @@ Each entry is one of:
   ``https://github.com/ORG/REPO/.github/workflows/build.yml@refs/heads/main``) and OIDC issuer
   (``https://token.actions.githubusercontent.com``) Fulcio certified, checked offline against
   the trusted root in that file, else Sigstore's public-good root as the installed sigstore
-  release ships it.
+  release ships it. ``expires: DATE`` on it voids the signatures Rekor logged from then on and
+  keeps those logged before (Rekor's time is trusted; a key's signature states none).
 
 A keyid or an ARN alone is refused: a fingerprint cannot check a signature, and fetching the
 key at verification time would make every node depend on KMS.

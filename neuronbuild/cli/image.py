@@ -34,8 +34,8 @@ from neuronbuild.ui.options import cache_option, dry_run_option, json_option
     "key_ref",
     metavar="KEY_REF",
     help="Also sign the image itself: an in-toto Statement whose subject is the image digest "
-    "(what cosign verify-attestation and sigstore policy-controller check at admission), pushed "
-    "as its referrer. KEY_REF as for `neuronbuild sign`: file:PATH or PATH, awskms:ARN, sigstore:.",
+    "(what admission controllers match), signed before the upload and pushed as its referrer. "
+    "KEY_REF as for `neuronbuild sign`: file:PATH or PATH, awskms:ARN, sigstore:.",
 )
 @dry_run_option("check the manifest, its blobs in the store and that the registry answers")
 @json_option()

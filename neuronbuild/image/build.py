@@ -164,14 +164,16 @@ def build_image(
     ``dry_run``: check the manifest, that the store holds every blob and that the
     registry answers; build and push nothing. ``signer``: also sign the image itself, an in-toto
     Statement whose subject is the image digest (:func:`~neuronbuild.attest.statement.
-    image_statement`, builder read from ``environ``), pushed as its referrer beside the build's
-    attestations, so cosign and policy-controller can verify the image at admission.
+    image_statement`, builder read from ``environ``), signed before any upload and pushed as its
+    referrer beside the build's attestations, for admission controllers that match an
+    attestation's subject to the image digest.
 
     Raises:
         UserError: no such manifest. StoreDataInvalid: the store lacks a blob or holds a corrupt
             one, or the manifest is hostile (exit code 2). StoreError: the store or the registry
             failed or refused, or (keyless) Sigstore did not sign (exit code 3). NoRoom:
-            ``scratch`` is full (exit code 3).
+            ``scratch`` is full (exit code 3). UserError: (keyless) no OIDC identity token, or
+            it expired while signing (exit code 2).
     """
     manifest = store.get_manifest(digest)
     files = manifest.files()
@@ -209,26 +211,28 @@ def build_image(
                 bar = None
             config = image_config(digest, layer.digest, arch)
             (folder / "config.json").write_bytes(config)
+            data = image_manifest(digest, config, layer.digest, layer.size)
+            image = sha256_digest(data)
+            attestations = [(k, v, "manifest") for k, v in store.get_attestations(digest).items()]
+            signed_by = None
+            if signer is not None:  # before the upload: a signer that fails costs no upload
+                name = dest.by_digest(image).partition("@")[0]
+                told = image_statement(
+                    manifest, digest, image, name, builder_from_env(environ or {})
+                )
+                keyid, envelope, signed_by = sign_told(told, signer)
+                attestations.append((keyid, envelope, "image"))
             uploaded = int(client.push_file(str(layer_path), layer.digest, layer.size))
             config_path = str(folder / "config.json")
             uploaded += client.push_file(config_path, sha256_digest(config), len(config))
     finally:
         if bar:
             bar.close()
-    data = image_manifest(digest, config, layer.digest, layer.size)
-    image = sha256_digest(data)
     named, _ = client.put_manifest(dest.tag or image, data, MANIFEST_MEDIA_TYPE)
     if named and named != image:
         raise StoreError(
             f"{dest.url}: the registry names the image {named}, its bytes hash to {image}"
         )
-    attestations = [(k, v, "manifest") for k, v in store.get_attestations(digest).items()]
-    signed_by = None
-    if signer is not None:
-        name = dest.by_digest(image).partition("@")[0]
-        told = image_statement(manifest, digest, image, name, builder_from_env(environ or {}))
-        keyid, envelope, signed_by = sign_told(told, signer)
-        attestations.append((keyid, envelope, "image"))
     attested = push_attestations(client, image, len(data), digest, attestations, scratch)
     return ImageBuilt(
         digest,

@@ -581,7 +581,8 @@ def test_revoking_an_identity_keeps_what_rekor_logged_before_it(
     )
     policy = load_policy(keyless["policy"])
     store = Store(str(keyless["store"]))
-    for logged, kept in ((revoked_at - dt.timedelta(days=2), True), (None, False)):
+    a_minute_ago = None  # the instance's default: Rekor logs it a minute before now
+    for logged, kept in ((revoked_at - dt.timedelta(days=2), True), (a_minute_ago, False)):
         digest = attest(keyless, sigstore.bundle(payload(store), signed_at=logged))
         attestations = list(store.get_attestations(digest).items())
         manifest = store.get_manifest(digest)
@@ -591,3 +592,14 @@ def test_revoking_an_identity_keeps_what_rekor_logged_before_it(
         else:
             assert line is not None and "\n" not in line, line
             assert "after its identity expired " in line and "(expires)" in line, line
+        code, out, _ = neuronbuild_in_process(
+            "verify", "tiny/latest", "--cache", str(keyless["store"]),
+            "--policy", str(keyless["policy"]), "--json",
+        )  # fmt: skip
+        [entry] = json.loads(out)["attestations"]
+        assert (code, entry["verified"]) == ((0, True) if kept else (2, False)), (code, entry)
+    [identity] = policy.signers["ci"].identities
+    now, expires = revoked_at.timestamp() + 1, revoked_at.timestamp()
+    assert identity.void_at(None, now) is not None  # no trusted time, past expires: void
+    assert identity.void_at(None, expires - 1) is None  # not yet
+    assert identity.void_at(expires - 1, now) is None  # logged before: kept
