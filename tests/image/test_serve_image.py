@@ -37,6 +37,15 @@ def image_of(reg: RegistryServer, store: Store, digest: str, mount: Path, repo: 
     unpack(pulled(reg, repo, built.image)["layer"], mount)
 
 
+def mounted(reg: RegistryServer, tmp_path: Path) -> tuple[Store, str, Path]:
+    """A store holding one build, and that build's image unpacked at ``tmp_path/mount``: the
+    store, the manifest digest and the mount."""
+    store = Store(str(tmp_path / "store"), create=True)
+    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
+    image_of(reg, store, digest, tmp_path / "mount", "nb/claims")
+    return store, digest, tmp_path / "mount"
+
+
 def serve(store: Store, digest: str, mount: Path, *more: str) -> object:
     args = ("serve", "--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(mount))
     return in_mounts(read_only_bind(mount), *args, *more)
@@ -60,10 +69,7 @@ def files_under(folder: Path) -> list[tuple[str, int, int]]:
 def test_serve_runs_from_the_images_read_only_mount_fetching_and_writing_nothing(
     reg: RegistryServer, tmp_path: Path, how: tuple[str, ...]
 ) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
-    mount = tmp_path / "mount"
-    image_of(reg, store, digest, mount, "nb/claims")
+    store, digest, mount = mounted(reg, tmp_path)
     before = files_under(mount)
     tier = tmp_path / "tier"  # a local tier in front of the store: a lay-out would fill it
     result = in_mounts(
@@ -103,10 +109,7 @@ def test_an_image_of_another_manifest_is_one_line_naming_both(
 def test_a_damaged_image_is_one_line_exit_2(
     reg: RegistryServer, tmp_path: Path, damage: str
 ) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
-    mount = tmp_path / "mount"
-    image_of(reg, store, digest, mount, "nb/claims")
+    store, digest, mount = mounted(reg, tmp_path)
     target = mount / MODEL_FILE
     if damage == "missing":
         target.unlink()
@@ -139,10 +142,7 @@ def test_a_forged_image_of_the_stamps_sizes_and_times_is_refused_at_its_first_st
     reg: RegistryServer, tmp_path: Path, how: tuple[str, ...]
 ) -> None:
     """Issue 43 item 5: the first start on a node hashes the image's files, deep or not."""
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
-    mount = tmp_path / "mount"
-    image_of(reg, store, digest, mount, "nb/claims")
+    store, digest, mount = mounted(reg, tmp_path)
     forge(mount / MODEL_FILE)
     line = one_line(serve(store, digest, mount, *how))
     assert f"{MODEL_FILE} does not hash to" in line and "damaged or forged" in line, line
@@ -155,10 +155,7 @@ def test_a_repeat_start_trusts_the_nodes_record_until_a_file_changes(
     outside the mount; a start while they hold hashes nothing, and a file written since (its
     mtime set back: its ctime cannot be) is hashed again and refused."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "node-cache"))
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
-    mount = tmp_path / "mount"
-    image_of(reg, store, digest, mount, "nb/claims")
+    store, digest, mount = mounted(reg, tmp_path)
     assert serve(store, digest, mount, "--dry-run").returncode == 0  # type: ignore[attr-defined]
     record = checked_path(mount, digest)
     assert set(json.loads(record.read_text())) == {
@@ -177,10 +174,7 @@ def test_a_pod_with_the_image_volume_alone_serves_it_by_digest(
     """Issue 46 item 5: no store at all (an air-gapped pod): the image carries its manifest,
     checked against the digest the operator names; a prefix resolves too. A manifest the image
     does not hold is still refused in one line."""
-    store = Store(str(tmp_path / "store"), create=True)
-    digest = publish_build(store, small_recipe(tmp_path), tmp_path, "a")
-    mount = tmp_path / "mount"
-    image_of(reg, store, digest, mount, "nb/claims")
+    _, digest, mount = mounted(reg, tmp_path)
     gone = tmp_path / "no-store"
     for named in (digest, digest[:19]):
         args = ("serve", "--manifest", named, "--cache", str(gone), "--vllm-cache-root", str(mount))
