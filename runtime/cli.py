@@ -211,8 +211,8 @@ def node_tiers(
     multiple=True,
     metavar="NAME",
     help="Serve although this node differs from the build in NAME (a distribution, target, "
-    f"{''.join(f'{k}, ' for k in engine_fields())}model_files); repeatable. For operators who "
-    "know the artifacts still run.",
+    f"{''.join(f'{k}, ' for k in engine_fields())}model_files, weights); repeatable. For "
+    "operators who know the artifacts still run.",
 )
 @dry_run_option(
     "check the manifest, the node and every blob's presence, print the vLLM command, start nothing"
@@ -323,9 +323,10 @@ def serve(
         else:
             echo_command(prepared, dry_run)
         return
+    weights = "" if prepared.weights is None else f", {count(prepared.weights, 'weight file')}"
     info(
-        f"neuronbuild: serving {prepared.manifest} ({count(prepared.files, 'file')} verified) from "
-        f"{prepared.cache_root}; compilation is disabled",
+        f"neuronbuild: serving {prepared.manifest} ({count(prepared.files, 'file')}{weights} "
+        f"verified) from {prepared.cache_root}; compilation is disabled",
         err=True,
     )
     exec_vllm(prepared)

@@ -32,8 +32,9 @@ NOT_INSTALLED = "(not installed)"
 def mismatch_names() -> tuple[str, ...]:
     """What ``--allow-mismatch`` takes besides the recipe's pinned distributions (module
     docstring): ``target``, every engine's own recipe keys (the registry rows' ``fields``, each
-    a unit factor naming the machine: ``cpu_isa``), ``model_files``."""
-    return ("target", *engine_fields(), "model_files")
+    a unit factor naming the machine: ``cpu_isa``), ``model_files``, ``weights`` (checked by
+    :mod:`.serve_checks`)."""
+    return ("target", *engine_fields(), "model_files", "weights")
 
 
 @dataclass(frozen=True)

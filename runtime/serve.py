@@ -90,6 +90,8 @@ class Prepared:
     mirror: Mirror | None = None
     addition: str | None = None
     """The addition laid out beside the manifest's files (:mod:`neuronbuild.node.additions`)."""
+    weights: int | None = None
+    """The model's weight files checked by content against the build (None: it records none)."""
     recipe: Recipe | None = None
     """The recipe served (the file's, else the manifest's own)."""
 
@@ -158,6 +160,7 @@ class Prepared:
             "command": self.command(),
             "laid_out": self.laid_out,
             "addition": self.addition,
+            "weights": self.weights,
             "allowed_mismatches": [vars(m) for m in self.allowed],
             "notes": self.notes,
         }
@@ -482,6 +485,7 @@ def prepare(
         laid_out=ready,
         mirror=mirror,
         addition=added,
+        weights=view.weights,
         recipe=recipe,
     )
 

@@ -6,7 +6,8 @@ raises (a one-line error, or a table for a node that differs from the build) or 
 found for the checks after it and for ``prepare``: the node differences the operator allowed,
 whether the layout root is a node image, whether the lay-out is already there, whether blobs must
 be fetched. The order is the order a user would fix things in: the node as built (versions,
-target, instruction set), the model, where the lay-out goes, the local tier, the address.
+target, instruction set), the model and its weights, where the lay-out goes, the local tier, the
+address.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from pathlib import Path
 
 from neuronbuild import envs
 from neuronbuild.engines.base import Engine
+from neuronbuild.errors import UserError
+from neuronbuild.human import count
 from neuronbuild.model_files import check_model_present
 from neuronbuild.node.image_stamp import check_image
 from neuronbuild.node.materialize import check_apart, laid_out
+from neuronbuild.node.weights import model_folder, weight_differences
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
@@ -36,7 +40,8 @@ class NodeView:
     ``tiers``; ``cwd`` (where a relative model folder resolves); ``environ`` (the environment
     ``serve`` started in); ``root`` (the layout root) and whether the user gave it
     (``root_given``); vLLM's ``argv``; and the options ``deep``, ``allow_mismatch`` and
-    ``check_address``. Found: ``allowed`` (the node differences allowed), ``image`` (the root
+    ``check_address``. Found: ``allowed`` (the node differences allowed), ``weights`` (the
+    weight files checked by content; None: the build records none), ``image`` (the root
     holds a node image of this manifest), ``ready`` (it holds the lay-out), ``missing`` (the
     local tier lacks blobs a remote tier holds)."""
 
@@ -54,6 +59,7 @@ class NodeView:
     allow_mismatch: tuple[str, ...] = ()
     check_address: bool = True
     allowed: list[Mismatch] = field(default_factory=list)
+    weights: int | None = None
     image: bool = False
     ready: bool = False
     missing: bool = False
@@ -73,6 +79,30 @@ def model_here(view: NodeView) -> None:
     from_folder = any("model_files" in unit.factors for unit in view.manifest.units)
     revision = view.recipe.engine_args.get("revision")
     check_model_present(view.recipe.model, revision, view.cwd, built_from_folder=from_folder)
+
+
+def weights_as_built(view: NodeView) -> None:
+    """The model's weight files on this node are the build's, by content, where its manifest
+    records them (:func:`~neuronbuild.node.weights.weight_differences`: hashed once, then trusted
+    by this node's record while each file keeps its stat; ``deep`` re-hashes them); records
+    ``weights`` (the files checked). A difference is refused in one line naming the file, or,
+    under ``--allow-mismatch weights``, recorded as allowed."""
+    built = view.manifest.weights
+    folder = model_folder(view.recipe.model, view.recipe.engine_args.get("revision"), view.cwd)
+    if built is None or folder is None:  # model_here has refused a model that is not here
+        return
+    differences = weight_differences(built, folder, fresh=view.deep)
+    view.weights = len(built)
+    if differences and "weights" in view.allow_mismatch:
+        view.allowed += [Mismatch("weights", f"{d.name} {d.built}", d.here) for d in differences]
+    elif differences:
+        more = len(differences) - 1
+        also = f" (and {count(more, 'other file')})" if more else ""
+        raise UserError(
+            f"model {view.recipe.model}: weight file {differences[0].line()}{also}, in "
+            f"{folder}; put the build's weights there, or pass --allow-mismatch weights to "
+            "serve these"
+        )
 
 
 def root_apart(view: NodeView) -> None:
@@ -115,6 +145,7 @@ def address_free(view: NodeView) -> None:
 CHECKS: tuple[Callable[[NodeView], None], ...] = (
     node_as_built,
     model_here,
+    weights_as_built,
     root_apart,
     root_usable,
     local_tier_writable,

@@ -2497,6 +2497,53 @@ BREAKS += [
             "tests/attest/test_keyless.py::test_revoking_an_identity_keeps_what_rekor_logged_before_it",
         ),
     ),
+    Break(
+        "serve skips the weights check",
+        (("runtime/serve_checks.py", "    weights_as_built,\n", ""),),
+        (
+            "tests/runtime/test_serve_weights.py::test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file",
+        ),
+    ),
+    Break(
+        "the weights record is trusted on size alone",
+        (
+            (
+                "neuronbuild/node/weights.py",
+                "known[:5] == stats[name]",
+                "known[2] == stats[name][2]",
+            ),
+        ),
+        (
+            "tests/runtime/test_serve_weights.py::"
+            "test_a_repeat_hashes_nothing_until_a_file_changes_even_with_its_size_and_mtime_kept",
+        ),
+    ),
+    Break(
+        "a seal records no weights",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                'recorded_weights(recipe.model, recipe.engine_args.get("revision"), recipe.workdir)',
+                "None",
+            ),
+        ),
+        (
+            "tests/runtime/test_serve_weights.py::test_a_node_with_the_builds_weights_serves_and_says_it_checked_them",
+        ),
+    ),
+    Break(
+        "a weight file on the node but not in the build is served",
+        (
+            (
+                "neuronbuild/node/weights.py",
+                "for name in sorted(set(want) | set(here))",
+                "for name in sorted(want)",
+            ),
+        ),
+        (
+            "tests/runtime/test_serve_weights.py::test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file",
+        ),
+    ),
 ]
 
 

@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from neuronbuild.cli.common import load_or_exit, warn, warn_removed_env
 from neuronbuild.errors import RecipeInvalid, StoreError, UnitsFailed, UserError
 from neuronbuild.human import count, duration, format_table
+from neuronbuild.node.weights import weights_line
 from neuronbuild.plan import Plan, build_plan
 from neuronbuild.recipe import load_recipe
 from neuronbuild.ui.console import echo_json
@@ -406,6 +407,8 @@ def compile_(
                 click.echo(line)
             if report.manifest and report.ref:
                 click.echo(f"sealed {report.manifest} in {store.url}")
+                model = next(r.model for r in recipes if r.name == report.name)
+                click.echo(weights_line(model, report.weights))
                 for s in (s for s in signed if s.manifest == report.manifest):
                     click.echo(s.line())
                 click.echo(moves.Moved(report.ref, report.previous, report.manifest).line())
@@ -497,8 +500,10 @@ def seal(
                 f"MISSING {m.recipe} {key_text(m.key)} ({m.label}): {m.why}; re-run {owner}",
                 err=True,
             )
+        models = {r.name: r.model for r in recipes}
         for sealed in report.sealed:
             click.echo(f"sealed {sealed['manifest']} in {store.url}")
+            click.echo(weights_line(models[sealed["name"]], sealed["weights"]))
             for s in (s for s in signed if s.manifest == sealed["manifest"]):
                 click.echo(s.line())
             click.echo(

@@ -34,6 +34,7 @@ from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.graph import CompileUnit
 from neuronbuild.human import format_table
 from neuronbuild.model_files import check_model_present
+from neuronbuild.node.weights import weights_summary
 from neuronbuild.notices import retrying
 from neuronbuild.orchestrate.costs import PlannedUnit, record_timings
 from neuronbuild.orchestrate.events import CANCELLED, ObserverFactory, silent
@@ -531,9 +532,14 @@ def compile_recipes(
                 )
         report.seconds = time.monotonic() - start
     sealing = [run for run in runs if shard is None and not run.report.failed]
+    reports = {run.recipe.name: run.report for run in sealing}
+
+    def recorded(name: str, weights: tuple[FileRecord, ...] | None) -> None:
+        reports[name].weights = weights_summary(weights)
+
     try:
         moves = seal_all(
-            [(run.plan, run.records) for run in sealing], store, LATEST, ask, on_sealed
+            [(run.plan, run.records) for run in sealing], store, LATEST, ask, on_sealed, recorded
         )
     except (RefMovesBack, RefNotExpected) as exc:
         if not result.failed:

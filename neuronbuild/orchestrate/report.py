@@ -117,14 +117,17 @@ class UnitOutcome:
 class CompileReport:
     """What ``compile`` did for one recipe: one outcome per unit of its plan, in plan order; the
     ``manifest`` sealed and the ``ref`` moved (None: not sealed) from ``previous`` (None: a
-    new ref, or not sealed); ``blocked``: why compiling here
-    would be refused (dry run); ``sharded``: a shard's report (its totals count ``skipped``)."""
+    new ref, or not sealed); ``weights``: what the manifest records of the model's weights
+    (:func:`~neuronbuild.node.weights.weights_summary`; None: none, or not sealed);
+    ``blocked``: why compiling here would be refused (dry run); ``sharded``: a shard's report
+    (its totals count ``skipped``)."""
 
     name: str
     units: list[UnitOutcome] = field(default_factory=list)
     manifest: str | None = None
     ref: str | None = None
     previous: str | None = None
+    weights: dict[str, int] | None = None
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
@@ -156,6 +159,7 @@ class CompileReport:
             "manifest": self.manifest,
             "ref": self.ref,
             "previous": self.previous,
+            "weights": self.weights,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,
             "n_units": len(self.units),

@@ -17,6 +17,7 @@ from typing import Any
 
 from neuronbuild.errors import UserError
 from neuronbuild.human import count
+from neuronbuild.node.weights import recorded_weights, weights_summary
 from neuronbuild.orchestrate.costs import PlannedUnit
 from neuronbuild.orchestrate.shard import assign_units
 from neuronbuild.plan import Plan
@@ -52,11 +53,11 @@ class MissingUnit:
 
 @dataclass
 class SealReport:
-    """What ``seal`` did: ``sealed`` (recipe name, manifest, ref, the ref's previous value)
-    when every unit was present, else ``missing`` and nothing written; ``seconds`` of wall
-    time."""
+    """What ``seal`` did: ``sealed`` (recipe name, manifest, ref, the ref's previous value, the
+    weights recorded: :func:`~neuronbuild.node.weights.weights_summary`) when every unit was
+    present, else ``missing`` and nothing written; ``seconds`` of wall time."""
 
-    sealed: list[dict[str, str | None]] = field(default_factory=list)
+    sealed: list[dict[str, Any]] = field(default_factory=list)
     missing: list[MissingUnit] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -87,18 +88,23 @@ def seal_all(
     tag: str,
     ask: Ask = ASK_NOTHING,
     on_sealed: Callable[[str], None] | None = None,
+    on_weights: Callable[[str, tuple[FileRecord, ...] | None], None] | None = None,
 ) -> list[Moved]:
-    """Write each plan's manifest (its recipe and the record of each of its units, from its
-    records by unit key, in plan order), then move each ``<name>/<tag>`` to its manifest as
-    ``ask`` allows (:func:`neuronbuild.store.moves.move_ref`: compare-and-swap, a move back
-    refused); returns the moves, in plan order. The one place a build is sealed: ``compile``
+    """Write each plan's manifest (its recipe, the record of each of its units, from its
+    records by unit key, in plan order, and the digests of its model's weights as this host
+    holds them: :func:`~neuronbuild.node.weights.recorded_weights`), then move each
+    ``<name>/<tag>`` to its manifest as ``ask`` allows
+    (:func:`neuronbuild.store.moves.move_ref`: compare-and-swap, a move back refused); returns
+    the moves, in plan order. The one place a build is sealed: ``compile``
     and ``seal`` both call it, once every unit is in the store. Every move is checked
     (:func:`~neuronbuild.store.moves.precheck`) before the first is made, so a refusal of one
     recipe's move leaves every ref where it was (barring a writer in between). ``on_sealed``
     is called with each manifest digest once every manifest is written and before any ref moves
     (``--sign``: a node under a trust policy never finds a ref on an unsigned build it made).
+    ``on_weights`` is told, per recipe name, the weights its manifest records (None: none).
 
     Raises:
+        UserError: a weight file of a model cannot be read.
         KeyError: a unit of a plan has no record (the caller checks first).
         RefMovesBack, RefNotExpected: a ref was not moved (manifests are written: immutable,
             named by their content, reached by no ref).
@@ -106,12 +112,16 @@ def seal_all(
     """
     digests = []
     for plan, records in sealing:
+        recipe = plan.recipe
         manifest = Manifest(
-            plan.recipe.name,
-            plan.recipe.canonical(),
+            recipe.name,
+            recipe.canonical(),
             tuple(records[u.key.digest] for u in plan.units),
+            recorded_weights(recipe.model, recipe.engine_args.get("revision"), recipe.workdir),
         )
         digests.append(store.put_manifest(manifest))
+        if on_weights is not None:
+            on_weights(recipe.name, manifest.weights)
     if on_sealed is not None:
         for digest in digests:
             on_sealed(digest)
@@ -169,8 +179,10 @@ def seal_plans(
             ]
         report.seconds = time.monotonic() - start
         return report
+    weights: dict[str, tuple[FileRecord, ...] | None] = {}
+    sealing = [(p, records) for p in plans]
     for plan, moved in zip(
-        plans, seal_all([(p, records) for p in plans], store, tag, ask, on_sealed), strict=True
+        plans, seal_all(sealing, store, tag, ask, on_sealed, weights.__setitem__), strict=True
     ):
         report.sealed.append(
             {
@@ -178,6 +190,7 @@ def seal_plans(
                 "manifest": moved.manifest,
                 "ref": moved.ref,
                 "previous": moved.previous,
+                "weights": weights_summary(weights[plan.recipe.name]),
             }
         )
     report.seconds = time.monotonic() - start

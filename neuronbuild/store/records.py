@@ -210,18 +210,36 @@ def check_layout(files: list[tuple[str, FileRecord]], what: str) -> None:
                 )
 
 
+def _weights(data: Any, what: str) -> tuple[FileRecord, ...]:
+    """A manifest's ``weights``: a list of at least one file, each a plain name once."""
+    if not isinstance(data, list) or not data:
+        raise StoreDataInvalid(f"{what}: expected a list of at least one file")
+    files = tuple(FileRecord.from_json(f, what) for f in data)
+    if any("/" in f.path for f in files) or len({f.path for f in files}) != len(files):
+        raise StoreDataInvalid(f"{what}: each file must be a name in the model folder, once")
+    return files
+
+
 @dataclass(frozen=True)
 class Manifest:
-    """The immutable deploy unit of one recipe: the recipe, and every unit with its files.
+    """The immutable deploy unit of one recipe: the recipe, every unit with its files and, where
+    the sealing host held them, the model's ``weights``.
 
     Its name in the store is the sha256 of :meth:`to_bytes` (canonical JSON), so the same build
     seals the same manifest and a manifest cannot change without changing its name. Its files
     form one layout: no path is claimed twice, none is both a file and a folder.
+
+    ``weights``: each weight file of the model as built (its name in the model folder, sha256,
+    size in bytes: :mod:`neuronbuild.node.weights`), at least one; None when the build recorded
+    none, and then the manifest has no ``weights`` key, so its bytes and name are what they were
+    before weights were recorded. A reader older than the field refuses a manifest carrying it
+    (unexpected field): nodes are upgraded before the builders that write it.
     """
 
     name: str
     recipe: dict[str, Any]
     units: tuple[UnitRecord, ...]
+    weights: tuple[FileRecord, ...] | None = None
 
     def __post_init__(self) -> None:
         check_layout(
@@ -235,7 +253,7 @@ class Manifest:
             "name": self.name,
             "recipe": self.recipe,
             "units": [u.to_json() for u in self.units],
-        }
+        } | ({} if self.weights is None else {"weights": [w.to_json() for w in self.weights]})
 
     def to_bytes(self) -> bytes:
         return canonical_json(self.to_json())
@@ -262,15 +280,17 @@ class Manifest:
             raise StoreDataInvalid(
                 f"{what}: unknown manifest schema {ascii(raw.get('schema'))[:60]}"
             )
-        raw = _fields(raw, {"schema", "name", "recipe", "units"}, what)
+        optional = {"weights"} & set(raw) if isinstance(raw, dict) else set()
+        raw = _fields(raw, {"schema", "name", "recipe", "units", *optional}, what)
         name, recipe, units = raw["name"], raw["recipe"], raw["units"]
         if not isinstance(name, str) or not REF_PART.match(name):
             raise StoreDataInvalid(f"{what}: its name {ascii(name)[:60]} is not a recipe name")
         if not isinstance(recipe, dict) or not isinstance(units, list):
             raise StoreDataInvalid(f"{what}: needs a recipe object and a units list")
         parsed = tuple(UnitRecord.from_json(u, what) for u in units)
+        weights = None if "weights" not in raw else _weights(raw["weights"], f"{what}: weights")
         try:
-            return cls(name, recipe, parsed)
+            return cls(name, recipe, parsed, weights)
         except StoreDataInvalid as exc:
             raise StoreDataInvalid(f"{what}: {exc}") from None
 

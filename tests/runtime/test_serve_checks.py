@@ -20,6 +20,7 @@ def test_the_checks_run_in_the_order_a_user_would_fix_things() -> None:
     assert [check.__name__ for check in serve_checks.CHECKS] == [
         "node_as_built",
         "model_here",
+        "weights_as_built",
         "root_apart",
         "root_usable",
         "local_tier_writable",

@@ -1,0 +1,199 @@
+"""A model's weight files by content: digested when a build is sealed, checked on a node before
+vLLM starts (issue 45).
+
+Unit keys name weight files by name and size only (graphs do not depend on weight values:
+:mod:`neuronbuild.model_files`), so without this a node holding other weights of the same sizes (a
+half-synced copy, a re-quantized checkpoint, a tampered file) would serve them under a signed
+build. The manifest records the sha256 of every weight file (:data:`WEIGHT_SUFFIXES`, at the top of
+the folder vLLM loads: the local model folder, or the hub snapshot of the revision), and a node
+compares its own before anything is fetched.
+
+Hashing gigabytes is the cost, paid once: files are hashed in parallel on the host's cores, and a
+record of what was found (:func:`checked_path`, under the user's cache: each file's device, inode,
+size, mtime and ctime, which no write can set back, with its digest) lets a repeat skip every file
+that keeps its stat, as :mod:`neuronbuild.node.image_stamp` trusts a hashed image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuronbuild import envs
+from neuronbuild.digest import canonical_json, hash_file, short
+from neuronbuild.errors import UserError
+from neuronbuild.human import count, size
+from neuronbuild.model_files import WEIGHT_SUFFIXES, config_path
+from neuronbuild.store.records import FileRecord
+
+
+def model_folder(model: str, revision: str | None, workdir: Path) -> Path | None:
+    """The folder vLLM loads ``model`` from on this host: the local folder, or the hub snapshot
+    of ``revision`` in the local Hugging Face cache (:func:`~neuronbuild.model_files.config_path`);
+    None when it is not here."""
+    config = config_path(model, revision, workdir)
+    return config.parent if config is not None and config.is_file() else None
+
+
+def weight_names(folder: Path) -> list[str]:
+    """The weight files vLLM may load from ``folder``: each regular file (or link to one) at its
+    top whose name ends in :data:`~neuronbuild.model_files.WEIGHT_SUFFIXES`, sorted."""
+    return sorted(
+        p.name for p in folder.iterdir() if p.name.endswith(WEIGHT_SUFFIXES) and p.is_file()
+    )
+
+
+def _stat(path: Path) -> list[int]:
+    st = path.stat()  # through a link: a hub snapshot links each file to its blob
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def checked_path(folder: Path) -> Path:
+    """This host's record of the weights last hashed in ``folder``:
+    ``$XDG_CACHE_HOME/neuronbuild/weight-checks/<hash of the folder's real path>.json``, mapping
+    each file name to ``[device, inode, size, mtime ns, ctime ns, digest]``."""
+    where = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]
+    return envs.user_cache() / "weight-checks" / f"{where}.json"
+
+
+def _read_checked(path: Path) -> dict[str, Any]:
+    """The record at ``path``; empty when absent, unreadable or malformed (all is hashed)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def digest_weights(
+    folder: Path, *, fresh: bool = False, jobs: int | None = None
+) -> tuple[FileRecord, ...]:
+    """Every weight file of ``folder`` (:func:`weight_names`) as ``FileRecord(name, sha256, size
+    in bytes)``, sorted by name: each file whose stat matches this host's record
+    (:func:`checked_path`) by the recorded digest, the others hashed on ``jobs`` threads (default:
+    the host's cores), largest first; ``fresh`` hashes every file. The record is rewritten with
+    what was hashed, for files whose stat did not change while they were hashed.
+
+    Raises:
+        UserError: a weight file cannot be read (naming it and why).
+    """
+    record_path = checked_path(folder)
+    record = {} if fresh else _read_checked(record_path)
+    names = weight_names(folder)
+    found: dict[str, tuple[str, int]] = {}
+    stats: dict[str, list[int]] = {}
+    try:
+        for name in names:
+            stats[name] = _stat(folder / name)
+            known = record.get(name)
+            if isinstance(known, list) and len(known) == 6 and known[:5] == stats[name]:
+                found[name] = (str(known[5]), stats[name][2])
+        todo = sorted(set(names) - set(found), key=lambda n: -stats[n][2])
+        with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+            hashed = dict(zip(todo, pool.map(lambda n: hash_file(folder / n), todo), strict=True))
+        settled = {n: stats[n] + [hashed[n][0]] for n in todo if _stat(folder / n) == stats[n]}
+    except OSError as exc:
+        raise UserError(
+            f"model weights in {folder}: cannot read {exc.filename or folder}: {exc.strerror}; "
+            "make every weight file readable by this user"
+        ) from None
+    found.update(hashed)
+    if settled:
+        with contextlib.suppress(OSError):  # a read-only cache hashes every time
+            kept = {n: record[n] for n in names if n in record and n not in settled}
+            record_path.parent.mkdir(parents=True, exist_ok=True)
+            partial = record_path.with_suffix(f".{os.getpid()}.part")
+            partial.write_bytes(canonical_json({**kept, **settled}))
+            os.replace(partial, record_path)
+    return tuple(FileRecord(n, *found[n]) for n in names)
+
+
+@dataclass(frozen=True)
+class WeightDifference:
+    """One weight file this node holds otherwise than the build: its ``name``, what the build
+    recorded and what this node has (``(absent)`` where one side lacks it)."""
+
+    name: str
+    built: str
+    here: str
+
+    def line(self) -> str:
+        """The difference as a clause: ``model.safetensors is sha256:ab12... (N bytes) here, the
+        build's is sha256:cd34... (N bytes)``."""
+        if self.here == ABSENT:
+            return f"{self.name} is missing here"
+        if self.built == ABSENT:
+            return f"{self.name} is here but not in the build (vLLM would load it)"
+        return f"{self.name} is {self.here} here, the build's is {self.built}"
+
+
+ABSENT = "(absent)"
+
+
+def _text(entry: FileRecord | None) -> str:
+    return ABSENT if entry is None else f"{short(entry.digest)} ({entry.size} bytes)"
+
+
+def weight_differences(
+    built: Sequence[FileRecord], folder: Path, *, fresh: bool = False
+) -> list[WeightDifference]:
+    """How the weight files in ``folder`` differ from ``built`` (a manifest's ``weights``): a file
+    missing, of other bytes (size or sha256), or not in the build; empty when they match.
+    ``fresh``: hash every file though this host's record holds (``serve --deep``).
+
+    Raises:
+        UserError: a weight file cannot be read.
+    """
+    here = {f.path: f for f in digest_weights(folder, fresh=fresh)}
+    want = {f.path: f for f in built}
+    return [
+        WeightDifference(name, _text(want.get(name)), _text(here.get(name)))
+        for name in sorted(set(want) | set(here))
+        if want.get(name) != here.get(name)
+    ]
+
+
+def recorded_weights(
+    model: str, revision: str | None, workdir: Path
+) -> tuple[FileRecord, ...] | None:
+    """What a build seals as its ``weights`` (:class:`~neuronbuild.store.records.Manifest`): the
+    digest of every weight file of ``model`` at ``revision`` as this host holds it (from
+    ``workdir``, :func:`model_folder`); None when this host holds no weight file of it (a hub
+    model whose snapshot has its config alone, or a model absent here).
+
+    Raises:
+        UserError: a weight file cannot be read.
+    """
+    folder = model_folder(model, revision, workdir)
+    if folder is None or not weight_names(folder):
+        return None
+    return digest_weights(folder)
+
+
+def weights_summary(weights: Sequence[FileRecord] | None) -> dict[str, int] | None:
+    """What ``compile --json`` and ``seal --json`` say of a manifest's ``weights``: ``{"files":
+    count, "bytes": total size}``, or None when it records none."""
+    if weights is None:
+        return None
+    return {"files": len(weights), "bytes": sum(w.size for w in weights)}
+
+
+def weights_line(model: str, summary: dict[str, int] | None) -> str:
+    """One line of what a seal recorded of ``model``'s weights (:func:`weights_summary`), for
+    ``compile`` and ``seal``."""
+    if summary is None:
+        return (
+            f"no weights recorded: no weight file of {model} is on this host, so nodes cannot "
+            "check theirs; seal where the model's weights are"
+        )
+    return (
+        f"recorded {count(summary['files'], 'weight file')} of {model} "
+        f"({size(summary['bytes'])}) by sha256; serve checks them on each node"
+    )

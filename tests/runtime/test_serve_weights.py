@@ -1,0 +1,173 @@
+"""The model's weights by content (issue 45 items 1-2): a seal records the sha256 of every weight
+file the model has, and ``serve`` refuses a node whose weight files differ from them before
+anything is fetched or started, in one line naming the file. Hashing is paid once per host: a
+repeat trusts the host's record of each file's stat."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.node import weights
+from neuronbuild.store.cas import Store
+from neuronbuild.store.records import FileRecord, Manifest
+from tests.conftest import cpu_recipe
+from tests.lib.builders import publish_build
+from tests.lib.commands import neuronbuild, serve_without_vllm
+
+WEIGHTS = {
+    "model-00001-of-00002.safetensors": b"w" * 3000,
+    "model-00002-of-00002.safetensors": b"v",
+}
+
+
+def model(where: Path) -> Path:
+    """A model folder with a config, a weight index, two weight files, and files that are no
+    weights. With an index, unit keys read the index, not the weight files' sizes
+    (:func:`neuronbuild.model_files.content_digest`): only the weights check sees them."""
+    folder = where / "m"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    for name, data in WEIGHTS.items():
+        (folder / name).write_bytes(data)
+    (folder / "README.md").write_text("not weights")
+    (folder / "sub" / "extra.safetensors").write_bytes(b"not loaded by vLLM")
+    return folder
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def test_every_weight_file_at_the_top_of_the_folder_is_digested_by_its_bytes(
+    tmp_path: Path,
+) -> None:
+    found = weights.digest_weights(model(tmp_path))
+    assert found == tuple(FileRecord(n, sha256(d), len(d)) for n, d in sorted(WEIGHTS.items()))
+
+
+def test_a_repeat_hashes_nothing_until_a_file_changes_even_with_its_size_and_mtime_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = model(tmp_path)
+    hashed: list[str] = []
+    real = weights.hash_file
+    monkeypatch.setattr(weights, "hash_file", lambda p: hashed.append(Path(p).name) or real(p))
+    first = weights.digest_weights(folder)
+    assert sorted(hashed) == sorted(WEIGHTS)
+    hashed.clear()
+    assert weights.digest_weights(folder) == first and hashed == []  # the record holds
+    name = "model-00002-of-00002.safetensors"
+    st = (folder / name).stat()
+    (folder / name).write_bytes(b"x")  # same size
+    os.utime(folder / name, ns=(st.st_atime_ns, st.st_mtime_ns))  # and mtime set back
+    again = weights.digest_weights(folder)
+    assert hashed == [name]  # its ctime moved
+    assert dict((f.path, f.digest) for f in again)[name] == sha256(b"x")
+    hashed.clear()
+    weights.digest_weights(folder, fresh=True)  # serve --deep
+    assert sorted(hashed) == sorted(WEIGHTS)
+
+
+def test_a_manifest_without_weights_keeps_its_bytes_and_one_with_them_reads_back(
+    tmp_path: Path,
+) -> None:
+    plain = Manifest("a", {}, ())
+    assert b"weights" not in plain.to_bytes()
+    assert Manifest.from_bytes(plain.to_bytes(), "m") == plain
+    recorded = Manifest("a", {}, (), weights.digest_weights(model(tmp_path)))
+    assert Manifest.from_bytes(recorded.to_bytes(), "m") == recorded
+
+
+def weight(path: str, digest: str = "sha256:" + "0" * 64) -> dict[str, object]:
+    return {"path": path, "digest": digest, "size": 1, "executable": False}
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ([], "at least one file"),
+        ({}, "at least one file"),
+        ([weight("a/b.safetensors")], "a name in the model folder"),
+        ([weight("a.bin")] * 2, "once"),
+        ([weight("a.bin", "md5:0")], "digest"),
+    ],
+)
+def test_a_manifest_whose_weights_are_malformed_is_refused(value: object, error: str) -> None:
+    data = json.loads(Manifest("a", {}, ()).to_bytes())
+    data["weights"] = value
+    raw = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    with pytest.raises(StoreDataInvalid, match=error):
+        Manifest.from_bytes(raw, "m")
+
+
+def sealed(tmp_path: Path) -> tuple[Path, Path]:
+    """A recipe beside its model folder (``./m``), its units published and sealed by ``seal``:
+    (recipe, store)."""
+    folder = model(tmp_path)
+    recipe = tmp_path / "recipe.yaml"
+    data = cpu_recipe(cpu_isa="host", model="./m")
+    recipe.write_text(json.dumps(data))
+    store = tmp_path / "store"
+    publish_build(Store(str(store), create=True), data, tmp_path, "a", source=str(recipe))
+    done = neuronbuild("seal", str(recipe), "--cache", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    [entry] = json.loads(done.stdout)["sealed"]
+    assert entry["weights"] == {"files": 2, "bytes": sum(map(len, WEIGHTS.values()))}
+    assert folder.is_dir()
+    return recipe, store
+
+
+def serve(recipe: Path, store: Path, *args: str) -> tuple[int, str, dict[str, Any] | None]:
+    """``serve RECIPE --dry-run ARGS``: (exit code, stderr, the ``--json`` report when 0)."""
+    argv = [str(recipe), "--cache", str(store), "--dry-run", *args]
+    done = serve_without_vllm(*argv, "--vllm-cache-root", str(store.parent / "root"))
+    if done.returncode:
+        return done.returncode, done.stderr, None
+    report = serve_without_vllm(*argv, "--vllm-cache-root", str(store.parent / "root"), "--json")
+    return 0, done.stderr, json.loads(report.stdout)
+
+
+def test_a_node_with_the_builds_weights_serves_and_says_it_checked_them(tmp_path: Path) -> None:
+    recipe, store = sealed(tmp_path)
+    code, err, out = serve(recipe, store)
+    assert code == 0, err
+    assert out is not None and out["weights"] == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("flip", "model-00001-of-00002.safetensors is sha256:"),
+        ("remove", "model-00002-of-00002.safetensors is missing here"),
+        ("add", "model-00003-of-00002.safetensors is here but not in the build"),
+    ],
+)
+def test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file(
+    tmp_path: Path, change: str, said: str
+) -> None:
+    recipe, store = sealed(tmp_path)
+    folder = recipe.parent / "m"
+    if change == "flip":  # content, not size
+        (folder / "model-00001-of-00002.safetensors").write_bytes(b"w" * 2999 + b"!")
+    elif change == "remove":
+        (folder / "model-00002-of-00002.safetensors").unlink()
+    else:
+        (folder / "model-00003-of-00002.safetensors").write_bytes(b"u")
+    root = tmp_path / "root"
+    done = serve_without_vllm(str(recipe), "--cache", str(store), "--vllm-cache-root", str(root))
+    assert done.returncode == 2 and done.stdout == ""  # vLLM was not started
+    [line] = done.stderr.strip().splitlines()
+    assert said in line and "pass --allow-mismatch weights" in line, line
+    assert not root.exists()  # refused before anything was laid out
+    code, err, out = serve(recipe, store, "--allow-mismatch", "weights")
+    assert code == 0, err
+    assert out is not None and out["allowed_mismatches"][0]["name"] == "weights"
+    assert "WARNING: --allow-mismatch weights" in err
