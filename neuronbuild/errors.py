@@ -156,6 +156,13 @@ class UnitsFailed(Exception):
     exit_code = 1
 
 
+class ProbeFailed(Exception):
+    """A running server does not answer as CI's did, or compiled since it started (``neuronbuild
+    probe``): exit 1, so a Kubernetes probe keeps traffic away."""
+
+    exit_code = 1
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop any command cleanly (:class:`Interrupted`): Ctrl-C, a service manager's
 or a job runner's stop, a closed terminal."""
@@ -189,7 +196,7 @@ class Interrupted(BaseException):
 
 def exit_code(exc: BaseException) -> int | None:
     """The exit code of one of neuronbuild's errors, or None for a bug (keep its traceback)."""
-    if isinstance(exc, UserError | StoreError | UnitsFailed | Interrupted):
+    if isinstance(exc, UserError | StoreError | UnitsFailed | ProbeFailed | Interrupted):
         return int(exc.exit_code)
     if isinstance(exc, OSError):  # a local path that cannot be read or written
         return StoreError.exit_code

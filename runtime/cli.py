@@ -444,3 +444,79 @@ def capture(
         echo_json("capture", {"store": (tiers.remote or tiers.local).url, **captured.to_json()})
     else:
         click.echo(captured.line())
+
+
+@click.command(context_settings=HELP)
+@click.option(
+    "--ref", help="Probe for the manifest a ref points at: <name>/<tag>, or <name> for latest."
+)
+@click.option(
+    "--manifest",
+    "manifest_digest",
+    help="Probe for one manifest: sha256:<64 hex>, or a unique prefix.",
+)
+@cache_option
+@local_cache_option("the manifest is read through it (as serve --local-cache).")
+@click.option(
+    "--url",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    help="The running server's address (vLLM's OpenAI-compatible API).",
+)
+@click.option(
+    "--vllm-cache-root",
+    type=click.Path(file_okay=False),
+    help="Where serve laid the build out (default: as serve's: $VLLM_CACHE_ROOT, else "
+    "~/.cache/neuronbuild/layouts/<manifest>).",
+)
+@click.option(
+    "--record",
+    is_flag=True,
+    help="In CI: store this server's answers as the build's, for nodes to probe against.",
+)
+@click.option("--no-receipt", is_flag=True, help="Write no receipt when the probe holds.")
+@json_option()
+def probe(
+    ref: str | None,
+    manifest_digest: str | None,
+    cache: str,
+    local_cache: str | None,
+    url: str,
+    vllm_cache_root: str | None,
+    record: bool,
+    no_receipt: bool,
+    as_json: bool,
+) -> None:
+    """Prove that the server at --url serves the build CI tested: it answers a fixed set of
+    greedy requests as the server CI probed did (tokens exactly, logprobs within the recorded
+    tolerance), and it compiled nothing since it started (the engine's compile cache under the
+    lay-out holds the build's files alone). When both hold, write a receipt beside the build
+    (ls counts them). Use it as a Kubernetes startup or readiness probe.
+
+    Exits 0 when the probe holds; 1 when it does not; 2 when the build or its recorded answers
+    are missing or the server does not answer; 3 when the store failed.
+
+    \b
+    Examples:
+      neuronbuild probe --ref app/prod --cache s3://bucket/store --url http://127.0.0.1:8000
+      neuronbuild probe --ref app/prod --cache s3://bucket/store --record   # in CI
+    """
+    if (ref is None) == (manifest_digest is None):
+        raise UserError("give exactly one of --ref NAME[/TAG] or --manifest DIGEST")
+    from .probe import probe as run_probe
+
+    tiers = node_tiers(cache, local_cache, dry_run=True)
+    probed = run_probe(
+        ServeSource(ref=ref, manifest=manifest_digest),
+        tiers,
+        url,
+        cache_root=Path(vllm_cache_root).resolve() if vllm_cache_root else None,
+        record=record,
+        receipt=not no_receipt,
+        ref=ref,
+    )
+    echo_notes(tiers.notes)
+    if as_json:
+        echo_json("probe", probed.to_json())
+    else:
+        click.echo(probed.line())

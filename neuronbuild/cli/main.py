@@ -51,6 +51,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "pull",
         "Copy a build, verified, into a node's local cache.",
     ),
+    "probe": (
+        "neuronbuild_runtime.cli",
+        "probe",
+        "Prove a running server answers as CI's and compiled nothing.",
+    ),
     "push": ("neuronbuild.cli.store", "push", "Publish a build from one store to another."),
     "seal": (
         "neuronbuild.cli.build",

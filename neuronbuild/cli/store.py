@@ -293,7 +293,8 @@ def tag(
 @json_option()
 def ls_(cache: str, history: bool, as_json: bool) -> None:
     """List the store's refs (with the keys that signed each one's manifest, as their
-    attestations' names claim: `verify --policy` checks them) and count its manifests, unit
+    attestations' names claim: `verify --policy` checks them, and how many receipts nodes wrote
+    for it: neuronbuild probe) and count its manifests, unit
     records, blobs and bytes.
 
     \b
@@ -307,8 +308,9 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     store = Store(cache)
     data = overview(store)
     refs = data["refs"]
-    data["attestations"], notes = {}, []
+    data["attestations"], data["receipts"], notes = {}, {}, []
     for d in sorted(set(refs.values())):
+        data["receipts"][d] = len(store.receipt_names(d))
         try:
             data["attestations"][d] = sorted(store.attestation_paths(d))
         except StoreDataInvalid as exc:  # one manifest's bad folder hides no other ref
@@ -323,8 +325,8 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
         echo_json("ls", data)
         return
     signers = data["attestations"]
-    rows = [["REF", "MANIFEST", "SIGNED BY"]] + [
-        [r, key_text(d), ", ".join(k[:16] for k in signers[d]) or ABSENT]
+    rows = [["REF", "MANIFEST", "SIGNED BY", "RECEIPTS"]] + [
+        [r, key_text(d), ", ".join(k[:16] for k in signers[d]) or ABSENT, str(data["receipts"][d])]
         for r, d in sorted(refs.items())
     ]
     for line in format_table(rows):

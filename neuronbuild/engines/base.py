@@ -106,6 +106,9 @@ class Engine(ABC):
     """Patterns (:func:`fnmatch.fnmatchcase`, over a path relative to ``VLLM_CACHE_ROOT``) of
     the files that hold an entry's compiled content: one of them empty makes its entry
     incomplete, whatever markers it has (:meth:`hollow`)."""
+    compile_cache: ClassVar[str | None] = None
+    """The folder under ``VLLM_CACHE_ROOT`` a compile writes into (a serve that compiled leaves
+    files there that its manifest does not list: ``neuronbuild probe``); None where unknown."""
     note: ClassVar[str] = ""
     conformance_kit: ClassVar[str | None] = None
     """Where this engine's conformance kit lives (``module:function``, imported by

@@ -25,6 +25,7 @@ from neuronbuild.digest import (
     copy_verified,
     hash_file,
     hex_of,
+    sha256_digest,
 )
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
@@ -761,6 +762,46 @@ class Store:
         """
         folder = self.layout.additions(manifest)
         return self._read_all(self._beside(manifest, folder, self.layout.addition_of, "additions"))
+
+    # Probes and receipts (neuronbuild.node.probe, neuronbuild.attest.receipts).
+
+    def put_probe(self, manifest: str, data: bytes) -> None:
+        """Store ``data`` as the answers CI recorded for ``manifest`` (a later record replaces
+        it: CI records again when it probes again).
+
+        Raises:
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, or the manifest is not in
+                this store. StoreError: the write failed.
+        """
+        self._check_beside(manifest, data, "the probe of", "probe", "recorded")
+        self.backend.put(self.layout.probe(manifest), data)
+
+    def get_probe(self, manifest: str) -> bytes | None:
+        """The bytes of the answers recorded for ``manifest`` (unparsed), or None.
+
+        Raises:
+            StoreDataInvalid: over :data:`MAX_ATTESTATION_BYTES`. StoreError: the read failed.
+        """
+        return self.backend.read(self.layout.probe(manifest), MAX_ATTESTATION_BYTES)
+
+    def put_receipt(self, manifest: str, data: bytes) -> str:
+        """Store ``data`` (a node's receipt) beside ``manifest``, named by its digest; returns
+        the name.
+
+        Raises:
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, or the manifest is not in
+                this store. StoreError: the write failed.
+        """
+        self._check_beside(manifest, data, "the receipt of", "receipt", "written")
+        name = sha256_digest(data)
+        self.backend.put(self.layout.receipt(manifest, name), data)
+        return name
+
+    def receipt_names(self, manifest: str) -> list[str]:
+        """The names of the receipts of ``manifest`` this store holds (one listing), sorted."""
+        folder = self.layout.receipts(manifest)
+        named = (self.layout.receipt_of(p) for p in self.backend.find(folder))
+        return sorted(pair[1] for pair in named if pair is not None and pair[0] == manifest)
 
     # Refs.
 

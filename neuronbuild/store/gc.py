@@ -64,6 +64,8 @@ KIND_NOUNS = {
     "history": ("ref history entry", "ref history entries"),
     "attestations": ("attestation",),
     "additions": ("addition",),
+    "probes": ("probe record",),
+    "receipts": ("receipt",),
     "layouts": ("node layout record",),
     "tmp": ("temporary file",),
     "locks": ("stale lock",),
@@ -304,7 +306,8 @@ def collect_garbage(
         for path in off_chain:
             if sweep.old(path):
                 sweep.delete("history", path)
-    # An attestation lives while its manifest does (issue 22), as does an addition.
+    # An attestation lives while its manifest does (issue 22), as do an addition, the probe
+    # record and the receipts.
     for path in store.backend.find(layout.folder("attestations")):
         attested = layout.attestation_of(path)
         if (attested is None or attested[0] not in kept) and sweep.old(path):
@@ -314,6 +317,14 @@ def collect_garbage(
         gone = added is None or added[0] not in kept or path in sweep.superseded
         if gone and sweep.old(path):
             sweep.delete("additions", path)
+    for path in store.backend.find(layout.folder("probes")):
+        probed = layout.digest_of("probes", path)
+        if (probed is None or probed not in kept) and sweep.old(path):
+            sweep.delete("probes", path)
+    for path in store.backend.find(layout.folder("receipts")):
+        receipt = layout.receipt_of(path)
+        if (receipt is None or receipt[0] not in kept) and sweep.old(path):
+            sweep.delete("receipts", path)
     for path in store.backend.find(layout.folder("layouts")):
         laid_out = layout.digest_of("layouts", path)
         if laid_out is None or laid_out not in kept:

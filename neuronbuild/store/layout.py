@@ -62,6 +62,8 @@ KINDS = (
     "history",
     "attestations",
     "additions",
+    "probes",
+    "receipts",
     "layouts",
     "timings",
     "leases",
@@ -170,6 +172,22 @@ class Layout:
     def addition_of(self, path: str) -> tuple[str, str] | None:
         """``(manifest digest, addition name)`` an addition path names; None for a stray object."""
         return self._pair_of("additions", path)
+
+    def probe(self, manifest: str) -> str:
+        """The answers CI recorded for manifest ``manifest`` (:mod:`neuronbuild.node.probe`)."""
+        return f"{self.root}/probes/{hex_of(manifest)}.json"
+
+    def receipts(self, manifest: str) -> str:
+        """The folder of the receipts nodes wrote for manifest ``manifest``."""
+        return f"{self.root}/receipts/{hex_of(manifest)}"
+
+    def receipt(self, manifest: str, name: str) -> str:
+        """The receipt ``name`` (the ``sha256:`` digest of its bytes) of ``manifest``."""
+        return f"{self.receipts(manifest)}/{hex_of(name)}.json"
+
+    def receipt_of(self, path: str) -> tuple[str, str] | None:
+        """``(manifest digest, receipt name)`` a receipt path names; None for a stray object."""
+        return self._pair_of("receipts", path)
 
     def layout_record(self, manifest: str) -> str:
         """The record of a node folder ``serve`` laid manifest ``manifest`` out in."""

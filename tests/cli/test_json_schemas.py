@@ -27,6 +27,7 @@ from tests.conftest import NKI_INTERMEDIATE_VARS
 from tests.engines.test_neuron_engine import small_recipe
 from tests.engines.test_neuron_releases import release_recipe
 from tests.lib.keys import write_key
+from tests.lib.openai_double import openai_double
 from tests.lib.registry import registry
 from tests.neuron_double import SITE, install
 from tests.orchestrate.test_shards import double_env, double_recipe, write_recipes
@@ -62,6 +63,8 @@ def case(
 
 
 ERROR = schemas.ERROR
+PROBED = ("--vllm-cache-root", "{root}/probed")
+"""Where the ``serve --layout-only`` case lays ``a`` out, for the ``probe`` cases after it."""
 # {store}: a folder store holding a/latest (recipe {a}); {bad}: a recipe whose unit fails to
 # compile; {root}: the folder of both; {nowhere}: a store folder that does not exist.
 CASES = [
@@ -111,6 +114,23 @@ CASES = [
         "serve", "--manifest", "{short}", "--cache", "{store}", "--dry-run", "--workdir", "{root}"
     ),
     case("serve", "--manifest", "sha256:f", "--cache", "{store}", "--dry-run", shape=ERROR, code=2),
+    case(
+        "serve", "--ref", "a", "--cache", "{store}", "--workdir", "{root}", "--layout-only", *PROBED
+    ),
+    case("probe", "--ref", "a", "--cache", "{store}", "--url", "{openai}", "--record", *PROBED),
+    case("probe", "--ref", "a", "--cache", "{store}", "--url", "{openai}", *PROBED),
+    case(
+        "probe",
+        "--ref",
+        "a",
+        "--cache",
+        "{store}",
+        "--url",
+        "http://127.0.0.1:9",
+        *PROBED,
+        shape=ERROR,
+        code=2,
+    ),
     case("capture", "{n33}", "--cache", "{store}", "--timeout", "60", node=True),
     case("capture", "--ref", "a", "--cache", "{store}", shape=ERROR, code=2),  # nothing to give
     case("conformance", "{n}", "--cache", "{store}", neuron=True),  # neuron recipe {n}'s build
@@ -230,9 +250,9 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> list[Ran]:
         "key": str(root / "ci.key"),
         "short": Store(str(store)).resolve("a/latest")[:19],
     }
-    with pytest.MonkeyPatch.context() as patch, registry() as oci:
+    with pytest.MonkeyPatch.context() as patch, registry() as oci, openai_double() as (url, _):
         patch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])  # serve's layout folder and tier
-        return [run_case(c, {**places, "registry": oci.host}, env) for c in CASES]
+        return [run_case(c, {**places, "registry": oci.host, "openai": url}, env) for c in CASES]
 
 
 def _id(c: Case) -> str:

@@ -120,7 +120,7 @@ def test_serve_refuses_a_node_that_differs_in_an_engines_own_key_unless_allowed(
 ) -> None:
     from neuronbuild_runtime.node_checks import NodeMismatch, check_node
 
-    assert set(mismatch_names()) == {"target", "model_files", "cpu_isa", "toy_chip"}
+    assert set(mismatch_names()) == {"target", "model_files", "weights", "cpu_isa", "toy_chip"}
     recipe = parse_recipe(toy_engine.toy_recipe())
     units = [dict(u.key.factors) for u in build_plan(recipe, {}).units]
     engine = registry.get_engine("toy")

