@@ -2544,6 +2544,49 @@ BREAKS += [
             "tests/runtime/test_serve_weights.py::test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file",
         ),
     ),
+    Break(
+        "probe compares tokens alone",
+        (("neuronbuild/node/probe.py", "if not abs(x - y) <= record.tolerance", "if False"),),
+        (
+            "tests/runtime/test_probe.py::test_a_node_that_answers_otherwise_fails_and_writes_no_receipt",
+        ),
+    ),
+    Break(
+        "probe holds whatever the server answers",
+        (("runtime/probe.py", "found = differences(wanted, answers)", "found = []"),),
+        (
+            "tests/runtime/test_probe.py::test_a_node_that_answers_otherwise_fails_and_writes_no_receipt",
+        ),
+    ),
+    Break(
+        "probe overlooks a new compile cache entry",
+        (
+            (
+                "runtime/probe.py",
+                "compiled_since(root, manifest, Path(folder)) if folder else []",
+                "[]",
+            ),
+        ),
+        ("tests/runtime/test_probe.py::test_a_server_that_compiled_since_it_started_fails",),
+    ),
+    Break(
+        "probe overlooks an entry rewritten in place",
+        (
+            (
+                "runtime/probe.py",
+                "if not (check_image(root, manifest, digest) or laid_out(root, manifest, digest)):",
+                "if False:",
+            ),
+        ),
+        (
+            "tests/runtime/test_probe.py::test_a_file_of_the_build_rewritten_since_it_was_laid_out_fails",
+        ),
+    ),
+    Break(
+        "probe takes bookkeeping inside a loaded entry for a compile",
+        (("neuronbuild/node/probe.py", "and str(rel.parent) not in entries", ""),),
+        ("tests/runtime/test_probe.py::test_a_server_that_compiled_since_it_started_fails",),
+    ),
 ]
 
 
