@@ -55,7 +55,7 @@ FAST_CASE_BUDGET ?= 20
 # share the session's compiled demo (one compile) in one, every other vLLM test in the other.
 # (xdist's loadgroup would split it so, but with pytest 9.2 it drops the groups: measured.)
 VLLM_DEMO_TESTS = tests/engines/test_cpu_engine.py tests/runtime/test_claims_vllm.py \
-	tests/image/test_serve_image_vllm.py
+	tests/image/test_serve_image_vllm.py tests/runtime/test_probe_vllm.py
 unit: install
 	NEURONBUILD_FAST_CASE_BUDGET=$(FAST_CASE_BUDGET) \
 		$(VENV)/bin/pytest -q -n 2 --dist worksteal -m "not vllm" --durations=30
