@@ -40,3 +40,21 @@ def check_writable_folder(folder: Path) -> None:
     except OSError as exc:
         exc.filename = str(where)
         raise
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+"""Linux's id of the running boot: a new random value at every boot (random(4))."""
+
+
+def boot_id() -> str | None:
+    """This machine's boot id (:data:`BOOT_ID`), or None where the kernel gives none.
+
+    What a process wrote and did not ``fsync`` is lost only with the machine (a kernel crash,
+    a power cut), never with the process: the page cache keeps it for every reader until the
+    machine stops. So a record that trusts files from their ``stat`` (a lay-out stamp, a
+    weights check) holds within the boot it was written in; after a reboot the files are
+    hashed again, and a torn one is fetched again, without an ``fsync`` per file."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None

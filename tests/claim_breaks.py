@@ -2587,6 +2587,31 @@ BREAKS += [
         (("neuronbuild/node/probe.py", "and str(rel.parent) not in entries", ""),),
         ("tests/runtime/test_probe.py::test_a_server_that_compiled_since_it_started_fails",),
     ),
+    Break(
+        "a lay-out stamp written before a reboot is trusted",
+        (
+            (
+                "neuronbuild/node/materialize.py",
+                '    if value.get("boot") != boot_id():\n        return None\n',
+                "",
+            ),
+        ),
+        (
+            "tests/store/test_claims_node.py::"
+            "test_a_node_crashed_at_every_step_of_a_fresh_prepare_serves_only_verified_bytes",
+        ),
+    ),
+    Break(
+        "a weights record written before a reboot is trusted",
+        (
+            (
+                "neuronbuild/node/weights.py",
+                'if not isinstance(value, dict) or value.get("boot") != boot_id():',
+                "if not isinstance(value, dict):",
+            ),
+        ),
+        ("tests/runtime/test_serve_weights.py::test_the_record_of_another_boot_is_not_trusted",),
+    ),
 ]
 
 

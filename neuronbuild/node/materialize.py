@@ -24,6 +24,7 @@ from filelock import FileLock
 from neuronbuild import envs
 from neuronbuild.digest import canonical_json, hash_file, parse_canonical
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
+from neuronbuild.folders import boot_id
 from neuronbuild.human import count
 from neuronbuild.paths import inside
 from neuronbuild.store.layout import IMAGE_STORE, MAX_RECORD_BYTES, NODE_STAMP
@@ -92,8 +93,12 @@ def read_stamp_value(root: Path) -> object | None:
 
 
 def _read_stamp(root: Path, digest: str) -> dict[str, list[int]] | None:
+    """The files of ``root``'s stamp of ``digest``, written in this boot (a crash since may have
+    lost bytes its files had: :func:`~neuronbuild.folders.boot_id`); else None."""
     value = read_stamp_value(root)
     if not isinstance(value, dict) or value.get("manifest") != digest:
+        return None
+    if value.get("boot") != boot_id():
         return None
     files = value.get("files")
     return files if isinstance(files, dict) else None
@@ -123,7 +128,7 @@ def _write_stamp(root: Path, manifest: Manifest, digest: str) -> None:
     stamp = root / NODE_STAMP
     stamp.parent.mkdir(parents=True, exist_ok=True)
     tmp = stamp.with_name(f".{stamp.name}.{uuid.uuid4().hex}.part")
-    tmp.write_bytes(canonical_json({"manifest": digest, "files": files}))
+    tmp.write_bytes(canonical_json({"manifest": digest, "files": files, "boot": boot_id()}))
     tmp.replace(stamp)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from neuronbuild import envs
 from neuronbuild.digest import canonical_json, hash_file, short
 from neuronbuild.errors import UserError
+from neuronbuild.folders import boot_id
 from neuronbuild.human import count, size
 from neuronbuild.model_files import WEIGHT_SUFFIXES, config_path
 from neuronbuild.store.records import FileRecord
@@ -57,19 +58,25 @@ def _stat(path: Path) -> list[int]:
 
 def checked_path(folder: Path) -> Path:
     """This host's record of the weights last hashed in ``folder``:
-    ``$XDG_CACHE_HOME/neuronbuild/weight-checks/<hash of the folder's real path>.json``, mapping
-    each file name to ``[device, inode, size, mtime ns, ctime ns, digest]``."""
+    ``$XDG_CACHE_HOME/neuronbuild/weight-checks/<hash of the folder's real path>.json``: the
+    boot it was written in and, per file name, ``[device, inode, size, mtime ns, ctime ns,
+    digest]``."""
     where = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]
     return envs.user_cache() / "weight-checks" / f"{where}.json"
 
 
 def _read_checked(path: Path) -> dict[str, Any]:
-    """The record at ``path``; empty when absent, unreadable or malformed (all is hashed)."""
+    """The files of the record at ``path``; empty when absent, unreadable, malformed or written
+    in another boot (a crash since may have lost bytes a file had then:
+    :func:`~neuronbuild.folders.boot_id`), and then every file is hashed."""
     try:
         value = json.loads(path.read_bytes())
     except (OSError, ValueError):
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict) or value.get("boot") != boot_id():
+        return {}
+    files = value.get("files")
+    return files if isinstance(files, dict) else {}
 
 
 def digest_weights(
@@ -110,7 +117,7 @@ def digest_weights(
             kept = {n: record[n] for n in names if n in record and n not in settled}
             record_path.parent.mkdir(parents=True, exist_ok=True)
             partial = record_path.with_suffix(f".{os.getpid()}.part")
-            partial.write_bytes(canonical_json({**kept, **settled}))
+            partial.write_bytes(canonical_json({"boot": boot_id(), "files": kept | settled}))
             os.replace(partial, record_path)
     return tuple(FileRecord(n, *found[n]) for n in names)
 

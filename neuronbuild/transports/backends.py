@@ -120,6 +120,12 @@ class Backend(ABC):
     """Whether one listing of ``blobs/`` finds every blob (an OCI registry lists none: the
     presence of many blobs is then checked one request each)."""
 
+    durable_blobs = True
+    """Whether a blob moved into a folder store is fsynced (file and folder) before it counts as
+    stored. A node's local tier in front of a remote turns it off (:class:`~neuronbuild.store.
+    tiered.TieredStore`): its blobs are verified again after a reboot (:func:`~neuronbuild.folders.
+    boot_id`) and a torn one fetched again, so a crash costs a fetch, never trust."""
+
     settle_seconds = 0.0
     """A store without compare-and-swap (an OCI registry): how long a ref move waits after its
     write before checking it is on the ref's history chain (0: the swap itself is atomic)."""
@@ -452,11 +458,13 @@ class FolderBackend(Backend):
     def move_in(self, local: str | Path, path: str) -> None:
         """Rename a local file of the same file system into place (it is consumed)."""
         with self._errors(f"cannot write {path}"):
-            with open(local, "rb") as f:
-                os.fsync(f.fileno())
+            if self.durable_blobs:
+                with open(local, "rb") as f:
+                    os.fsync(f.fileno())
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.replace(local, path)
-            _fsync_dir(path)
+            if self.durable_blobs:
+                _fsync_dir(path)
 
     LOCK_SECONDS = 60.0
     """How long a compare-and-swap waits for another's lock of the same path."""

@@ -171,3 +171,25 @@ def test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file(
     assert code == 0, err
     assert out is not None and out["allowed_mismatches"][0]["name"] == "weights"
     assert "WARNING: --allow-mismatch weights" in err
+
+
+def test_the_record_of_another_boot_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash may lose bytes a file had when it was hashed, its stat kept: the host's record
+    holds only within the boot that wrote it."""
+    from neuronbuild import folders
+
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(folders, "BOOT_ID", boot)
+    folder = model(tmp_path)
+    hashed: list[str] = []
+    real = weights.hash_file
+    monkeypatch.setattr(weights, "hash_file", lambda p: hashed.append(Path(p).name) or real(p))
+    boot.write_text("boot-0\n")
+    weights.digest_weights(folder)
+    weights.digest_weights(folder)
+    assert sorted(hashed) == sorted(WEIGHTS)  # once in this boot
+    boot.write_text("boot-1\n")
+    weights.digest_weights(folder)
+    assert sorted(hashed) == sorted([*WEIGHTS, *WEIGHTS])  # and again in the next

@@ -382,3 +382,74 @@ def test_the_next_lay_out_removes_what_a_killed_one_left_and_nothing_else(tmp_pa
     assert not again.cheap
     assert [p for p in left if p.exists()] == []
     assert all(p.read_bytes() == b"theirs" for p in kept)
+
+
+class Crash(BaseException):
+    """The machine stops here (not an error a caller could handle)."""
+
+
+def test_a_node_crashed_at_every_step_of_a_fresh_prepare_serves_only_verified_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 item 6: the local tier keeps fetched blobs without an fsync each. A machine that
+    crashes loses what was not written back: here, the worst case, every blob's bytes (its
+    size kept, as a journal that committed the metadata leaves it) and a new boot id. Crashed
+    after each write of a fresh node's fetch and lay-out, then started again, the node lays out
+    only bytes that hash to the manifest: the stamp of the boot before is not trusted and each
+    torn blob is fetched again."""
+    from neuronbuild import folders
+    from neuronbuild.node import materialize
+    from neuronbuild.transports.backends import FolderBackend
+
+    boot = tmp_path / "boot_id"
+    monkeypatch.setattr(folders, "BOOT_ID", boot)
+    remote = Store(str(tmp_path / "remote"), create=True)
+    records = [
+        remote.put_unit(stored_unit(remote, tmp_path, f"neff {i}".encode() * 100, f"e{i}/g.neff"))
+        for i in range(3)
+    ]
+    manifest = Manifest("app", {}, tuple(records))
+    digest = remote.put_manifest(manifest)
+    steps = {"n": 0, "crash_at": -1}
+
+    def counted(real: Any) -> Any:
+        def step(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            steps["n"] += 1
+            if steps["n"] == steps["crash_at"]:
+                raise Crash
+            return out
+
+        return step
+
+    for name in ("move_in", "put", "create"):
+        monkeypatch.setattr(FolderBackend, name, counted(getattr(FolderBackend, name)))
+    monkeypatch.setattr(materialize, "_write_stamp", counted(materialize._write_stamp))
+
+    def prepare(local: Path, root: Path) -> None:
+        tiers = TieredStore(Store(str(local), create=True), remote)  # a process of its own
+        tiers.fill(digest)
+        lay_out(manifest, digest, tiers, root)
+
+    boot.write_text("boot-0\n")
+    prepare(tmp_path / "whole-local", tmp_path / "whole-root")
+    total, crashes = steps["n"], 0
+    for at in range(1, total + 1):
+        local, root = tmp_path / f"local-{at}", tmp_path / f"root-{at}"
+        boot.write_text("boot-0\n")
+        steps.update(n=0, crash_at=at)
+        with pytest.raises(Crash):
+            prepare(local, root)
+        crashes += 1
+        for blob in (local / "blobs").rglob("*"):  # lost with the page cache: zeros, its
+            if blob.is_file():  # size and mtime kept (the journal committed the metadata)
+                st = blob.stat()
+                blob.write_bytes(bytes(st.st_size))
+                os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+        boot.write_text("boot-1\n")
+        steps.update(n=0, crash_at=-1)
+        prepare(local, root)
+        for file in manifest.files():
+            assert (root / file.path).read_bytes() == f"neff {file.path[1]}".encode() * 100, at
+        assert materialize.laid_out(root, manifest, digest)
+    assert crashes == total >= 6  # blobs, records, the stamp
