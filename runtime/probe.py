@@ -92,23 +92,28 @@ def probe(
     """
     recipe, manifest, digest = resolve(source, tiers)
     root = cache_root or node_layout_root(digest)
-    if not (check_image(root, manifest, digest) or laid_out(root, manifest, digest)):
-        raise ProbeFailed(
-            f"{root} does not hold {digest} as serve laid it out: a file of it was rewritten or "
-            "removed since (a compile at start rewrites its entry), or it was laid out "
-            "elsewhere (pass the --vllm-cache-root serve used)"
-        )
     folder = engine_for(recipe).compile_cache
-    compiled = compiled_since(root, manifest, Path(folder)) if folder else []
-    if compiled:
-        raise ProbeFailed(
-            f"the server compiled since it started: {count(len(compiled), 'file')} under "
-            f"{root} that {digest} does not hold (first: {compiled[0]}); serve with compilation "
-            "forbidden (neuronbuild serve), from a build that holds every graph"
-        )
+
+    def compiled_nothing(since: str) -> None:
+        if not (check_image(root, manifest, digest) or laid_out(root, manifest, digest)):
+            raise ProbeFailed(
+                f"{root} does not hold {digest} as serve laid it out: a file of it was rewritten "
+                "or removed since (a compile rewrites its entry), or it was laid out elsewhere "
+                "(pass the --vllm-cache-root serve used)"
+            )
+        compiled = compiled_since(root, manifest, Path(folder)) if folder else []
+        if compiled:
+            raise ProbeFailed(
+                f"the server compiled since {since}: {count(len(compiled), 'file')} under {root} "
+                f"that {digest} does not hold (first: {compiled[0]}); serve with compilation "
+                "forbidden (neuronbuild serve), from a build that holds every graph"
+            )
+
+    compiled_nothing("it started")
     store = tiers.remote or tiers.local
     if record:
         answers = ask(url)
+        compiled_nothing("it was asked")  # the build lacks what its requests need
         store.put_probe(digest, ProbeRecord(digest, tuple(answers)).to_bytes())
         return Probed(digest, root, len(answers), True, None, store.url)
     data = store.get_probe(digest)
@@ -121,6 +126,7 @@ def probe(
     if wanted.manifest != digest:
         raise UserError(f"{store.url}: the probe record of {digest} names {wanted.manifest}")
     answers = ask(url, [a.prompt for a in wanted.answers], wanted.max_tokens)
+    compiled_nothing("it was asked")
     found = differences(wanted, answers)
     if found:
         more = f" (and {count(len(found) - 1, 'other prompt')})" if len(found) > 1 else ""

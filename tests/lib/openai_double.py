@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,11 +17,12 @@ from neuronbuild.node.probe import PROMPTS
 
 class Answers:
     """What the double answers: per prompt, ``(tokens, logprobs)``; ``asked``: each request body
-    it was sent."""
+    it was sent; ``on_ask``: called at each completion (a server that compiles as it answers)."""
 
     def __init__(self) -> None:
         self.table = {p: ([f" {p[:2]}", " x"], [-0.5, -1.25]) for p in PROMPTS}
         self.asked: list[dict[str, Any]] = []
+        self.on_ask: Callable[[], None] = lambda: None
 
 
 @contextmanager
@@ -47,6 +48,7 @@ def openai_double() -> Iterator[tuple[str, Answers]]:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             answers.asked.append(body)
+            answers.on_ask()
             tokens, logprobs = answers.table[body["prompt"]]
             logged = {"tokens": tokens, "token_logprobs": logprobs}
             self.reply({"choices": [{"text": "".join(tokens), "logprobs": logged}]})

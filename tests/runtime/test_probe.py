@@ -6,7 +6,9 @@ within the recorded tolerance) and compiled nothing, and then writes a receipt `
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,8 @@ def test_gc_sweeps_the_probe_and_receipts_of_a_manifest_it_no_longer_keeps(
     assert probe(store, digest, url).returncode == 0
     for folder in ("refs", "history"):  # nothing reaches the build now
         shutil.rmtree(tmp_path / "store" / folder)
+    for path in (tmp_path / "store").rglob("*.json"):  # written a minute ago, by the store clock
+        os.utime(path, (time.time() - 60, time.time() - 60))
     done = neuronbuild("gc", "--cache", store.url, "--older-than", "0", "--json")
     assert done.returncode == 0, done.stderr
     swept = json.loads(done.stdout)["n_deleted_by_kind"]
@@ -167,3 +171,25 @@ def test_a_file_of_the_build_rewritten_since_it_was_laid_out_fails(
     done = probe(store, digest, url)
     assert done.returncode == 1
     assert f"does not hold {digest} as serve laid it out" in done.stderr
+
+
+def test_a_server_that_compiles_as_it_answers_fails_and_ci_records_nothing(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    """vLLM's CPU server compiles its sampler's rank helper at the first request with logprobs
+    (measured): a build that lacks it would compile on every node, so the probe, CI's record
+    too, checks the compile cache again after asking."""
+    url, double = server
+    store, digest = published_with_model(tmp_path)
+    root = tmp_path / "node"
+    compiled = root / "torch_compile_cache" / "torch_aot_compile" / "k" / "inductor_cache" / "a.so"
+
+    def compile_once() -> None:
+        compiled.parent.mkdir(parents=True, exist_ok=True)
+        compiled.write_bytes(b"kernel")
+
+    double.on_ask = compile_once
+    done = probe(store, digest, url, "--record", root=root)
+    assert done.returncode == 1
+    assert "the server compiled since it was asked: 1 file" in done.stderr
+    assert store.get_probe(digest) is None
