@@ -475,6 +475,13 @@ def capture(
     help="In CI: store this server's answers as the build's, for nodes to probe against.",
 )
 @click.option("--no-receipt", is_flag=True, help="Write no receipt when the probe holds.")
+@click.option(
+    "--key",
+    "key_ref",
+    metavar="KEY_REF",
+    help="The node's signing key for its receipt: file:PATH or PATH of a PEM private key "
+    "(Ed25519 or ECDSA P-256), or awskms:ARN; without it the receipt is unsigned.",
+)
 @json_option()
 def probe(
     ref: str | None,
@@ -485,13 +492,15 @@ def probe(
     vllm_cache_root: str | None,
     record: bool,
     no_receipt: bool,
+    key_ref: str | None,
     as_json: bool,
 ) -> None:
     """Prove that the server at --url serves the build CI tested: it answers a fixed set of
     greedy requests as the server CI probed did (tokens exactly, logprobs within the recorded
     tolerance), and it compiled nothing since it started (the engine's compile cache under the
-    lay-out holds the build's files alone). When both hold, write a receipt beside the build
-    (ls counts them). Use it as a Kubernetes startup or readiness probe.
+    lay-out holds the build's files alone), before and after it is asked. When both hold, write
+    a receipt beside the build (ls counts them), signed with --key. Use it as a Kubernetes
+    startup probe (it runs until it first holds: one receipt per start).
 
     Exits 0 when the probe holds; 1 when it does not; 2 when the build or its recorded answers
     are missing or the server does not answer; 3 when the store failed.
@@ -503,8 +512,14 @@ def probe(
     """
     if (ref is None) == (manifest_digest is None):
         raise UserError("give exactly one of --ref NAME[/TAG] or --manifest DIGEST")
+    from neuronbuild.attest.keyless_sign import KeylessSigner
+    from neuronbuild.attest.keys import load_signer
+
     from .probe import probe as run_probe
 
+    signer = load_signer(key_ref, "--key") if key_ref else None  # refused before the store
+    if isinstance(signer, KeylessSigner):
+        raise UserError(f"--key {key_ref}: a receipt is signed with a key file or awskms:ARN")
     tiers = node_tiers(cache, local_cache, dry_run=True)
     probed = run_probe(
         ServeSource(ref=ref, manifest=manifest_digest),
@@ -514,6 +529,7 @@ def probe(
         record=record,
         receipt=not no_receipt,
         ref=ref,
+        signer=signer,
     )
     echo_notes(tiers.notes)
     if as_json:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from neuronbuild.attest.receipts import receipt_bytes
+from neuronbuild.attest.receipts import receipt_bytes, receipt_statement
 from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import ProbeFailed, UserError
 from neuronbuild.human import count
@@ -29,6 +29,9 @@ from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, resolve
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,13 @@ def probe(
     record: bool = False,
     receipt: bool = True,
     ref: str | None = None,
+    signer: Signer | None = None,
 ) -> Probed:
     """Probe the server at ``url`` serving ``source``'s manifest, laid out in ``cache_root``
     (default: where ``serve`` lays it out, :func:`~neuronbuild.store.layout.node_layout_root`).
     ``record``: store the server's answers as CI's instead of comparing (no receipt).
-    ``receipt``: write a receipt to the store when the probe holds; ``ref``: the ref it names.
+    ``receipt``: write a receipt to the store when the probe holds (:mod:`neuronbuild.attest.
+    receipts`), signed by ``signer`` (the node's key) when given; ``ref``: the ref it names.
 
     Raises:
         ProbeFailed: the lay-out no longer holds the build as laid out, the server compiled since
@@ -136,6 +141,6 @@ def probe(
         )
     written = None
     if receipt:
-        data = receipt_bytes(recipe, manifest, digest, ref=ref, answers=len(answers))
-        written = store.put_receipt(digest, data)
+        told = receipt_statement(recipe, manifest, digest, ref=ref, answers=len(answers))
+        written = store.put_receipt(digest, receipt_bytes(told, signer))
     return Probed(digest, root, len(answers), False, written, store.url)

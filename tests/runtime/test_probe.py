@@ -5,6 +5,7 @@ within the recorded tolerance) and compiled nothing, and then writes a receipt `
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -14,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from neuronbuild.node.probe import LOGPROB_TOLERANCE, PROMPTS, ProbeRecord
 from neuronbuild.store.cas import Store
 from tests.lib.builders import published_with_model
 from tests.lib.commands import neuronbuild, serve_without_vllm
+from tests.lib.keys import write_key
 from tests.lib.openai_double import Answers, openai_double
+from tests.lib.sigstore_instance import pae
 
 
 @pytest.fixture
@@ -51,6 +56,12 @@ def recorded(tmp_path: Path, url: str) -> tuple[Store, str]:
     return store, digest
 
 
+def receipt(store: Store, digest: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stored receipt: (its DSSE envelope, the in-toto Statement it carries)."""
+    envelope = json.loads(store.backend.read(store.layout.receipt(digest, name), 1 << 20) or b"")
+    return envelope, json.loads(base64.b64decode(envelope["payload"]))
+
+
 def test_a_node_that_answers_as_ci_did_holds_and_writes_a_receipt_ls_counts(
     tmp_path: Path, server: tuple[str, Answers]
 ) -> None:
@@ -66,8 +77,10 @@ def test_a_node_that_answers_as_ci_did_holds_and_writes_a_receipt_ls_counts(
     assert report["n_answers"] == 3 and report["recorded"] is False
     [name] = store.receipt_names(digest)
     assert report["receipt"] == name
-    data = json.loads(store.backend.read(store.layout.receipt(digest, name), 1 << 20) or b"")
-    assert (data["manifest"], data["probe"]) == (digest, {"answers": 3, "compiled": 0})
+    envelope, told = receipt(store, digest, name)
+    assert envelope["signatures"] == []  # no --key
+    assert told["subject"] == [{"name": "tiny", "digest": {"sha256": digest[7:]}}]
+    assert told["predicate"]["probe"] == {"answers": 3, "compiled": 0}
     listed = json.loads(neuronbuild("ls", "--cache", store.url, "--json").stdout)
     assert listed["receipts"] == {digest: 1}
 
@@ -193,3 +206,18 @@ def test_a_server_that_compiles_as_it_answers_fails_and_ci_records_nothing(
     assert done.returncode == 1
     assert "the server compiled since it was asked: 1 file" in done.stderr
     assert store.get_probe(digest) is None
+
+
+def test_a_receipt_is_signed_with_the_nodes_key(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)
+    public = load_pem_public_key(write_key(tmp_path / "node.key").read_bytes())
+    assert probe(store, digest, url, "--key", str(tmp_path / "node.key")).returncode == 0
+    [name] = store.receipt_names(digest)
+    envelope, _ = receipt(store, digest, name)
+    [signature] = envelope["signatures"]
+    payload = base64.b64decode(envelope["payload"])
+    assert isinstance(public, Ed25519PublicKey)
+    public.verify(base64.b64decode(signature["sig"]), pae(envelope["payloadType"], payload))
