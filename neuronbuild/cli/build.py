@@ -37,6 +37,7 @@ from neuronbuild.ui.verbosity import detail, echo_notes, key_text
 
 if TYPE_CHECKING:
     from neuronbuild.attest.sign import Signed
+    from neuronbuild.orchestrate.plan_diff import PlanDiff
     from neuronbuild.orchestrate.report import CompileReport, UnitOutcome
     from neuronbuild.store.cas import Store
 
@@ -164,8 +165,16 @@ def _plan_table(plan: Plan, cached: set[str] | None) -> list[str]:
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @json_option()
 @click.option("--explain", is_flag=True, help="Print every factor of every unit key.")
+@click.option(
+    "--diff",
+    "old_path",
+    metavar="OLD",
+    type=click.Path(dir_okay=False),
+    help="Also list the graphs RECIPE compiles that recipe OLD does not (a new release, bucket "
+    "or flag), why, and their cost from the compile times the store recorded.",
+)
 @cache_option
-def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
+def plan(recipe_path: str, as_json: bool, explain: bool, old_path: str | None, cache: str) -> None:
     """List exactly the graphs vLLM will compile for RECIPE, their compile units, and which
     units the store holds.
 
@@ -173,6 +182,7 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
     Examples:
       neuronbuild plan recipe.yaml
       neuronbuild plan recipe.yaml --explain --cache s3://bucket/store
+      neuronbuild plan next-release.yaml --diff recipe.yaml --cache s3://bucket/store
     """
     from neuronbuild.store.cas import planning_store  # the plan itself never opens a store
 
@@ -188,9 +198,16 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
         if given:
             raise
         warn(f"{exc}; not saying which units the store holds")
-        cached = None
+        store, cached = None, None
+    diff = None
+    if old_path is not None:
+        from neuronbuild.orchestrate.plan_diff import diff_plans
+
+        old_plan = build_plan(load_or_exit(old_path))
+        diff = diff_plans(the_plan, old_plan, store)
     if as_json:
-        echo_json("plan", {"store": cache, **the_plan.to_json(cached)})
+        extra = {} if diff is None else {"diff": {"against": old_path, **diff.to_json()}}
+        echo_json("plan", {"store": cache, **the_plan.to_json(cached), **extra})
         return
     click.echo(f"{recipe.name}: target {recipe.target}, engine {the_plan.engine.name}")
     click.echo(f"note: {the_plan.engine.note}")
@@ -201,11 +218,42 @@ def plan(recipe_path: str, as_json: bool, explain: bool, cache: str) -> None:
         f"total: {totals}; {count(len(the_plan.graphs), 'graph')} in "
         f"{count(len(the_plan.units), 'unit')}"
     )
+    if diff is not None and old_path is not None:
+        echo_diff(diff, old_path)
     if explain:
         for unit in the_plan.units:
             click.echo(f"\nunit {unit.key.digest} ({unit.label()})")
             for name, value in unit.key.factors.items():
                 click.echo(f"  {name}: {json.dumps(value, sort_keys=True)}")
+
+
+def echo_diff(diff: PlanDiff, old_path: str) -> None:
+    """``plan --diff``'s part: each unit that compiles again, why and its cost, then the sum."""
+    seeded = sum(c.seeded for c in diff.changed)
+    click.echo(
+        f"\nagainst {old_path}: {count(diff.graphs, 'graph')} compile "
+        f"({count(len(diff.changed), 'unit')}), {seeded} seeded from its build, "
+        f"{diff.reused} reused, {diff.dropped} dropped"
+    )
+    rows = [["UNIT", "KEY", "COMPILES", "TIME", "FROM", "WHY"]] + [
+        [
+            c.unit.label(),
+            key_text(c.unit.key.digest),
+            f"{len(c.unit.graphs) - c.seeded} of {len(c.unit.graphs)}",
+            duration(c.seconds),
+            "recorded" if c.recorded else "estimate",
+            ", ".join(c.why) or "new graphs",
+        ]
+        for c in diff.changed
+    ]
+    for line in format_table(rows, indent="  ") if diff.changed else []:
+        click.echo(line)
+    recorded = sum(c.recorded for c in diff.changed)
+    click.echo(
+        f"cost: {duration(diff.seconds)} of compiling, one unit after another ({recorded} of "
+        f"{count(len(diff.changed), 'unit')} from recorded times, the rest estimated); peak "
+        f"memory {diff.peak_memory_gib:g} GiB per unit"
+    )
 
 
 def dry_run_rows(report: CompileReport) -> list[list[str]]:

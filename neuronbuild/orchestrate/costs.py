@@ -46,30 +46,34 @@ class PlannedUnit:
         return self.engine.estimate(len(self.unit.graphs))
 
 
-def unit_costs(units: Sequence[PlannedUnit], store: Store | None) -> dict[str, float]:
-    """Expected seconds per unit key: the median of the stored timings of earlier builds of the
-    unit's shape, else its engine's estimate.
-
-    Timings of any unit key in ``units`` are ignored: they are written while this very build
-    runs, and a shard that started later would otherwise balance with other costs than one that
-    started earlier, and a unit could fall between shards.
+def measured_costs(units: Sequence[PlannedUnit], store: Store | None) -> dict[str, float]:
+    """Seconds per unit key for the units whose shape the store holds timings of: the median of
+    those of earlier builds. Timings of any unit key in ``units`` are ignored: they are written
+    while this very build runs, and a shard that started later would otherwise balance with
+    other costs than one that started earlier, and a unit could fall between shards.
 
     Raises:
         StoreError: the store cannot be listed or read. StoreDataInvalid: a timing is malformed.
     """
     shapes = {u.key: unit_shape(u.unit) for u in units}
-    current = set(shapes)
     measured: dict[str, list[float]] = {}
     if store is not None:
         for timing in store.timings(set(shapes.values())):
-            if timing.key not in current:
+            if timing.key not in shapes:
                 measured.setdefault(timing.shape, []).append(timing.seconds)
-    return {
-        u.key: statistics.median(measured[shapes[u.key]])
-        if shapes[u.key] in measured
-        else u.estimate.seconds
-        for u in units
-    }
+    found = {key: shape for key, shape in shapes.items() if shape in measured}
+    return {key: statistics.median(measured[shape]) for key, shape in found.items()}
+
+
+def unit_costs(units: Sequence[PlannedUnit], store: Store | None) -> dict[str, float]:
+    """Expected seconds per unit key: :func:`measured_costs` where the store holds timings of
+    the unit's shape, else its engine's estimate.
+
+    Raises:
+        StoreError: the store cannot be listed or read. StoreDataInvalid: a timing is malformed.
+    """
+    measured = measured_costs(units, store)
+    return {u.key: measured.get(u.key, u.estimate.seconds) for u in units}
 
 
 def record_timings(store: Store, compiled: Iterable[tuple[CompileUnit, float]]) -> None:

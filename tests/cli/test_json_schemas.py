@@ -73,6 +73,7 @@ CASES = [
     case("validate", shape=ERROR, code=2),  # a usage error: no RECIPE
     case("plan", "{a}"),
     case("plan", "{a}", "--cache", "{store}"),
+    case("plan", "{bad}", "--diff", "{a}", "--cache", "{store}"),
     case("plan", "{root}/nope.yaml", shape=ERROR, code=2),
     case("compile", "{a}", "--cache", "{store}"),
     case("compile", "{a}", "{bad}", "--cache", "{store}", "--dry-run"),
