@@ -474,6 +474,9 @@ def capture(
     is_flag=True,
     help="In CI: store this server's answers as the build's, for nodes to probe against.",
 )
+@click.option(
+    "--force", is_flag=True, help="With --record: replace answers recorded for the build before."
+)
 @click.option("--no-receipt", is_flag=True, help="Write no receipt when the probe holds.")
 @click.option(
     "--key",
@@ -491,6 +494,7 @@ def probe(
     url: str,
     vllm_cache_root: str | None,
     record: bool,
+    force: bool,
     no_receipt: bool,
     key_ref: str | None,
     as_json: bool,
@@ -512,6 +516,8 @@ def probe(
     """
     if (ref is None) == (manifest_digest is None):
         raise UserError("give exactly one of --ref NAME[/TAG] or --manifest DIGEST")
+    if force and not record:
+        raise click.UsageError("--force replaces recorded answers: give it with --record")
     from neuronbuild.attest.keyless_sign import KeylessSigner
     from neuronbuild.attest.keys import load_signer
 
@@ -530,6 +536,7 @@ def probe(
         receipt=not no_receipt,
         ref=ref,
         signer=signer,
+        force=force,
     )
     echo_notes(tiers.notes)
     if as_json:

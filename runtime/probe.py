@@ -81,10 +81,12 @@ def probe(
     receipt: bool = True,
     ref: str | None = None,
     signer: Signer | None = None,
+    force: bool = False,
 ) -> Probed:
     """Probe the server at ``url`` serving ``source``'s manifest, laid out in ``cache_root``
     (default: where ``serve`` lays it out, :func:`~neuronbuild.store.layout.node_layout_root`).
-    ``record``: store the server's answers as CI's instead of comparing (no receipt).
+    ``record``: store the server's answers as CI's instead of comparing (no receipt); other
+    answers recorded before are kept (UserError) unless ``force``.
     ``receipt``: write a receipt to the store when the probe holds (:mod:`neuronbuild.attest.
     receipts`), signed by ``signer`` (the node's key) when given; ``ref``: the ref it names.
 
@@ -119,7 +121,7 @@ def probe(
     if record:
         answers = ask(url)
         compiled_nothing("it was asked")  # the build lacks what its requests need
-        store.put_probe(digest, ProbeRecord(digest, tuple(answers)).to_bytes())
+        store.put_probe(digest, ProbeRecord(digest, tuple(answers)).to_bytes(), replace=force)
         return Probed(digest, root, len(answers), True, None, store.url)
     data = store.get_probe(digest)
     if data is None:

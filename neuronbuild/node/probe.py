@@ -80,7 +80,10 @@ class ProbeRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes, what: str) -> ProbeRecord:
-        """Parse a stored record (canonical bytes only).
+        """Parse a stored record (canonical bytes only): the answers to :data:`PROMPTS`, each
+        once, in order, at most :data:`MAX_TOKENS` tokens each, with a tolerance of at most
+        :data:`MAX_TOLERANCE` (a record that asks anything else, or holds anything less, is no
+        record CI made).
 
         Raises:
             StoreDataInvalid: not a probe record of this schema, or malformed.
@@ -89,24 +92,44 @@ class ProbeRecord:
         keys = {"schema", "manifest", "max_tokens", "logprob_tolerance", "answers"}
         if not isinstance(raw, dict) or set(raw) != keys or raw["schema"] != PROBE_SCHEMA:
             raise StoreDataInvalid(f"{what}: not a {PROBE_SCHEMA} record")
-        try:
-            tolerance = raw["logprob_tolerance"]
-            max_tokens = raw["max_tokens"]
-            answers = tuple(_answer(a) for a in raw["answers"])
-        except (TypeError, ValueError, KeyError):
-            raise StoreDataInvalid(f"{what}: malformed answers") from None
-        if not isinstance(max_tokens, int) or not isinstance(tolerance, float) or tolerance < 0:
-            raise StoreDataInvalid(f"{what}: malformed max_tokens or logprob_tolerance")
-        return cls(check_digest(raw["manifest"], what), answers, max_tokens, tolerance)
+        max_tokens, tolerance, answers = raw["max_tokens"], raw["logprob_tolerance"], raw["answers"]
+        if type(max_tokens) is not int or not 0 < max_tokens <= MAX_TOKENS:
+            raise StoreDataInvalid(f"{what}: max_tokens must be 1 to {MAX_TOKENS}")
+        if type(tolerance) is not float or not 0 <= tolerance <= MAX_TOLERANCE:
+            raise StoreDataInvalid(f"{what}: logprob_tolerance must be 0 to {MAX_TOLERANCE}")
+        if not isinstance(answers, list):
+            raise StoreDataInvalid(f"{what}: answers must be a list")
+        parsed = tuple(_answer(a, max_tokens, what) for a in answers)
+        if tuple(a.prompt for a in parsed) != PROMPTS:
+            raise StoreDataInvalid(f"{what}: answers must be to the probe's prompts, in order")
+        return cls(check_digest(raw["manifest"], what), parsed, max_tokens, tolerance)
 
 
-def _answer(data: Any) -> Answer:
-    tokens, logprobs = data["tokens"], data["logprobs"]
-    if not isinstance(data["prompt"], str) or not all(isinstance(t, str) for t in tokens):
-        raise ValueError("not text")
-    if len(tokens) != len(logprobs):
-        raise ValueError("unpaired")
-    return Answer(data["prompt"], tuple(tokens), tuple(float(x) for x in logprobs))
+MAX_TOLERANCE = 1.0
+"""The largest logprob tolerance (nats) a record may carry: beyond it a probe proves little."""
+
+
+def _answer(data: Any, max_tokens: int, what: str) -> Answer:
+    """One recorded answer: its prompt, up to ``max_tokens`` tokens (text) and a finite logprob
+    (a number) for each."""
+    if not isinstance(data, dict) or set(data) != {"prompt", "tokens", "logprobs"}:
+        raise StoreDataInvalid(f"{what}: an answer must have a prompt, tokens and logprobs")
+    prompt, tokens, logprobs = data["prompt"], data["tokens"], data["logprobs"]
+    if (
+        not isinstance(prompt, str)
+        or not isinstance(tokens, list)
+        or not isinstance(logprobs, list)
+        or not all(isinstance(t, str) for t in tokens)
+        or not all(type(x) in (int, float) for x in logprobs)
+        or len(tokens) != len(logprobs)
+        or len(tokens) > max_tokens
+    ):
+        raise StoreDataInvalid(f"{what}: a malformed answer")
+    return Answer(prompt, tuple(tokens), tuple(float(x) for x in logprobs))
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Requests to the node's own server go direct, whatever ``HTTP_PROXY`` a cluster sets."""
 
 
 def _post(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -116,7 +139,7 @@ def _post(url: str, path: str, body: dict[str, Any] | None = None) -> Any:
         {"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=REQUEST_SECONDS) as response:
+        with _OPENER.open(request, timeout=REQUEST_SECONDS) as response:
             return json.load(response)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -142,11 +165,12 @@ def ask(url: str, prompts: Sequence[str] = PROMPTS, max_tokens: int = MAX_TOKENS
         reply = _post(url, "/v1/completions", body)
         try:
             found = reply["choices"][0]["logprobs"]
-            answers.append(
-                Answer(prompt, tuple(found["tokens"]), tuple(map(float, found["token_logprobs"])))
-            )
-        except (KeyError, IndexError, TypeError, ValueError):
-            raise UserError(f"--url {url}: a completion came back without its logprobs") from None
+            answer = {"prompt": prompt, "tokens": found["tokens"]}
+            answers.append(_answer(answer | {"logprobs": found["token_logprobs"]}, max_tokens, ""))
+        except (KeyError, IndexError, TypeError, StoreDataInvalid):
+            raise UserError(
+                f"--url {url}: a completion came back without its tokens and their logprobs"
+            ) from None
     return answers
 
 

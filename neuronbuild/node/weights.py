@@ -4,9 +4,9 @@ vLLM starts (issue 45).
 Unit keys name weight files by name and size only (graphs do not depend on weight values:
 :mod:`neuronbuild.model_files`), so without this a node holding other weights of the same sizes (a
 half-synced copy, a re-quantized checkpoint, a tampered file) would serve them under a signed
-build. The manifest records the sha256 of every weight file (:data:`WEIGHT_SUFFIXES`, at the top of
-the folder vLLM loads: the local model folder, or the hub snapshot of the revision), and a node
-compares its own before anything is fetched.
+build. The manifest records the sha256 of every weight file vLLM's loader reads
+(:func:`weight_names`, at the top of the folder vLLM loads: the local model folder, or the hub
+snapshot of the revision), and a node compares its own before anything is fetched.
 
 Hashing gigabytes is the cost, paid once: files are hashed in parallel on the host's cores, and a
 record of what was found (:func:`checked_path`, under the user's cache: each file's device, inode,
@@ -31,7 +31,7 @@ from neuronbuild.digest import canonical_json, hash_file, short
 from neuronbuild.errors import UserError
 from neuronbuild.folders import boot_id
 from neuronbuild.human import count, size
-from neuronbuild.model_files import WEIGHT_SUFFIXES, config_path
+from neuronbuild.model_files import config_path
 from neuronbuild.store.records import FileRecord
 
 
@@ -43,12 +43,29 @@ def model_folder(model: str, revision: str | None, workdir: Path) -> Path | None
     return config.parent if config is not None and config.is_file() else None
 
 
+NOT_LOADED = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+"""Files a checkpoint folder may hold that vLLM's loader skips (``filter_files_not_needed_for_
+inference``, vllm/model_executor/model_loader/weight_utils.py)."""
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
 def weight_names(folder: Path) -> list[str]:
-    """The weight files vLLM may load from ``folder``: each regular file (or link to one) at its
-    top whose name ends in :data:`~neuronbuild.model_files.WEIGHT_SUFFIXES`, sorted."""
-    return sorted(
-        p.name for p in folder.iterdir() if p.name.endswith(WEIGHT_SUFFIXES) and p.is_file()
-    )
+    """The weight files vLLM's default loader (``load_format: auto``) reads from ``folder``,
+    sorted: the ``*.safetensors`` at its top when there are any (only those the index's
+    ``weight_map`` names, when it has ``model.safetensors.index.json``), else its ``*.bin``
+    files but :data:`NOT_LOADED` (``DefaultModelLoader._prepare_weights``). So a node whose
+    folder also holds files vLLM would not load (a full hub download's ``pytorch_model.bin``
+    beside the safetensors) differs from CI in none of them."""
+    top = sorted(p.name for p in folder.iterdir() if p.is_file())
+    safetensors = [n for n in top if n.endswith(".safetensors")]
+    if not safetensors:
+        return [n for n in top if n.endswith(".bin") and n not in NOT_LOADED]
+    try:
+        named = set(json.loads((folder / SAFETENSORS_INDEX).read_bytes())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return safetensors  # no index (or one vLLM could not read either): every file
+    return [n for n in safetensors if n in named]
 
 
 def _stat(path: Path) -> list[int]:
@@ -86,10 +103,11 @@ def digest_weights(
     in bytes)``, sorted by name: each file whose stat matches this host's record
     (:func:`checked_path`) by the recorded digest, the others hashed on ``jobs`` threads (default:
     the host's cores), largest first; ``fresh`` hashes every file. The record is rewritten with
-    what was hashed, for files whose stat did not change while they were hashed.
+    what was hashed.
 
     Raises:
-        UserError: a weight file cannot be read (naming it and why).
+        UserError: a weight file cannot be read (naming it and why), or changed while it was
+            hashed (its stat before and after differ: its digest would be of no one version).
     """
     record_path = checked_path(folder)
     record = {} if fresh else _read_checked(record_path)
@@ -105,13 +123,19 @@ def digest_weights(
         todo = sorted(set(names) - set(found), key=lambda n: -stats[n][2])
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             hashed = dict(zip(todo, pool.map(lambda n: hash_file(folder / n), todo), strict=True))
-        settled = {n: stats[n] + [hashed[n][0]] for n in todo if _stat(folder / n) == stats[n]}
+        moved = [n for n in todo if _stat(folder / n) != stats[n]]
     except OSError as exc:
         raise UserError(
             f"model weights in {folder}: cannot read {exc.filename or folder}: {exc.strerror}; "
             "make every weight file readable by this user"
         ) from None
+    if moved:
+        raise UserError(
+            f"model weights in {folder}: {moved[0]} changed while it was hashed; wait until "
+            "whatever writes it is done, then run again"
+        )
     found.update(hashed)
+    settled = {n: stats[n] + [hashed[n][0]] for n in todo}
     if settled:
         with contextlib.suppress(OSError):  # a read-only cache hashes every time
             kept = {n: record[n] for n in names if n in record and n not in settled}

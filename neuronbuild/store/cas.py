@@ -765,16 +765,24 @@ class Store:
 
     # Probes and receipts (neuronbuild.node.probe, neuronbuild.attest.receipts).
 
-    def put_probe(self, manifest: str, data: bytes) -> None:
-        """Store ``data`` as the answers CI recorded for ``manifest`` (a later record replaces
-        it: CI records again when it probes again).
+    def put_probe(self, manifest: str, data: bytes, *, replace: bool = False) -> None:
+        """Store ``data`` as the answers CI recorded for ``manifest``: created once (the same
+        bytes again are a no-op); ``replace`` overwrites other answers recorded before.
 
         Raises:
-            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, or the manifest is not in
-                this store. StoreError: the write failed.
+            UserError: ``data`` is over :data:`MAX_ATTESTATION_BYTES`, the manifest is not in
+                this store, or other answers are recorded for it (without ``replace``).
+            StoreError: the write failed.
         """
         self._check_beside(manifest, data, "the probe of", "probe", "recorded")
-        self.backend.put(self.layout.probe(manifest), data)
+        path = self.layout.probe(manifest)
+        if replace:
+            self.backend.put(path, data)
+        elif not self.backend.create(path, data) and self.get_probe(manifest) != data:
+            raise UserError(
+                f"{self.url}: other answers are recorded for {manifest} already, which every "
+                "node probes against; pass --force to replace them"
+            )
 
     def get_probe(self, manifest: str) -> bytes | None:
         """The bytes of the answers recorded for ``manifest`` (unparsed), or None.

@@ -88,7 +88,13 @@ INLINE_BYTES = 16 << 10
 """Objects up to this size are also inlined in their config descriptor (``data``), read in one
 request."""
 
-DIGEST_NAMED = {"units": "unit", "manifests": "manifest", "layouts": "layout", "leases": "lease"}
+DIGEST_NAMED = {
+    "units": "unit",
+    "manifests": "manifest",
+    "layouts": "layout",
+    "leases": "lease",
+    "probes": "probe",
+}
 """Kinds whose objects are named ``<kind>/<hex>.json``: their tag is ``<prefix>-<hex>``."""
 
 HASHED = {
@@ -96,13 +102,15 @@ HASHED = {
     "history": ("history", 4),
     "attestations": ("attestation", 3),
     "additions": ("addition", 3),
+    "receipts": ("receipt", 3),
     "timings": ("timing", 3),
     "tmp": ("tmp", 0),
 }
 """Kinds whose tag is hashed: tag prefix and the depth of their objects' paths (0: any)."""
 
 OUR_TAG = re.compile(
-    r"^(unit|manifest|layout|lease)-([0-9a-f]{64})$|^(ref|history|attestation|addition|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
+    r"^(unit|manifest|layout|lease|probe)-([0-9a-f]{64})$"
+    r"|^(ref|history|attestation|addition|receipt|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
 )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from neuronbuild.errors import StoreDataInvalid
+from neuronbuild.errors import StoreDataInvalid, UserError
 from neuronbuild.node import weights
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -34,7 +34,8 @@ def model(where: Path) -> Path:
     folder = where / "m"
     (folder / "sub").mkdir(parents=True)
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    index = {"weight_map": {f"layer.{i}": name for i, name in enumerate(WEIGHTS)}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     for name, data in WEIGHTS.items():
         (folder / name).write_bytes(data)
     (folder / "README.md").write_text("not weights")
@@ -147,7 +148,6 @@ def test_a_node_with_the_builds_weights_serves_and_says_it_checked_them(tmp_path
     [
         ("flip", "model-00001-of-00002.safetensors is sha256:"),
         ("remove", "model-00002-of-00002.safetensors is missing here"),
-        ("add", "model-00003-of-00002.safetensors is here but not in the build"),
     ],
 )
 def test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file(
@@ -157,10 +157,8 @@ def test_a_node_whose_weights_differ_is_refused_in_one_line_naming_the_file(
     folder = recipe.parent / "m"
     if change == "flip":  # content, not size
         (folder / "model-00001-of-00002.safetensors").write_bytes(b"w" * 2999 + b"!")
-    elif change == "remove":
-        (folder / "model-00002-of-00002.safetensors").unlink()
     else:
-        (folder / "model-00003-of-00002.safetensors").write_bytes(b"u")
+        (folder / "model-00002-of-00002.safetensors").unlink()
     root = tmp_path / "root"
     done = serve_without_vllm(str(recipe), "--cache", str(store), "--vllm-cache-root", str(root))
     assert done.returncode == 2 and done.stdout == ""  # vLLM was not started
@@ -193,3 +191,52 @@ def test_the_record_of_another_boot_is_not_trusted(
     boot.write_text("boot-1\n")
     weights.digest_weights(folder)
     assert sorted(hashed) == sorted([*WEIGHTS, *WEIGHTS])  # and again in the next
+
+
+def test_files_vllm_would_not_load_are_not_weights(tmp_path: Path) -> None:
+    """As vLLM's default loader picks them: safetensors before bin files, and of those only the
+    ones the index names; a full hub download's extra files differ from CI in nothing."""
+    recipe, store = sealed(tmp_path)
+    folder = recipe.parent / "m"
+    (folder / "pytorch_model.bin").write_bytes(b"the same weights, pickled")
+    (folder / "extra.safetensors").write_bytes(b"not in the index")
+    code, err, out = serve(recipe, store)
+    assert code == 0, err
+    assert out is not None and out["weights"] == 2
+    bins = tmp_path / "bins"  # no safetensors: the bin files, but a trainer's state
+    bins.mkdir()
+    for name in ("pytorch_model-00001.bin", "training_args.bin", "optimizer.bin"):
+        (bins / name).write_bytes(b"x")
+    assert weights.weight_names(bins) == ["pytorch_model-00001.bin"]
+
+
+def test_a_file_that_changes_while_it_is_hashed_is_refused_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = model(tmp_path)
+    name = "model-00001-of-00002.safetensors"
+    real = weights.hash_file
+
+    def while_written(path: Path) -> tuple[str, int]:
+        found = real(path)
+        if Path(path).name == name:
+            Path(path).write_bytes(b"W" * 3000)  # a sync tool still writing it
+        return found
+
+    monkeypatch.setattr(weights, "hash_file", while_written)
+    with pytest.raises(UserError, match=f"{name} changed while it was hashed"):
+        weights.digest_weights(folder)
+    assert not weights.checked_path(folder).exists()
+
+
+def test_a_weight_file_vllm_would_load_that_the_build_lacks_is_a_difference(
+    tmp_path: Path,
+) -> None:
+    folder = model(tmp_path)
+    (folder / "model.safetensors.index.json").unlink()  # without an index vLLM loads them all
+    built = weights.digest_weights(folder)
+    (folder / "model-00003-of-00002.safetensors").write_bytes(b"u")
+    [difference] = weights.weight_differences(built, folder)
+    assert difference.line() == (
+        "model-00003-of-00002.safetensors is here but not in the build (vLLM would load it)"
+    )

@@ -333,3 +333,18 @@ def test_a_refusal_listing_an_error_per_blob_names_the_first(oci_url: str) -> No
     lacking = many_blobs(20_000)
     with pytest.raises(StoreError, match="HTTP 400 MANIFEST_BLOB_UNKNOWN: blob unknown"):
         store.backend.create(store.layout.manifest(lacking.digest), lacking.to_bytes())
+
+
+def test_a_probe_record_and_receipts_are_kept_beside_a_manifest_in_a_registry(
+    oci_url: str, tmp_path: Path
+) -> None:
+    """``probe`` (issue 45) stores CI's answers and nodes' receipts beside the build, in a
+    registry as in a folder; ``ls`` counts the receipts."""
+    store = Store(oci_url)
+    digest = publish_build(store, demo_recipe(tmp_path), tmp_path, "a")
+    store.put_probe(digest, b'{"answers": []}')
+    assert store.get_probe(digest) == b'{"answers": []}'
+    names = [store.put_receipt(digest, f'{{"n": {i}}}'.encode()) for i in range(2)]
+    assert store.receipt_names(digest) == sorted(names)
+    listed = json.loads(neuronbuild("ls", "--cache", oci_url, "--json").stdout)
+    assert listed["receipts"] == {digest: 2}
