@@ -479,12 +479,19 @@ def capture(
 )
 @click.option("--no-receipt", is_flag=True, help="Write no receipt when the probe holds.")
 @click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True),
+    help="Folder a relative model path resolves in (as serve --workdir), for the receipt's "
+    "account of the weights.",
+)
+@click.option(
     "--key",
     "key_ref",
     metavar="KEY_REF",
     help="The node's signing key for its receipt: file:PATH or PATH of a PEM private key "
     "(Ed25519 or ECDSA P-256), or awskms:ARN; without it the receipt is unsigned.",
 )
+@policy_option
 @json_option()
 def probe(
     ref: str | None,
@@ -496,7 +503,9 @@ def probe(
     record: bool,
     force: bool,
     no_receipt: bool,
+    workdir: str | None,
     key_ref: str | None,
+    policy: str | None,
     as_json: bool,
 ) -> None:
     """Prove that the server at --url serves the build CI tested: it answers a fixed set of
@@ -520,10 +529,12 @@ def probe(
         raise click.UsageError("--force replaces recorded answers: give it with --record")
     from neuronbuild.attest.keyless_sign import KeylessSigner
     from neuronbuild.attest.keys import load_signer
+    from neuronbuild.attest.trust import policy_from
 
     from .probe import probe as run_probe
 
-    signer = load_signer(key_ref, "--key") if key_ref else None  # refused before the store
+    trusted = policy_from(policy)  # a bad policy or key is refused before the store is read
+    signer = load_signer(key_ref, "--key") if key_ref else None
     if isinstance(signer, KeylessSigner):
         raise UserError(f"--key {key_ref}: a receipt is signed with a key file or awskms:ARN")
     tiers = node_tiers(cache, local_cache, dry_run=True)
@@ -537,6 +548,8 @@ def probe(
         ref=ref,
         signer=signer,
         force=force,
+        policy=trusted,
+        workdir=Path(workdir).resolve() if workdir else None,
     )
     echo_notes(tiers.notes)
     if as_json:

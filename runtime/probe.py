@@ -23,15 +23,20 @@ from neuronbuild.engines.registry import engine_for
 from neuronbuild.errors import ProbeFailed, UserError
 from neuronbuild.human import count
 from neuronbuild.node.image_stamp import check_image
-from neuronbuild.node.materialize import laid_out
+from neuronbuild.node.materialize import laid_out, read_stamp_value
 from neuronbuild.node.probe import ProbeRecord, ask, compiled_since, differences
+from neuronbuild.node.weights import model_folder, weight_differences
+from neuronbuild.recipe import Recipe
 from neuronbuild.store.layout import node_layout_root
+from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, resolve
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
+
+    from neuronbuild.attest.policy import Policy
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,17 @@ class Probed:
         )
 
 
+def weights_as_built(recipe: Recipe, manifest: Manifest, workdir: Path) -> bool | None:
+    """Whether the model's weight files on this node are the build's (this host's record of
+    them makes it free after ``serve`` checked them); None when the build records none or the
+    model is not here. ``serve --allow-mismatch weights`` serves others: the receipt says so."""
+    revision = recipe.engine_args.get("revision")
+    folder = model_folder(recipe.model, revision, workdir)
+    if manifest.weights is None or folder is None:
+        return None
+    return not weight_differences(manifest.weights, folder)
+
+
 def probe(
     source: ServeSource,
     tiers: TieredStore,
@@ -82,11 +98,16 @@ def probe(
     ref: str | None = None,
     signer: Signer | None = None,
     force: bool = False,
+    policy: Policy | None = None,
+    workdir: Path | None = None,
 ) -> Probed:
     """Probe the server at ``url`` serving ``source``'s manifest, laid out in ``cache_root``
     (default: where ``serve`` lays it out, :func:`~neuronbuild.store.layout.node_layout_root`).
     ``record``: store the server's answers as CI's instead of comparing (no receipt); other
-    answers recorded before are kept (UserError) unless ``force``.
+    answers recorded before are kept (UserError) unless ``force``. ``policy``: the trust policy
+    the manifest must pass, as ``serve`` enforces it. ``workdir``: where the model folder
+    resolves, as ``serve --workdir`` (the receipt says whether the node's weights are the
+    build's).
     ``receipt``: write a receipt to the store when the probe holds (:mod:`neuronbuild.attest.
     receipts`), signed by ``signer`` (the node's key) when given; ``ref``: the ref it names.
 
@@ -97,18 +118,26 @@ def probe(
             the server did not answer, or a malformed record (StoreDataInvalid).
         StoreError: the store failed.
     """
-    recipe, manifest, digest = resolve(source, tiers)
+    recipe, manifest, digest = resolve(source, tiers, policy)
     root = cache_root or node_layout_root(digest)
-    folder = engine_for(recipe).compile_cache
+    engine = engine_for(recipe)
+    folder, bookkeeping = engine.compile_cache, engine.load_bookkeeping
 
     def compiled_nothing(since: str) -> None:
         if not (check_image(root, manifest, digest) or laid_out(root, manifest, digest)):
+            held = read_stamp_value(root)
+            other = held.get("manifest") if isinstance(held, dict) else None
+            if isinstance(other, str) and other != digest:
+                raise ProbeFailed(
+                    f"{root} holds {other[:80]!a}, not {digest}: the server serves the build "
+                    f"{source.ref or 'it'} named when it started; start it again to serve {digest}"
+                )
             raise ProbeFailed(
                 f"{root} does not hold {digest} as serve laid it out: a file of it was rewritten "
                 "or removed since (a compile rewrites its entry), or it was laid out elsewhere "
                 "(pass the --vllm-cache-root serve used)"
             )
-        compiled = compiled_since(root, manifest, Path(folder)) if folder else []
+        compiled = compiled_since(root, manifest, Path(folder), bookkeeping) if folder else []
         if compiled:
             raise ProbeFailed(
                 f"the server compiled since {since}: {count(len(compiled), 'file')} under {root} "
@@ -143,6 +172,9 @@ def probe(
         )
     written = None
     if receipt:
-        told = receipt_statement(recipe, manifest, digest, ref=ref, answers=len(answers))
+        checked = weights_as_built(recipe, manifest, workdir or recipe.workdir)
+        told = receipt_statement(
+            recipe, manifest, digest, ref=ref, answers=len(answers), weights_checked=checked
+        )
         written = store.put_receipt(digest, receipt_bytes(told, signer))
     return Probed(digest, root, len(answers), False, written, store.url)

@@ -465,6 +465,7 @@ def prepare(
             check_address=check_address,
         )
     )
+    tiers.skip_blob_fsync()  # a crash costs a fetch, never trust (the stamp's boot)
     files, size, ready = _lay_out(view, tiers, dry_run=dry_run, record=record)
     added = _addition(view, tiers, policy) if additions and not dry_run else None
     keyed = _keyed_env(view)

@@ -283,8 +283,8 @@ BREAKS = [
         (
             (
                 "neuronbuild/engines/vllm_cpu/engine.py",
-                '{"cpu_isa": cpu_isa.resolve(recipe_isa(recipe))}',
-                '{"cpu_isa": cpu_isa.resolve(recipe_isa(recipe)), "where": str(recipe.workdir)}',
+                '"warmed": warmed}',
+                '"warmed": warmed, "where": str(recipe.workdir)}',
             ),
         ),
         ("tests/test_claims_keys.py",),
@@ -2563,7 +2563,7 @@ BREAKS += [
         (
             (
                 "runtime/probe.py",
-                "compiled_since(root, manifest, Path(folder)) if folder else []",
+                "compiled_since(root, manifest, Path(folder), bookkeeping) if folder else []",
                 "[]",
             ),
         ),
@@ -2583,8 +2583,14 @@ BREAKS += [
         ),
     ),
     Break(
-        "probe takes bookkeeping inside a loaded entry for a compile",
-        (("neuronbuild/node/probe.py", "and str(rel.parent) not in entries", ""),),
+        "probe ignores any new file inside an entry the build holds",
+        (
+            (
+                "neuronbuild/node/probe.py",
+                "rel.name in bookkeeping and str(rel.parent)",
+                "str(rel.parent)",
+            ),
+        ),
         ("tests/runtime/test_probe.py::test_a_server_that_compiled_since_it_started_fails",),
     ),
     Break(
@@ -2654,6 +2660,40 @@ BREAKS += [
             ),
         ),
         ("tests/runtime/test_probe.py::test_answers_recorded_before_are_kept_unless_forced",),
+    ),
+    Break(
+        "probe takes the engine's bookkeeping inside a loaded entry for a compile",
+        (
+            (
+                "neuronbuild/node/probe.py",
+                "and not (rel.name in bookkeeping and str(rel.parent) in entries)",
+                "",
+            ),
+        ),
+        ("tests/runtime/test_probe.py::test_a_server_that_compiled_since_it_started_fails",),
+    ),
+    Break(
+        "the CPU compile skips the request with logprobs",
+        (
+            (
+                "neuronbuild/engines/vllm_cpu/compile_worker.py",
+                "if answers_with_logprobs(engine_args):",
+                "if False:",
+            ),
+        ),
+        ("tests/engines/test_cpu_warmup.py",),
+    ),
+    Break(
+        "serve's fetch keeps an fsync per blob",
+        (("neuronbuild/store/tiered.py", "self.local.backend.durable_blobs = False", "pass"),),
+        (
+            "tests/store/test_claims_node.py::test_serve_fetches_without_an_fsync_per_blob_and_pull_with_one",
+        ),
+    ),
+    Break(
+        "push leaves CI's answers behind",
+        (("neuronbuild/store/transfer.py", "    notes += copy_probe(src, dst, digest)\n", ""),),
+        ("tests/runtime/test_probe.py::test_push_carries_ci_s_answers_to_the_store_nodes_read",),
     ),
 ]
 

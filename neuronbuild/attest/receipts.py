@@ -48,18 +48,20 @@ def receipt_statement(
     *,
     ref: str | None,
     answers: int,
+    weights_checked: bool | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
     """The in-toto Statement of a receipt for ``manifest`` (``digest``), served under ``ref``
-    (None: by digest), whose probe matched ``answers`` answers; ``now``: seconds since the epoch
-    (default: this host's clock)."""
+    (None: by digest), whose probe matched ``answers`` answers; ``weights_checked``: whether the
+    node's weight files are the ones the build records (None: it records none, or the model is
+    not on this node); ``now``: seconds since the epoch (default: this host's clock)."""
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": manifest.name, "digest": {"sha256": hex_of(digest)}}],
         "predicateType": RECEIPT_TYPE,
         "predicate": {
             "ref": ref,
-            "weights": weights_digest(manifest),
+            "weights": {"digest": weights_digest(manifest), "as_built": weights_checked},
             "release": {d: installed_version(d) for d in sorted(recipe.toolchain)},
             "node": {"host": socket.gethostname(), "machine": platform.machine()},
             "probe": {"answers": answers, "compiled": 0},

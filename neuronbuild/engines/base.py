@@ -109,6 +109,9 @@ class Engine(ABC):
     compile_cache: ClassVar[str | None] = None
     """The folder under ``VLLM_CACHE_ROOT`` a compile writes into (a serve that compiled leaves
     files there that its manifest does not list: ``neuronbuild probe``); None where unknown."""
+    load_bookkeeping: ClassVar[tuple[str, ...]] = ()
+    """Names of the files the engine writes into a compile cache entry it loads without
+    compiling (vLLM-Neuron's ``.cache_accessed``): not a compile, to ``neuronbuild probe``."""
     note: ClassVar[str] = ""
     conformance_kit: ClassVar[str | None] = None
     """Where this engine's conformance kit lives (``module:function``, imported by

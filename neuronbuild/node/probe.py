@@ -210,12 +210,14 @@ def differences(record: ProbeRecord, answers: Sequence[Answer]) -> list[str]:
     return out
 
 
-def compiled_since(root: Path, manifest: Manifest, cache_dir: Path) -> list[str]:
+def compiled_since(
+    root: Path, manifest: Manifest, cache_dir: Path, bookkeeping: tuple[str, ...] = ()
+) -> list[str]:
     """Files under ``root / cache_dir`` (the engine's compile cache in the layout root) that the
-    manifest does not list, outside the folders of its files: what the server compiled since it
-    started (a compile writes an entry folder of its own), sorted; empty when it compiled
-    nothing. A file vLLM adds inside an entry it loads (the Neuron cache's ``.cache_accessed``)
-    is bookkeeping, not a compile."""
+    manifest does not list: what the server compiled since it started, sorted; empty when it
+    compiled nothing. A file named in ``bookkeeping`` inside a folder of the manifest's files is
+    what the engine writes into an entry it loads (vLLM-Neuron's ``.cache_accessed``), not a
+    compile."""
     listed = {f.path for f in manifest.files()}
     entries = {str(PurePosixPath(p).parent) for p in listed}
     folder = root / cache_dir
@@ -225,5 +227,7 @@ def compiled_since(root: Path, manifest: Manifest, cache_dir: Path) -> list[str]
     return sorted(
         str(rel)
         for rel in found
-        if not (root / rel).is_dir() and str(rel) not in listed and str(rel.parent) not in entries
+        if not (root / rel).is_dir()
+        and str(rel) not in listed
+        and not (rel.name in bookkeeping and str(rel.parent) in entries)
     )

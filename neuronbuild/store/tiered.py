@@ -32,23 +32,28 @@ class TieredStore:
     """``local`` (a folder store on this node) in front of ``remote`` (any store; None when
     the local store is the only one). ``progress``: makes the meter a fill tells the bytes it
     moves (:data:`~.transfer.MeterFactory`; a command's shows them on stderr; None, the
-    default, tells nobody).
-
-    The local tier keeps the blobs it fetches without an ``fsync`` each where the machine gives a
-    boot id (:func:`~neuronbuild.folders.boot_id`): what trusts them across processes (the
-    lay-out stamp) holds only within the boot that wrote it, so after a crash every blob is
-    hashed before use and a torn one fetched again from the remote."""
+    default, tells nobody)."""
 
     def __init__(
         self, local: Store, remote: Store | None = None, progress: MeterFactory | None = None
     ) -> None:
         if remote is not None and remote.url == local.url:
             remote = None
-        if remote is not None and boot_id() is not None:  # a torn blob is fetched again
-            local.backend.durable_blobs = False
         self.local, self.remote = local, remote
         self.notes: list[str] = []
         self.progress = progress
+
+    def skip_blob_fsync(self) -> bool:
+        """For ``serve``'s fetch: keep the blobs the local tier fetches without an ``fsync``
+        each, where there is a remote to fetch a torn one from again and the machine gives a
+        boot id (:func:`~neuronbuild.folders.boot_id`): what trusts them across processes (the
+        lay-out stamp) holds only within the boot that wrote it, so after a crash every blob is
+        hashed before use and a torn one fetched again. Returns whether it applies. ``pull``
+        keeps the fsync: a pulled node may serve with no remote to fetch from."""
+        if self.remote is None or boot_id() is None:
+            return False
+        self.local.backend.durable_blobs = False
+        return True
 
     @property
     def url(self) -> str:

@@ -229,6 +229,7 @@ def _copy(
     if not dst.has_manifest(digest):
         dst.put_manifest(manifest)
     copy_attestations(src, dst, digest)
+    notes += copy_probe(src, dst, digest)
     if additions:
         notes += copy_additions(src, dst, digest)
     return CopyReport(
@@ -262,6 +263,24 @@ def copy_attestations(src: Store, dst: Store, digest: str) -> int:
             dst.put_attestation(digest, keyid, data)
             written += 1
     return written
+
+
+def copy_probe(src: Store, dst: Store, digest: str) -> list[str]:
+    """Copy the answers CI recorded for manifest ``digest`` (``neuronbuild probe --record``)
+    when ``dst`` has none, so nodes of ``dst`` probe against them; other answers ``dst`` holds
+    are kept, with a note (returned). The bytes travel as they are: ``probe`` parses them.
+
+    Raises:
+        StoreDataInvalid: ``src``'s record is over the size a reader takes.
+    """
+    data = src.get_probe(digest)
+    if data is None:
+        return []
+    try:
+        dst.put_probe(digest, data)
+    except UserError:
+        return [f"{dst.url} holds other answers recorded for {digest}; kept them"]
+    return []
 
 
 def copy_additions(src: Store, dst: Store, digest: str) -> list[str]:

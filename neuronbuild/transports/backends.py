@@ -122,9 +122,9 @@ class Backend(ABC):
 
     durable_blobs = True
     """Whether a blob moved into a folder store is fsynced (file and folder) before it counts as
-    stored. A node's local tier in front of a remote turns it off (:class:`~neuronbuild.store.
-    tiered.TieredStore`): its blobs are verified again after a reboot (:func:`~neuronbuild.folders.
-    boot_id`) and a torn one fetched again, so a crash costs a fetch, never trust."""
+    stored. ``serve``'s fetch into a node's local tier turns it off
+    (:meth:`~neuronbuild.store.tiered.TieredStore.skip_blob_fsync`): its blobs are verified
+    again after a reboot and a torn one fetched again, so a crash costs a fetch, never trust."""
 
     settle_seconds = 0.0
     """A store without compare-and-swap (an OCI registry): how long a ref move waits after its

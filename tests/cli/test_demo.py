@@ -148,7 +148,7 @@ def test_plain_vllm_gets_the_recipes_engine_arguments_run_eagerly_in_one_process
         "distributed_executor_backend": "uni",
     }
     assert seen["prompt"] == text.PROMPT
-    assert seen["sampling"] == {"temperature": 0, "max_tokens": 7}
+    assert seen["sampling"] == {"temperature": 0, "max_tokens": 7, "logprobs": None}
     assert Path(seen["cwd"]) == recipe_path.parent  # where the relative model path resolves
     assert cache_root is not None and cache_root != users_cache
     assert seen["env"] == {

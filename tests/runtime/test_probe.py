@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from neuronbuild.digest import canonical_json
-from neuronbuild.node.probe import LOGPROB_TOLERANCE, PROMPTS, ProbeRecord
+from neuronbuild.node.probe import LOGPROB_TOLERANCE, PROMPTS, ProbeRecord, compiled_since
 from neuronbuild.store.cas import Store
-from tests.lib.builders import published_with_model
+from tests.lib.builders import cpu_recipe, model_folder, publish_build, published_with_model
 from tests.lib.commands import neuronbuild, serve_without_vllm
 from tests.lib.keys import write_key
 from tests.lib.openai_double import Answers, openai_double
@@ -82,6 +82,7 @@ def test_a_node_that_answers_as_ci_did_holds_and_writes_a_receipt_ls_counts(
     assert envelope["signatures"] == []  # no --key
     assert told["subject"] == [{"name": "tiny", "digest": {"sha256": digest[7:]}}]
     assert told["predicate"]["probe"] == {"answers": 3, "compiled": 0}
+    assert told["predicate"]["weights"] == {"digest": None, "as_built": None}  # none recorded
     listed = json.loads(neuronbuild("ls", "--cache", store.url, "--json").stdout)
     assert listed["receipts"] == {digest: 1}
 
@@ -129,8 +130,16 @@ def test_a_server_that_compiled_since_it_started_fails(
         for f in store.get_manifest(digest).files()
         if (parent := Path(f.path).parent).parts[0] == "torch_compile_cache"
     )
-    (root / entry / ".cache_accessed").write_bytes(b"")  # bookkeeping inside an entry loaded
-    assert probe(store, digest, url).returncode == 0
+    manifest = store.get_manifest(digest)
+    cache = Path("torch_compile_cache")
+    (root / entry / ".cache_accessed").write_bytes(b"")  # in an entry of the build
+    assert compiled_since(root, manifest, cache, (".cache_accessed",)) == []  # Neuron's loads
+    done = probe(store, digest, url)  # vLLM's CPU build writes no such file: a new kernel
+    assert done.returncode == 1
+    assert f"1 file under {root} that {digest} does not hold (first: {entry}/.cache_accessed)" in (
+        done.stderr
+    )
+    (root / entry / ".cache_accessed").unlink()
     new = root / "torch_compile_cache" / "torch_aot_compile" / "abc" / "rank_0_0" / "model"
     new.parent.mkdir(parents=True)
     new.write_bytes(b"compiled at start")
@@ -281,3 +290,32 @@ def test_a_hostile_probe_record_is_refused_and_nothing_is_asked_or_written(
     assert done.returncode == 2, (change, done.stderr)
     assert f"the probe record of {digest}" in done.stderr and "Traceback" not in done.stderr
     assert double.asked == [] and store.receipt_names(digest) == []
+
+
+def test_a_ref_moved_since_the_server_started_is_named(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)
+    root = tmp_path / "node"
+    assert probe(store, digest, url).returncode == 0  # laid out for the server
+    data = cpu_recipe(cpu_isa="host", model=str(model_folder(tmp_path)), max_num_seqs=8)
+    moved = publish_build(store, data, tmp_path, "b")  # the next build, under the same ref
+    done = neuronbuild(
+        "probe", "--ref", "tiny", "--cache", store.url, "--url", url, "--vllm-cache-root", str(root)
+    )
+    assert done.returncode == 1
+    assert f"{root} holds '{digest}', not {moved}: the server serves the build tiny named" in (
+        done.stderr
+    )
+
+
+def test_push_carries_ci_s_answers_to_the_store_nodes_read(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    url, _ = server
+    store, digest = recorded(tmp_path, url)  # CI's job folder
+    shared = tmp_path / "shared"
+    done = neuronbuild("push", "tiny/latest", "--from", store.url, "--cache", str(shared))
+    assert done.returncode == 0, done.stderr
+    assert Store(str(shared)).get_probe(digest) == store.get_probe(digest)

@@ -428,6 +428,7 @@ def test_a_node_crashed_at_every_step_of_a_fresh_prepare_serves_only_verified_by
 
     def prepare(local: Path, root: Path) -> None:
         tiers = TieredStore(Store(str(local), create=True), remote)  # a process of its own
+        assert tiers.skip_blob_fsync()  # as serve fetches
         tiers.fill(digest)
         lay_out(manifest, digest, tiers, root)
 
@@ -453,3 +454,25 @@ def test_a_node_crashed_at_every_step_of_a_fresh_prepare_serves_only_verified_by
             assert (root / file.path).read_bytes() == f"neff {file.path[1]}".encode() * 100, at
         assert materialize.laid_out(root, manifest, digest)
     assert crashes == total >= 6  # blobs, records, the stamp
+
+
+def test_serve_fetches_without_an_fsync_per_blob_and_pull_with_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the crash test above allows: serve's fetch skips a blob's two fsyncs (file, folder),
+    where a remote can give a torn blob again; pull keeps them (a pulled node may have no
+    remote), and so does a tier with no remote."""
+    remote = Store(str(tmp_path / "remote"), create=True)
+    manifest = one_file(remote, tmp_path, b"neff bytes")
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    counts = []
+    for skip in (False, True):
+        synced.clear()
+        tiers = TieredStore(Store(str(tmp_path / f"local-{skip}"), create=True), remote)
+        assert not skip or tiers.skip_blob_fsync()
+        tiers.fill(manifest.digest)
+        counts.append(len(synced))
+    assert counts[0] - counts[1] == 2
+    assert not TieredStore(remote).skip_blob_fsync()

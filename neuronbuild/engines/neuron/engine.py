@@ -233,6 +233,7 @@ class NeuronEngine(Engine):
         "neuron/compile_cache/*/graph.hlo",
     )
     compile_cache: ClassVar[str | None] = "neuron/compile_cache"  # one folder per graph key
+    load_bookkeeping: ClassVar[tuple[str, ...]] = (".cache_accessed",)  # touched at each load
     note: ClassVar[str] = (
         "one NEFF per graph; a unit is one phase (prefill with the vision encoder, decode; "
         "vision alone for mm_encoder_only) of the whole configuration, since vLLM-Neuron "

@@ -68,6 +68,22 @@ def recipe_isa(recipe: Recipe) -> str:
     return value
 
 
+WARMED = ["logprobs"]
+"""What the compile worker asks the engine after building it, so that what vLLM compiles at
+the first such request is in the build (:mod:`.compile_worker`): a unit key factor, so builds
+from before it (which lack that compile) are not reused."""
+
+
+def answers_with_logprobs(engine_args: Mapping[str, Any]) -> bool:
+    """Whether the engine these arguments build answers a completion with logprobs (not a
+    pooling runner, a tokenizer, ``max_logprobs`` not 0): what :data:`WARMED` needs."""
+    return (
+        engine_args.get("runner") != "pooling"
+        and not engine_args.get("skip_tokenizer_init")
+        and engine_args.get("max_logprobs") != 0
+    )
+
+
 class CpuEngine(Engine):
     """vLLM's CPU build, the embedded default that runs on any x86-64 or arm64 host."""
 
@@ -91,7 +107,10 @@ class CpuEngine(Engine):
     graph_seconds: ClassVar[float] = 45.0
     unit_cpus: ClassVar[float] = 1.0
     unit_memory_gib: ClassVar[float] = 3.0
-    factor_meanings: ClassVar[Mapping[str, str]] = {"cpu_isa": "another CPU instruction set"}
+    factor_meanings: ClassVar[Mapping[str, str]] = {
+        "cpu_isa": "another CPU instruction set",
+        "warmed": "other requests answered at compile (what vLLM compiles at the first)",
+    }
 
     def validate(self, recipe: Recipe) -> tuple[list[RecipeError], list[str]]:
         errors, warnings = super().validate(recipe)
@@ -138,7 +157,9 @@ class CpuEngine(Engine):
         return errors, warnings
 
     def units(self, recipe: Recipe) -> list[UnitSpec]:
-        return [UnitSpec((Graph.dynamic(),), {"cpu_isa": cpu_isa.resolve(recipe_isa(recipe))})]
+        warmed = WARMED if answers_with_logprobs(recipe.engine_args) else []
+        factors = {"cpu_isa": cpu_isa.resolve(recipe_isa(recipe)), "warmed": warmed}
+        return [UnitSpec((Graph.dynamic(),), factors)]
 
     def image_architecture(self, factors: Mapping[str, Any]) -> str:
         return cpu_isa.oci_architecture(str(factors.get("cpu_isa")))
