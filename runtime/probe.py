@@ -9,7 +9,7 @@ laid it out (its stamp: a compile in place rewrites an entry) and the compile ca
 the build lacks (:func:`~neuronbuild.node.probe.compiled_since`). When both
 hold it writes a receipt beside the build (:mod:`neuronbuild.attest.receipts`): what this node
 served and proved. Anything else raises :class:`~neuronbuild.errors.ProbeFailed` (exit 1), so a
-Kubernetes startup or readiness probe keeps traffic away.
+Kubernetes startup probe keeps traffic away.
 """
 
 from __future__ import annotations

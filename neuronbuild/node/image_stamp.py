@@ -16,16 +16,12 @@ the image (:mod:`.mirrors`).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-from neuronbuild import envs
 from neuronbuild.digest import canonical_json, hash_file
 from neuronbuild.errors import StoreDataInvalid, UserError
+from neuronbuild.node.host_records import read_record, record_path, write_record
 from neuronbuild.node.materialize import read_stamp_value
 from neuronbuild.store.cas import Store
 from neuronbuild.store.layout import IMAGE_STORE, Layout
@@ -105,7 +101,7 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
             )
         seen[file.path] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     record = checked_path(root, digest)
-    if not deep and _read_checked(record) == seen:
+    if not deep and read_record(record) == seen:
         return True
     for file in manifest.files():
         if hash_file(root / file.path) != (file.digest, file.size):
@@ -114,11 +110,7 @@ def check_image(root: Path, manifest: Manifest, digest: str, *, deep: bool = Fal
                 f"{where} does not hash to {file.digest}; the image is damaged or forged, "
                 "pull it again"
             )
-    with contextlib.suppress(OSError):  # a node whose cache is read-only hashes every start
-        record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_suffix(f".{os.getpid()}.part")
-        partial.write_bytes(canonical_json(seen))
-        os.replace(partial, record)
+    write_record(record, seen)  # a node whose cache is read-only hashes every start
     return True
 
 
@@ -126,17 +118,7 @@ def checked_path(root: Path, digest: str) -> Path:
     """This node's record that the image mounted at ``root`` held ``digest``'s bytes when last
     hashed: under the node's cache (``$XDG_CACHE_HOME/neuronbuild/image-checks``), never in
     the read-only mount, named by the mount's path and the manifest."""
-    where = hashlib.sha256(f"{root.resolve()}\n{digest}".encode()).hexdigest()[:32]
-    return envs.user_cache() / "image-checks" / f"{where}.json"
-
-
-def _read_checked(path: Path) -> dict[str, Any] | None:
-    """The record at ``path``, or None when absent or unreadable (then everything is hashed)."""
-    try:
-        value = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return record_path("image-checks", str(root.resolve()), digest)
 
 
 def image_manifest_path(digest: str) -> str:

@@ -9,15 +9,13 @@ build. The manifest records the sha256 of every weight file vLLM's loader reads
 snapshot of the revision), and a node compares its own before anything is fetched.
 
 Hashing gigabytes is the cost, paid once: files are hashed in parallel on the host's cores, and a
-record of what was found (:func:`checked_path`, under the user's cache: each file's device, inode,
+record of what was found (:func:`checked_path`, :mod:`.host_records`: each file's device, inode,
 size, mtime and ctime, which no write can set back, with its digest) lets a repeat skip every file
 that keeps its stat, as :mod:`neuronbuild.node.image_stamp` trusts a hashed image.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -26,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from neuronbuild import envs
-from neuronbuild.digest import canonical_json, hash_file, short
+from neuronbuild.digest import hash_file, short
 from neuronbuild.errors import UserError
 from neuronbuild.folders import boot_id
 from neuronbuild.human import count, size
 from neuronbuild.model_files import config_path
+from neuronbuild.node.host_records import read_record, record_path, stat_key, write_record
 from neuronbuild.store.records import FileRecord
 
 
@@ -68,29 +66,20 @@ def weight_names(folder: Path) -> list[str]:
     return [n for n in safetensors if n in named]
 
 
-def _stat(path: Path) -> list[int]:
-    st = path.stat()  # through a link: a hub snapshot links each file to its blob
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def checked_path(folder: Path) -> Path:
     """This host's record of the weights last hashed in ``folder``:
     ``$XDG_CACHE_HOME/neuronbuild/weight-checks/<hash of the folder's real path>.json``: the
     boot it was written in and, per file name, ``[device, inode, size, mtime ns, ctime ns,
     digest]``."""
-    where = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:32]
-    return envs.user_cache() / "weight-checks" / f"{where}.json"
+    return record_path("weight-checks", str(folder.resolve()))
 
 
 def _read_checked(path: Path) -> dict[str, Any]:
     """The files of the record at ``path``; empty when absent, unreadable, malformed or written
     in another boot (a crash since may have lost bytes a file had then:
     :func:`~neuronbuild.folders.boot_id`), and then every file is hashed."""
-    try:
-        value = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(value, dict) or value.get("boot") != boot_id():
+    value = read_record(path)
+    if value is None or value.get("boot") != boot_id():
         return {}
     files = value.get("files")
     return files if isinstance(files, dict) else {}
@@ -109,21 +98,21 @@ def digest_weights(
         UserError: a weight file cannot be read (naming it and why), or changed while it was
             hashed (its stat before and after differ: its digest would be of no one version).
     """
-    record_path = checked_path(folder)
-    record = {} if fresh else _read_checked(record_path)
+    checked = checked_path(folder)
+    record = {} if fresh else _read_checked(checked)
     names = weight_names(folder)
     found: dict[str, tuple[str, int]] = {}
     stats: dict[str, list[int]] = {}
     try:
         for name in names:
-            stats[name] = _stat(folder / name)
+            stats[name] = stat_key(folder / name)
             known = record.get(name)
             if isinstance(known, list) and len(known) == 6 and known[:5] == stats[name]:
                 found[name] = (str(known[5]), stats[name][2])
         todo = sorted(set(names) - set(found), key=lambda n: -stats[n][2])
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             hashed = dict(zip(todo, pool.map(lambda n: hash_file(folder / n), todo), strict=True))
-        moved = [n for n in todo if _stat(folder / n) != stats[n]]
+        moved = [n for n in todo if stat_key(folder / n) != stats[n]]
     except OSError as exc:
         raise UserError(
             f"model weights in {folder}: cannot read {exc.filename or folder}: {exc.strerror}; "
@@ -136,13 +125,9 @@ def digest_weights(
         )
     found.update(hashed)
     settled = {n: stats[n] + [hashed[n][0]] for n in todo}
-    if settled:
-        with contextlib.suppress(OSError):  # a read-only cache hashes every time
-            kept = {n: record[n] for n in names if n in record and n not in settled}
-            record_path.parent.mkdir(parents=True, exist_ok=True)
-            partial = record_path.with_suffix(f".{os.getpid()}.part")
-            partial.write_bytes(canonical_json({"boot": boot_id(), "files": kept | settled}))
-            os.replace(partial, record_path)
+    if settled:  # a read-only cache hashes every time
+        kept = {n: record[n] for n in names if n in record and n not in settled}
+        write_record(checked, {"boot": boot_id(), "files": kept | settled})
     return tuple(FileRecord(n, *found[n]) for n in names)
 
 

@@ -75,6 +75,7 @@ OURS = {
     "neuronbuild.node.image_stamp",  # a node image's stamp, checked on its read-only mount
     "neuronbuild.node.mirrors",  # the mirrors vLLM is given over a node image
     "neuronbuild.node.weights",  # the model's weight files checked against the build's
+    "neuronbuild.node.host_records",  # this host's records of what it hashed (images, weights)
     "neuronbuild.store.oci",  # oci:// stores (imported when the URL is one)
     "neuronbuild.transports.oci_registry",  # oci:// URLs told apart; the registry's requests
     "neuronbuild.transports.ranged",  # large S3 blobs read as concurrent ranged GETs
