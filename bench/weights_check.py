@@ -16,26 +16,11 @@ floor first), and no dirty page is left to write back (``sync`` before each timi
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-
-def timed(work: Callable[[], object]) -> float:
-    """Seconds ``work`` takes, the page cache settled first (``sync``)."""
-    os.sync()
-    start = time.monotonic()
-    work()
-    return time.monotonic() - start
-
-
-def sha256_all(paths: list[Path]) -> None:
-    for path in paths:
-        with open(path, "rb") as f:
-            hashlib.file_digest(f, "sha256")
+from node_prepare import sha256_all, timed  # this folder's: the same floor, measured alike
 
 
 def main() -> None:

@@ -2695,6 +2695,30 @@ BREAKS += [
         (("neuronbuild/store/transfer.py", "    notes += copy_probe(src, dst, digest)\n", ""),),
         ("tests/runtime/test_probe.py::test_push_carries_ci_s_answers_to_the_store_nodes_read",),
     ),
+    Break(
+        "a blob copied in the kernel is kept unhashed",
+        (
+            (
+                "neuronbuild/store/cas.py",
+                "                        copy_verified(kept, None, file.digest, file.size, url)\n",
+                "                        pass\n",
+            ),
+        ),
+        (
+            "tests/store/test_claims_cas.py::test_a_blob_whose_bytes_do_not_match_never_reaches_its_destination",
+        ),
+    ),
+    Break(
+        "a blob of another size is copied in the kernel",
+        (
+            (
+                "neuronbuild/store/cas.py",
+                "    if found != file.size:\n        raise DigestMismatch(",
+                "    if False:\n        raise DigestMismatch(",
+            ),
+        ),
+        ("tests/store/test_hostile.py::test_a_blob_longer_than_declared_is_read_no_further",),
+    ),
 ]
 
 
