@@ -557,6 +557,6 @@ def test_verbose_shows_every_key_and_digest_in_full_and_the_default_short(
         assert planned.stdout.splitlines()[3].split()[-2] == shown(unit.key.digest), flag
         listed = neuronbuild_cli("ls", "--cache", store, flag)
         row = listed.stdout.splitlines()[1].split()
-        assert row == ["tiny/latest", shown(manifest), "-"], flag  # -: signed by no key
+        assert row == ["tiny/latest", shown(manifest), "-", "0"], flag  # no key, no receipt
         doctor = neuronbuild_cli("doctor", str(recipe), "--cache", store, flag)
         assert f"MISS {shown(unit.key.digest)} (" in doctor.stdout, flag
