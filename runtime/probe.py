@@ -25,10 +25,8 @@ from neuronbuild.human import count
 from neuronbuild.node.image_stamp import check_image
 from neuronbuild.node.materialize import laid_out, read_stamp_value
 from neuronbuild.node.probe import ProbeRecord, ask, compiled_since, differences
-from neuronbuild.node.weights import model_folder, weight_differences
-from neuronbuild.recipe import Recipe
+from neuronbuild.node.weights import differences_here
 from neuronbuild.store.layout import node_layout_root
-from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .serve import ServeSource, resolve
@@ -74,17 +72,6 @@ class Probed:
             f"probe holds: {count(self.answers, 'answer')} as CI's, nothing compiled since the "
             f"server started ({self.manifest}){receipt}"
         )
-
-
-def weights_as_built(recipe: Recipe, manifest: Manifest, workdir: Path) -> bool | None:
-    """Whether the model's weight files on this node are the build's (this host's record of
-    them makes it free after ``serve`` checked them); None when the build records none or the
-    model is not here. ``serve --allow-mismatch weights`` serves others: the receipt says so."""
-    revision = recipe.engine_args.get("revision")
-    folder = model_folder(recipe.model, revision, workdir)
-    if manifest.weights is None or folder is None:
-        return None
-    return not weight_differences(manifest.weights, folder)
 
 
 def probe(
@@ -172,7 +159,10 @@ def probe(
         )
     written = None
     if receipt:
-        checked = weights_as_built(recipe, manifest, workdir or recipe.workdir)
+        revision = recipe.engine_args.get("revision")
+        here = workdir or recipe.workdir
+        weights = differences_here(recipe.model, revision, here, manifest.weights)
+        checked = None if weights is None else not weights[1]  # --allow-mismatch weights: False
         told = receipt_statement(
             recipe, manifest, digest, ref=ref, answers=len(answers), weights_checked=checked
         )

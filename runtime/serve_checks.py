@@ -23,7 +23,7 @@ from neuronbuild.human import count
 from neuronbuild.model_files import check_model_present
 from neuronbuild.node.image_stamp import check_image
 from neuronbuild.node.materialize import check_apart, laid_out
-from neuronbuild.node.weights import model_folder, weight_differences
+from neuronbuild.node.weights import differences_here
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
@@ -87,11 +87,11 @@ def weights_as_built(view: NodeView) -> None:
     by this node's record while each file keeps its stat; ``deep`` re-hashes them); records
     ``weights`` (the files checked). A difference is refused in one line naming the file, or,
     under ``--allow-mismatch weights``, recorded as allowed."""
-    built = view.manifest.weights
-    folder = model_folder(view.recipe.model, view.recipe.engine_args.get("revision"), view.cwd)
-    if built is None or folder is None:  # model_here has refused a model that is not here
+    built, revision = view.manifest.weights, view.recipe.engine_args.get("revision")
+    found = differences_here(view.recipe.model, revision, view.cwd, built, fresh=view.deep)
+    if built is None or found is None:  # model_here has refused a model that is not here
         return
-    differences = weight_differences(built, folder, fresh=view.deep)
+    folder, differences = found
     view.weights = len(built)
     if differences and "weights" in view.allow_mismatch:
         view.allowed += [Mismatch("weights", f"{d.name} {d.built}", d.here) for d in differences]

@@ -176,6 +176,27 @@ def weight_differences(
     ]
 
 
+def differences_here(
+    model: str,
+    revision: str | None,
+    workdir: Path,
+    built: Sequence[FileRecord] | None,
+    *,
+    fresh: bool = False,
+) -> tuple[Path, list[WeightDifference]] | None:
+    """``(the folder, how its weight files differ from built)`` for ``model`` at ``revision`` as
+    this host holds it (from ``workdir``, :func:`model_folder`; :func:`weight_differences`);
+    None when the build records no weights (``built`` None) or the model is not here.
+
+    Raises:
+        UserError: a weight file cannot be read, or changed while it was hashed.
+    """
+    folder = model_folder(model, revision, workdir)
+    if built is None or folder is None:
+        return None
+    return folder, weight_differences(built, folder, fresh=fresh)
+
+
 def recorded_weights(
     model: str, revision: str | None, workdir: Path
 ) -> tuple[FileRecord, ...] | None:
