@@ -319,3 +319,23 @@ def test_push_carries_ci_s_answers_to_the_store_nodes_read(
     done = neuronbuild("push", "tiny/latest", "--from", store.url, "--cache", str(shared))
     assert done.returncode == 0, done.stderr
     assert Store(str(shared)).get_probe(digest) == store.get_probe(digest)
+
+
+def test_a_receipt_says_whether_the_nodes_weights_are_the_builds(
+    tmp_path: Path, server: tuple[str, Answers]
+) -> None:
+    from tests.runtime.test_serve_weights import sealed
+
+    url, _ = server
+    recipe, folder = sealed(tmp_path)
+    store = Store(str(folder))
+    digest = store.resolve("tiny/latest")
+    workdir = ("--workdir", str(recipe.parent))
+    assert probe(store, digest, url, "--record", *workdir, root=tmp_path / "ci").returncode == 0
+    assert probe(store, digest, url, *workdir).returncode == 0
+    weight = recipe.parent / "m" / "model-00002-of-00002.safetensors"
+    weight.write_bytes(b"V")  # served under --allow-mismatch weights, say
+    assert probe(store, digest, url, *workdir).returncode == 0
+    told = [receipt(store, digest, name)[1]["predicate"] for name in store.receipt_names(digest)]
+    assert sorted(t["weights"]["as_built"] for t in told) == [False, True]
+    assert {t["weights"]["digest"] for t in told} != {None}
