@@ -264,6 +264,10 @@ def hostile(record: dict[str, Any], change: str) -> None:
         record["max_tokens"] = True
     elif change == "a tolerance that proves nothing":
         record["logprob_tolerance"] = 1e9
+    elif change == "max_tokens 0":
+        record["max_tokens"] = 0
+    elif change == "a field of another schema":
+        record["answered_by"] = "a node"
 
 
 @pytest.mark.parametrize(
@@ -275,6 +279,8 @@ def hostile(record: dict[str, Any], change: str) -> None:
         "a logprob that is no number",
         "max_tokens true",
         "a tolerance that proves nothing",
+        "max_tokens 0",
+        "a field of another schema",
     ],
 )
 def test_a_hostile_probe_record_is_refused_and_nothing_is_asked_or_written(

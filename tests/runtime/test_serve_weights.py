@@ -75,6 +75,10 @@ def test_a_repeat_hashes_nothing_until_a_file_changes_even_with_its_size_and_mti
     hashed.clear()
     weights.digest_weights(folder, fresh=True)  # serve --deep
     assert sorted(hashed) == sorted(WEIGHTS)
+    hashed.clear()
+    assert weights.weight_differences(again, folder) == [] and hashed == []
+    assert weights.weight_differences(again, folder, fresh=True) == []  # --deep: hashed again
+    assert sorted(hashed) == sorted(WEIGHTS)
 
 
 def test_a_manifest_without_weights_keeps_its_bytes_and_one_with_them_reads_back(
