@@ -138,7 +138,7 @@ def capture(
             release; vLLM did not serve within ``timeout``; the start wrote nothing to give back.
         StoreError: the store failed (blobs stored before it stay, unreferenced, for ``gc``).
     """
-    recipe, manifest, digest = resolve(source, tiers, policy)
+    recipe, manifest, digest, _ = resolve(source, tiers, policy)
     engine = engine_for(recipe)
     kind = engine.addition_kind(recipe.toolchain)
     if kind is None:

@@ -78,9 +78,11 @@ def pull(
     found = remote.resolve_target(target)
     digest = found.digest
     if trusted is not None:
-        manifest = remote.get_manifest(digest)
-        named = found.ref_text or f"{manifest.name}/{digest}"
-        trusted.enforce(named, digest, remote.get_attestations(digest).items(), manifest=manifest)
+        for build in remote.manifests_of(digest):  # an index: each of its builds
+            manifest = remote.get_manifest(build)
+            named = found.ref_text or f"{manifest.name}/{build}"
+            attested = remote.get_attestations(build).items()
+            trusted.enforce(named, build, attested, manifest=manifest)
     if not Path(local_cache).is_dir():  # a tier to create: checked before any byte moves
         check_local_tier(local_cache)
     tiers = TieredStore(Store(local_cache, create=True), remote, progress=ByteProgress)
@@ -133,11 +135,14 @@ def pull_writes(tiers: TieredStore, found: Target) -> bool:
     local = tiers.local
     if tiers.remote is None:
         return False  # the --cache store itself: refused by the fill
-    if not local.has_manifest(found.digest):
+    if not local.has_manifest(found.digest) and not local.is_index(found.digest):
         return True
     if found.ref and local.get_ref(*found.ref) != found.digest:
         return True
-    return bool(local.missing_blobs(tiers.get_manifest(found.digest).blobs()))
+    builds = local.manifests_of(found.digest)
+    if not all(local.has_manifest(d) for d in builds):
+        return True
+    return any(local.missing_blobs(tiers.get_manifest(d).blobs()) for d in builds)
 
 
 def node_tiers(
@@ -303,6 +308,8 @@ def serve(
         rollback=rollback,
     )
     echo_notes(prepared.notes)
+    if prepared.picked is not None:
+        info(prepared.picked.line, err=True)
     for flag in prepared.credentials():
         info(
             f"warning: {flag} puts a credential on vLLM's command line, which every user of this "

@@ -41,8 +41,10 @@ from neuronbuild.engines.neuron.coverage import complete_entries
 from neuronbuild.engines.neuron.engine import NEURON_OPTIMIZATION_LEVEL
 from neuronbuild.engines.neuron.nki import CARRIED, COMPILE_CACHE, intermediate_root, kernel_refs
 from neuronbuild.engines.neuron.releases import RUNTIMES, rules_for
+from neuronbuild.engines.registry import machine_labels
 from neuronbuild.engines.versions import installed_version
 from neuronbuild.errors import StoreError, UserError
+from neuronbuild.plan import build_plan
 from neuronbuild.recipe import Recipe
 from neuronbuild.store.cas import Store
 from neuronbuild.store.records import FileRecord, Manifest
@@ -73,7 +75,15 @@ def latest_manifest(recipe: Recipe, store: Store) -> tuple[str, Manifest]:
             f"{store.url} holds no {recipe.name}/latest; run `neuronbuild compile "
             f"{recipe.source} --cache {store.url}` first"
         )
-    return digest, store.get_manifest(digest)
+    plan = build_plan(recipe)
+    build = store.build_for(digest, machine_labels(plan.units[0].key.factors))
+    if build is None:
+        raise UserError(
+            f"{recipe.name}/latest in {store.url} names an index with no build for "
+            f"{recipe.source}'s target and toolchain; run `neuronbuild compile {recipe.source} "
+            f"--cache {store.url} --index` first"
+        )
+    return build, store.get_manifest(build)
 
 
 def fetch_small_files(store: Store, files: list[FileRecord], dest: Path) -> dict[str, Path]:

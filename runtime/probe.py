@@ -105,7 +105,7 @@ def probe(
             the server did not answer, or a malformed record (StoreDataInvalid).
         StoreError: the store failed.
     """
-    recipe, manifest, digest = resolve(source, tiers, policy)
+    recipe, manifest, digest, _ = resolve(source, tiers, policy)
     root = cache_root or node_layout_root(digest)
     engine = engine_for(recipe)
     folder, bookkeeping = engine.compile_cache, engine.load_bookkeeping

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from neuronbuild import start_env
 from neuronbuild.engines.coverage import check_coverage
@@ -42,6 +42,7 @@ from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
 
 from .node_checks import Mismatch
+from .pick import Picked, pick
 from .serve_checks import NodeView, run_checks
 from .serve_options import value_count
 
@@ -94,6 +95,8 @@ class Prepared:
     """The model's weight files checked by content against the build (None: it records none)."""
     recipe: Recipe | None = None
     """The recipe served (the file's, else the manifest's own)."""
+    picked: Picked | None = None
+    """The entry this node picked where the ref names an index (:mod:`.pick`)."""
 
     def env_changes(self) -> tuple[dict[str, str], list[str]]:
         """(variables set or changed from the starting environment, variables removed)."""
@@ -162,6 +165,7 @@ class Prepared:
             "addition": self.addition,
             "weights": self.weights,
             "allowed_mismatches": [vars(m) for m in self.allowed],
+            "index": self.picked.to_json() if self.picked else None,
             "notes": self.notes,
         }
 
@@ -334,6 +338,16 @@ def served_ref(
     return f"{manifest_name}/{digest}"
 
 
+class Resolved(NamedTuple):
+    """What :func:`resolve` found: the ``recipe``, ``manifest`` and its ``digest`` to serve, and
+    the entry the node ``picked`` where the ref names an index (None: it names the manifest)."""
+
+    recipe: Recipe
+    manifest: Manifest
+    digest: str
+    picked: Picked | None
+
+
 def resolve(
     source: ServeSource,
     tiers: TieredStore,
@@ -341,9 +355,12 @@ def resolve(
     *,
     rollback: bool = False,
     record: bool = False,
-) -> tuple[Recipe, Manifest, str]:
+    allow: tuple[str, ...] = (),
+) -> Resolved:
     """The recipe, manifest and manifest digest to serve. Each recipe (the recipe file, the
-    manifest's own) is parsed and planned once, and its plan handed to every check.
+    manifest's own) is parsed and planned once, and its plan handed to every check. Where the
+    ref (or digest) names an index, the node picks its entry (:func:`.pick.pick`; ``allow``:
+    ``--allow-mismatch``) before anything else is read.
 
     Under ``policy``, the manifest's attestations are checked once the manifest is read (its
     Statement must describe it), before any blob is read:
@@ -360,6 +377,12 @@ def resolve(
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     digest = _digest(source, recipe_file, tiers)
+    index = tiers.get_index(digest)
+    picked = None
+    if index is not None:
+        named = source.ref or (f"{recipe_file.name}/{LATEST}" if recipe_file else digest)
+        picked = pick(index, digest, named, allow)
+        digest = picked.entry.manifest
     manifest = tiers.get_manifest(digest)
     if policy is not None:
         ref = served_ref(source, recipe_file, manifest.name, digest)
@@ -372,12 +395,12 @@ def resolve(
         sealed = plan_manifest_recipe(manifest, digest)
         _check_covered(sealed, manifest, digest)
         check_manifest_plans(manifest, digest, sealed)
-        return sealed.recipe, manifest, digest
+        return Resolved(sealed.recipe, manifest, digest, picked)
     served = build_plan(recipe_file)
     check_recipe_matches(served, manifest, digest)  # named as edited before any coverage gap
     _check_covered(served, manifest, digest)
     check_manifest_plans(manifest, digest, _sealed_plan(manifest, digest, served))
-    return recipe_file, manifest, digest
+    return Resolved(recipe_file, manifest, digest, picked)
 
 
 def serve_argv(recipe: Recipe) -> list[str]:
@@ -443,8 +466,13 @@ def prepare(
             holds it with another size, mtime or (``deep``) bytes (exit 2).
     """
     environ = dict(start_env.environ() if environ is None else environ)
-    recipe, manifest, digest = resolve(
-        source, tiers, policy, rollback=rollback, record=record and not dry_run
+    recipe, manifest, digest, picked = resolve(
+        source,
+        tiers,
+        policy,
+        rollback=rollback,
+        record=record and not dry_run,
+        allow=allow_mismatch,
     )
     engine = engine_for(recipe)
     argv = [sys.executable, "-m", API_SERVER, *serve_argv(recipe), *(serving_args or [])]
@@ -488,6 +516,7 @@ def prepare(
         addition=added,
         weights=view.weights,
         recipe=recipe,
+        picked=picked,
     )
 
 

@@ -830,8 +830,8 @@ BREAKS = [
         (
             (
                 CAS,
-                "        elif not self.has_manifest(digest):\n",
-                "        elif False:\n",
+                "        if self.has_manifest(digest):\n            return None\n        if not self.is_index(digest):\n",
+                "        if True:\n            return None\n        if not self.is_index(digest):\n",
             ),
         ),
         (f"{CLAIMS_CAS}::test_a_ref_never_moves_to_a_manifest_the_store_lacks",),
@@ -1786,7 +1786,7 @@ BREAKS += [
         (
             (
                 "neuronbuild/orchestrate/seal.py",
-                "            precheck(store, name, tag, digest, ask)",
+                "            precheck(store, name, tag, plain.get(name), ask)",
                 "            pass",
             ),
         ),
@@ -1796,7 +1796,7 @@ BREAKS += [
     ),
     Break(
         "seal takes two recipes of one name",
-        (("neuronbuild/orchestrate/seal.py", "    check_distinct_names(plans)\n", ""),),
+        (("neuronbuild/orchestrate/seal.py", "    check_families(plans)\n", ""),),
         (
             "tests/orchestrate/test_pins_seal.py::test_seal_refuses_two_recipes_of_one_name_before_writing_anything",
         ),
@@ -1816,7 +1816,13 @@ BREAKS += [
     ),
     Break(
         "refs of two recipes are not prechecked before the first moves",
-        (("neuronbuild/orchestrate/seal.py", "    if len(pairs) > 1:", "    if len(pairs) > 2:"),),
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "    if len(by_name) > 1:",
+                "    if len(by_name) > 2:",
+            ),
+        ),
         (
             "tests/orchestrate/test_pins_seal.py::test_a_refused_move_of_one_recipes_ref_moves_no_other_ref",
         ),

@@ -26,6 +26,7 @@ from neuronbuild.ui.options import (
     cache_option,
     check_ref_move_options,
     dry_run_option,
+    index_option,
     jobs_option,
     json_option,
     last_writer_wins_option,
@@ -336,6 +337,7 @@ def echo_unit(unit: UnitOutcome) -> None:
     "store DIR, for `neuronbuild push NAME/latest --from DIR` once the build succeeded.",
 )
 @ref_move_options
+@index_option
 @sign_option
 @dry_run_option(
     "list each unit and whether it would compile, check the store, model, toolchain and log folder"
@@ -355,6 +357,7 @@ def compile_(
     stage: str | None,
     rollback: bool,
     expect: str | None,
+    index: bool,
     sign_key: str | None,
     dry_run: bool,
     as_json: bool,
@@ -427,12 +430,13 @@ def compile_(
         reuse=shared,
         ask=ask,
         on_sealed=None if dry_run else on_sealed,
+        index=index,
     )
     if local is not None and not dry_run:
         tiers = TieredStore(local, store)
         for report in done.recipes:
             if report.manifest:
-                tiers.write_through(report.manifest, report.name, LATEST)
+                tiers.write_through(report.index or report.manifest, report.name, LATEST)
         echo_notes(tiers.notes)
     if as_json:
         extra = {"signed": [s.to_json() for s in signed]} if sign_key is not None else {}
@@ -459,7 +463,10 @@ def compile_(
                 click.echo(weights_line(model, report.weights))
                 for s in (s for s in signed if s.manifest == report.manifest):
                     click.echo(s.line())
-                click.echo(moves.Moved(report.ref, report.previous, report.manifest).line())
+                if report.index is not None:
+                    click.echo(f"indexed {report.manifest} in {report.index}")
+                moved = moves.Moved(report.ref, report.previous, report.index or report.manifest)
+                click.echo(moved.line())
             elif report.blocked:
                 click.echo(f"{report.name}: compiling here would fail: {report.blocked}", err=True)
         if dry_run:
@@ -500,6 +507,7 @@ def compile_(
     "missing unit.",
 )
 @ref_move_options
+@index_option
 @sign_option
 @json_option()
 def seal(
@@ -510,6 +518,7 @@ def seal(
     shards: int | None,
     rollback: bool,
     expect: str | None,
+    index: bool,
     sign_key: str | None,
     as_json: bool,
 ) -> None:
@@ -537,7 +546,9 @@ def seal(
     plans = [build_plan(r) for r in recipes]
     signed: list[Signed] = []
     on_sealed = signing(sign_key, store, signed)
-    report = seal_plans(plans, store, tag=tag, shards=shards, ask=ask, on_sealed=on_sealed)
+    report = seal_plans(
+        plans, store, tag=tag, shards=shards, ask=ask, on_sealed=on_sealed, index=index
+    )
     if as_json:
         extra = {"signed": [s.to_json() for s in signed]} if sign_key is not None else {}
         echo_json("seal", {"store": store.url, **report.to_json(), **extra})
@@ -554,9 +565,10 @@ def seal(
             click.echo(weights_line(models[sealed["name"]], sealed["weights"]))
             for s in (s for s in signed if s.manifest == sealed["manifest"]):
                 click.echo(s.line())
-            click.echo(
-                moves.Moved(str(sealed["ref"]), sealed["previous"], str(sealed["manifest"])).line()
-            )
+            if sealed["index"] is not None:
+                click.echo(f"indexed {sealed['manifest']} in {sealed['index']}")
+            target = str(sealed["index"] or sealed["manifest"])
+            click.echo(moves.Moved(str(sealed["ref"]), sealed["previous"], target).line())
     if report.missing:
         owners = sorted({m.shard for m in report.missing if m.shard is not None})
         which = f" (shards {', '.join(map(str, owners))} of {shards})" if owners else ""

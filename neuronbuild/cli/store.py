@@ -68,7 +68,7 @@ def verify(
     """
     from neuronbuild.attest.inspect import describe_attestations
     from neuronbuild.attest.trust import policy_from
-    from neuronbuild.orchestrate.verify import remove_corrupt, verify_manifest
+    from neuronbuild.orchestrate.verify import merged_reports, remove_corrupt, verify_manifest
     from neuronbuild.store.cas import Store
 
     if repair and not deep:
@@ -76,19 +76,25 @@ def verify(
     trusted = policy_from(policy)
     store = Store(cache)
     found = store.resolve_target(target)
-    report = verify_manifest(store, found.digest, deep=deep)
-    if repair:
-        remove_corrupt(store, report)
-    report.problems += hollow_files(store.get_manifest(found.digest))
-    attestations = list(store.get_attestations(found.digest).items())
-    manifest = store.get_manifest(found.digest)
-    ref = found.ref_text or f"{manifest.name}/{found.digest}"
-    entries, problems = describe_attestations(found.digest, attestations, trusted, (ref, manifest))
-    report.problems += problems
-    if trusted is not None:
-        refusal = trusted.refusal(ref, found.digest, attestations, manifest=manifest)
-        if refusal is not None:
-            report.problems.append(refusal)
+    builds = store.manifests_of(found.digest)  # an index: each entry's build
+    reports, entries = [], []
+    for digest in builds:
+        report = verify_manifest(store, digest, deep=deep)
+        if repair:
+            remove_corrupt(store, report)
+        manifest = store.get_manifest(digest)
+        report.problems += hollow_files(manifest)
+        attestations = list(store.get_attestations(digest).items())
+        ref = found.ref_text or f"{manifest.name}/{digest}"
+        described, problems = describe_attestations(digest, attestations, trusted, (ref, manifest))
+        report.problems += problems
+        if trusted is not None:
+            refusal = trusted.refusal(ref, digest, attestations, manifest=manifest)
+            if refusal is not None:
+                report.problems.append(refusal)
+        reports.append(report)
+        entries += described
+    report = reports[0] if len(reports) == 1 else merged_reports(found.digest, reports)
     if as_json:
         echo_json(
             "verify",
@@ -105,15 +111,18 @@ def verify(
                 click.echo(attestation_line(entry))
         for problem in report.problems:
             click.echo(problem, err=True)
-        state = "ok" if not report.problems else count(len(report.problems), "problem")
         how = "re-hashed" if deep else "present with their sizes"
-        click.echo(
-            f"{report.manifest}: {count(report.blobs, 'blob')}, {size(report.bytes)} {how}: {state}"
-        )
+        for one in reports:
+            state = "ok" if not one.problems else count(len(one.problems), "problem")
+            click.echo(
+                f"{one.manifest}: {count(one.blobs, 'blob')}, {size(one.bytes)} {how}: {state}"
+            )
+        if len(reports) > 1:
+            click.echo(f"index {found.digest}: {count(len(reports), 'build')}, each verified")
         if report.removed:
             click.echo(
                 f"removed {count(len(report.removed), 'corrupt blob')}: the next compile of "
-                f"{store.get_manifest(found.digest).name} rebuilds the units that used them, or "
+                f"{store.get_manifest(builds[0]).name} rebuilds the units that used them, or "
                 f"push {target} --from a store holding them whole copies them back"
             )
         elif report.corrupt:
@@ -187,7 +196,8 @@ def push(
     ask = moves.Ask(rollback, moves.expected_digest(dst, expect))
     if found.ref:  # refused before any byte is copied; checked again as it moves
         moves.precheck(dst, *found.ref, found.digest, ask)
-    lacking = dst.missing_blobs(src.get_manifest(found.digest).blobs())
+    files = [f for d in src.manifests_of(found.digest) for f in src.get_manifest(d).blobs()]
+    lacking = dst.missing_blobs(files)
     absent = src.missing_blobs(lacking)
     if absent:  # a stage (compile --stage) names blobs of the store it read: not this one
         raise StoreDataInvalid(
@@ -245,11 +255,12 @@ def tag(
     as_json: bool,
 ) -> None:
     """Point ref DST (<name>/<tag>) at what SRC (a ref, a bare name, a manifest digest or its
-    unique prefix) points at, by compare-and-swap. Promote with `tag app/latest app/prod`; roll
-    back to a manifest DST pointed at before (`ls --history`) with --rollback, as the second
-    example does; without it such a move is refused. Under a trust policy (--policy,
-    $NEURONBUILD_POLICY), a move onto a ref a rule of it matches (a protected name) is refused
-    unless a signer that rule names signed the manifest.
+    unique prefix, or an index's) points at, by compare-and-swap. Promote with
+    `tag app/latest app/prod`; roll back to a manifest DST pointed at before (`ls --history`)
+    with --rollback, as the second example does; without it such a move is refused. Under a
+    trust policy (--policy, $NEURONBUILD_POLICY), a move onto a ref a rule of it matches (a
+    protected name) is refused unless a signer that rule names signed the manifest (each build
+    of an index).
 
     \b
     Examples:
@@ -264,13 +275,13 @@ def tag(
     trusted = policy_from(policy)
     store = Store(cache, last_writer_wins=last_writer_wins)
     digest = store.resolve(source)
-    manifest = store.get_manifest(digest)
+    builds = store.manifests_of(digest)  # an index: every build it lists
+    manifests = [store.get_manifest(d) for d in builds]
     name, ref_tag = parse_ref(destination)
-    if trusted is not None:  # refused before the ref is read for its swap
-        attestations = store.get_attestations(digest).items()
-        trusted.enforce(
-            f"{name}/{ref_tag}", digest, attestations, manifest=manifest, required=False
-        )
+    for build, manifest in zip(builds, manifests, strict=True):
+        if trusted is not None:  # refused before the ref is read for its swap
+            attested = store.get_attestations(build).items()
+            trusted.enforce(f"{name}/{ref_tag}", build, attested, manifest=manifest, required=False)
     ask = moves.Ask(rollback, moves.expected_digest(store, expect))
     moved = moves.move_ref(store, name, ref_tag, digest, ask)
     if as_json:
@@ -301,6 +312,7 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     Examples:
       neuronbuild ls --cache s3://bucket/store --history
     """
+    from neuronbuild.engines.registry import describe_labels
     from neuronbuild.errors import StoreDataInvalid
     from neuronbuild.store.cas import Store, parse_ref
     from neuronbuild.ui.verbosity import echo_notes
@@ -309,7 +321,13 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     data = overview(store)
     refs = data["refs"]
     data["attestations"], data["receipts"], notes = {}, {}, []
-    for d in sorted(set(refs.values())):
+    data["indexes"] = {
+        d: [e.to_json() for e in store.get_index(d).entries]
+        for d in sorted(set(refs.values()))
+        if store.is_index(d)
+    }
+    builds = {e["manifest"] for entries in data["indexes"].values() for e in entries}
+    for d in sorted((set(refs.values()) - set(data["indexes"])) | builds):
         data["receipts"][d] = len(store.receipt_names(d))
         try:
             data["attestations"][d] = sorted(store.attestation_paths(d))
@@ -325,10 +343,18 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
         echo_json("ls", data)
         return
     signers = data["attestations"]
-    rows = [["REF", "MANIFEST", "SIGNED BY", "RECEIPTS"]] + [
-        [r, key_text(d), ", ".join(k[:16] for k in signers[d]) or ABSENT, str(data["receipts"][d])]
-        for r, d in sorted(refs.items())
-    ]
+
+    def row(first: str, d: str) -> list[str]:
+        if d in data["indexes"]:
+            return [first, f"{key_text(d)} (index of {len(data['indexes'][d])})", "", ""]
+        signed = ", ".join(k[:16] for k in signers[d]) or ABSENT
+        return [first, key_text(d), signed, str(data["receipts"][d])]
+
+    rows = [["REF", "MANIFEST", "SIGNED BY", "RECEIPTS"]]
+    for r, d in sorted(refs.items()):
+        rows.append(row(r, d))
+        for entry in sorted(data["indexes"].get(d, ()), key=lambda e: describe_labels(e["labels"])):
+            rows.append(row(f"  {describe_labels(entry['labels'])}", entry["manifest"]))
     for line in format_table(rows):
         click.echo(line)
     for ref, moves in data.get("history", {}).items():

@@ -405,6 +405,13 @@ class Engine(ABC):
                 recipe: the caller reports it as such).
         """
 
+    def release_of(self, toolchain: Mapping[str, str]) -> str | None:
+        """The name of the SDK release ``toolchain`` (a recipe's pins) installs, as people call
+        it (``Neuron 2.34.0``), or None where the engine has no such name; what an index's
+        entries are shown as (``serve``, ``ls``)."""
+        del toolchain
+        return None
+
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         """``(name, built for, this node)`` for each way this node cannot run artifacts built
         with these unit factors (its target, its instruction set); empty when it can."""

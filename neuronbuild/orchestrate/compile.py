@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from neuronbuild import envs
 from neuronbuild.engines.base import Engine
 from neuronbuild.engines.compiler import UnitCompiler, error_line, is_error
-from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.registry import engine_for, machine_labels
 from neuronbuild.engines.versions import pin_matches
 from neuronbuild.errors import (
     RefMovesBack,
@@ -39,6 +39,7 @@ from neuronbuild.notices import retrying
 from neuronbuild.orchestrate.costs import PlannedUnit, record_timings
 from neuronbuild.orchestrate.events import CANCELLED, ObserverFactory, silent
 from neuronbuild.orchestrate.executor import Executor, LocalExecutor, Work
+from neuronbuild.orchestrate.family import check_families
 from neuronbuild.orchestrate.report import (
     CompileReport,
     EntryCounts,
@@ -47,7 +48,7 @@ from neuronbuild.orchestrate.report import (
     UnitOutcome,
 )
 from neuronbuild.orchestrate.scheduler import ProcessGroups, UnitFailed, UnitResult
-from neuronbuild.orchestrate.seal import check_distinct_names, check_manifest_fits, seal_all
+from neuronbuild.orchestrate.seal import check_manifest_fits, seal_all
 from neuronbuild.orchestrate.seeds import SAME, keep_finished, seed_files
 from neuronbuild.orchestrate.shard import Shard, assign_units
 from neuronbuild.orchestrate.sharing import Sharing
@@ -166,6 +167,8 @@ def seed_scratch(
         return set()
     try:
         digest = store.get_ref(recipe.name, LATEST)
+        if digest is not None:  # an index: its build for this recipe's target and release
+            digest = store.build_for(digest, machine_labels(unit.key.factors))
         manifest = store.get_manifest(digest) if digest is not None else None
     except StoreDataInvalid:
         return set()
@@ -370,6 +373,7 @@ def compile_recipes(
     lease_times: LeaseTimes | None = None,
     ask: Ask = ASK_NOTHING,
     on_sealed: Callable[[str], None] | None = None,
+    index: bool = False,
 ) -> RunReport:
     """Compile every unit of ``recipes`` the store lacks, scheduled together (a unit two recipes
     share is compiled once), publish each, then seal one manifest per recipe and move its
@@ -388,7 +392,9 @@ def compile_recipes(
     asked of each ref move (``--rollback``, ``--expect``: :mod:`neuronbuild.store.moves`); an
     ``--expect`` the ref does not meet is refused before anything compiles. ``on_sealed``:
     called with each sealed manifest's digest before its ref moves (``--sign``:
-    :func:`~.seal.seal_all`).
+    :func:`~.seal.seal_all`). Recipes of one name are a family sealed as one index, and
+    ``index`` (``--index``) seals each recipe into the index its ref names
+    (:func:`~.seal.seal_all`).
 
     Another builder's units are shared, not compiled twice (:mod:`.sharing`): each unit is
     leased in ``store`` just before it starts; a unit another live builder holds is left while
@@ -428,7 +434,7 @@ def compile_recipes(
         )
         for recipe, folder in zip(recipes, folders, strict=True)
     ]
-    check_distinct_names([run.plan for run in runs])
+    check_families([run.plan for run in runs])
     if ask.expects and shard is None:  # refused now rather than after hours of compiling
         for run in runs:
             precheck(store, run.recipe.name, LATEST, None, ask)
@@ -532,22 +538,23 @@ def compile_recipes(
                 )
         report.seconds = time.monotonic() - start
     sealing = [run for run in runs if shard is None and not run.report.failed]
-    reports = {run.recipe.name: run.report for run in sealing}
-
-    def recorded(name: str, weights: tuple[FileRecord, ...] | None) -> None:
-        reports[name].weights = weights_summary(weights)
-
     try:
-        moves = seal_all(
-            [(run.plan, run.records) for run in sealing], store, LATEST, ask, on_sealed, recorded
+        sealed = seal_all(
+            [(run.plan, run.records) for run in sealing],
+            store,
+            LATEST,
+            ask,
+            on_sealed,
+            index=index,
         )
     except (RefMovesBack, RefNotExpected) as exc:
         if not result.failed:
             raise
-        result.refused, sealing, moves = exc, [], []  # reported beside the failed units
-    for run, moved in zip(sealing, moves, strict=True):
-        run.report.manifest, run.report.ref = moved.manifest, moved.ref
-        run.report.previous = moved.previous
+        result.refused, sealing, sealed = exc, [], []  # reported beside the failed units
+    for run, one in zip(sealing, sealed, strict=True):
+        run.report.manifest, run.report.ref = one.manifest, one.moved.ref
+        run.report.previous, run.report.index = one.moved.previous, one.index
+        run.report.weights = weights_summary(one.weights)
         run.report.seconds = time.monotonic() - start
     result.seconds = time.monotonic() - start
     return result

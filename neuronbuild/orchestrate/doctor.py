@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.registry import engine_for, machine_labels
 from neuronbuild.graph import Graph
 from neuronbuild.human import count
 from neuronbuild.keys import differing_factors as differing_key_factors
@@ -127,6 +127,8 @@ def diagnose(recipe: Recipe, store: Store) -> list[UnitDiagnosis]:
     """Diagnose every unit of ``recipe`` against ``store`` (see the module docstring)."""
     plan = build_plan(recipe)
     latest = store.get_ref(recipe.name, LATEST)
+    if latest is not None and plan.units:  # an index: its build for this recipe's labels
+        latest = store.build_for(latest, machine_labels(plan.units[0].key.factors))
     held = store.get_manifest(latest).units if latest is not None else ()
     sealed: dict[tuple[tuple[str, tuple[tuple[str, int], ...]], ...], UnitRecord] = {}
     for record in held:

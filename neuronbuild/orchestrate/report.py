@@ -118,7 +118,8 @@ class CompileReport:
     """What ``compile`` did for one recipe: one outcome per unit of its plan, in plan order; the
     ``manifest`` sealed and the ``ref`` moved (None: not sealed) from ``previous`` (None: a
     new ref, or not sealed); ``weights``: what the manifest records of the model's weights
-    (:func:`~neuronbuild.node.weights.weights_summary`; None: none, or not sealed);
+    (:func:`~neuronbuild.node.weights.weights_summary`; None: none, or not sealed); ``index``:
+    the index the ref moved to, which holds the manifest (None: the ref names the manifest);
     ``blocked``: why compiling here would be refused (dry run); ``sharded``: a shard's report
     (its totals count ``skipped``)."""
 
@@ -128,6 +129,7 @@ class CompileReport:
     ref: str | None = None
     previous: str | None = None
     weights: dict[str, int] | None = None
+    index: str | None = None
     seconds: float = 0.0
     blocked: str | None = None
     sharded: bool = False
@@ -159,6 +161,7 @@ class CompileReport:
             "manifest": self.manifest,
             "ref": self.ref,
             "previous": self.previous,
+            "index": self.index,
             "weights": self.weights,
             "seconds": round(self.seconds, 3),
             "blocked": self.blocked,

@@ -15,13 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuronbuild.engines.registry import machine_labels
 from neuronbuild.errors import UserError
 from neuronbuild.human import count
 from neuronbuild.node.weights import recorded_weights, weights_summary
 from neuronbuild.orchestrate.costs import PlannedUnit
+from neuronbuild.orchestrate.family import check_families, move_into_index
 from neuronbuild.orchestrate.shard import assign_units
 from neuronbuild.plan import Plan
 from neuronbuild.store.cas import Store
+from neuronbuild.store.index import IndexEntry
 from neuronbuild.store.layout import MAX_RECORD_BYTES
 from neuronbuild.store.moves import ASK_NOTHING, Ask, Moved, move_ref, precheck
 from neuronbuild.store.records import FileRecord, Manifest, UnitRecord
@@ -69,17 +72,15 @@ class SealReport:
         }
 
 
-def check_distinct_names(plans: Sequence[Plan]) -> None:
-    """Raise UserError when two recipes share a name: their refs would collide."""
-    seen: dict[str, str] = {}
-    for plan in plans:
-        name, source = plan.recipe.name, plan.recipe.source
-        if name in seen:
-            raise UserError(
-                f"{source}: name {name!r} is also the name of {seen[name]}; each recipe of one "
-                "run needs its own name (it names the ref)"
-            )
-        seen[name] = source
+@dataclass(frozen=True)
+class Sealed:
+    """One recipe sealed: its ``manifest`` digest, the move of its ref (to the manifest, or to
+    the ``index`` that now holds it: :mod:`.family`) and the ``weights`` it records."""
+
+    manifest: str
+    moved: Moved
+    weights: tuple[FileRecord, ...] | None
+    index: str | None = None
 
 
 def seal_all(
@@ -88,29 +89,33 @@ def seal_all(
     tag: str,
     ask: Ask = ASK_NOTHING,
     on_sealed: Callable[[str], None] | None = None,
-    on_weights: Callable[[str, tuple[FileRecord, ...] | None], None] | None = None,
-) -> list[Moved]:
+    *,
+    index: bool = False,
+) -> list[Sealed]:
     """Write each plan's manifest (its recipe, the record of each of its units, from its
     records by unit key, in plan order, and the digests of its model's weights as this host
     holds them: :func:`~neuronbuild.node.weights.recorded_weights`), then move each
-    ``<name>/<tag>`` to its manifest as ``ask`` allows
-    (:func:`neuronbuild.store.moves.move_ref`: compare-and-swap, a move back refused); returns
-    the moves, in plan order. The one place a build is sealed: ``compile``
-    and ``seal`` both call it, once every unit is in the store. Every move is checked
+    ``<name>/<tag>`` as ``ask`` allows (:func:`neuronbuild.store.moves.move_ref`:
+    compare-and-swap, a move back refused): to the recipe's manifest, or, for a name several
+    plans share (a family, :func:`.family.check_families`) or with ``index`` (``--index``), to
+    one index of that name's manifests (with ``index``, beside the builds the ref names now:
+    :func:`~neuronbuild.store.moves.move_into_index`). Returns one :class:`Sealed` per plan, in
+    plan order. The one place a build is sealed: ``compile`` and ``seal`` both call it, once
+    every unit is in the store. Every move is checked
     (:func:`~neuronbuild.store.moves.precheck`) before the first is made, so a refusal of one
     recipe's move leaves every ref where it was (barring a writer in between). ``on_sealed``
     is called with each manifest digest once every manifest is written and before any ref moves
     (``--sign``: a node under a trust policy never finds a ref on an unsigned build it made).
-    ``on_weights`` is told, per recipe name, the weights its manifest records (None: none).
 
     Raises:
-        UserError: a weight file of a model cannot be read.
+        UserError: a weight file of a model cannot be read; two builds of a name one node
+            could serve both.
         KeyError: a unit of a plan has no record (the caller checks first).
         RefMovesBack, RefNotExpected: a ref was not moved (manifests are written: immutable,
             named by their content, reached by no ref).
         StoreError: the store failed.
     """
-    digests = []
+    manifests = []
     for plan, records in sealing:
         recipe = plan.recipe
         manifest = Manifest(
@@ -119,17 +124,35 @@ def seal_all(
             tuple(records[u.key.digest] for u in plan.units),
             recorded_weights(recipe.model, recipe.engine_args.get("revision"), recipe.workdir),
         )
-        digests.append(store.put_manifest(manifest))
-        if on_weights is not None:
-            on_weights(recipe.name, manifest.weights)
+        manifests.append((store.put_manifest(manifest), manifest))
     if on_sealed is not None:
-        for digest in digests:
+        for digest, _ in manifests:
             on_sealed(digest)
-    pairs = list(zip((plan.recipe.name for plan, _ in sealing), digests, strict=True))
-    if len(pairs) > 1:
-        for name, digest in pairs:
-            precheck(store, name, tag, digest, ask)
-    return [move_ref(store, name, tag, digest, ask) for name, digest in pairs]
+    by_name: dict[str, list[IndexEntry]] = {}
+    for (plan, _), (digest, _) in zip(sealing, manifests, strict=True):
+        labels = machine_labels(plan.units[0].key.factors) if plan.units else {}
+        by_name.setdefault(plan.recipe.name, []).append(IndexEntry(digest, labels))
+    plain = {n: e[0].manifest for n, e in by_name.items() if len(e) == 1 and not index}
+    if len(by_name) > 1:  # an index's digest is known once merged: its --expect is checked
+        for name in by_name:
+            precheck(store, name, tag, plain.get(name), ask)
+    moves = {
+        name: (
+            move_ref(store, name, tag, plain[name], ask)
+            if name in plain
+            else move_into_index(store, name, tag, entries, ask, keep=index)
+        )
+        for name, entries in by_name.items()
+    }
+    return [
+        Sealed(
+            digest,
+            moves[plan.recipe.name],
+            manifest.weights,
+            None if plan.recipe.name in plain else moves[plan.recipe.name].manifest,
+        )
+        for (plan, _), (digest, manifest) in zip(sealing, manifests, strict=True)
+    ]
 
 
 def seal_plans(
@@ -140,19 +163,22 @@ def seal_plans(
     shards: int | None = None,
     ask: Ask = ASK_NOTHING,
     on_sealed: Callable[[str], None] | None = None,
+    index: bool = False,
 ) -> SealReport:
     """Seal every plan (one manifest per recipe, ref ``<name>/<tag>`` moved by compare-and-swap
     as ``ask`` allows) if the store holds every unit of every plan with all its blobs; else
     report the missing units, each with its owning shard out of ``shards`` (as ``compile
-    --shard I/shards`` assigned it), and write nothing. ``on_sealed``: see :func:`seal_all`.
+    --shard I/shards`` assigned it), and write nothing. ``on_sealed``, ``index``: see
+    :func:`seal_all`.
 
     Raises:
-        UserError: two recipes share a name. StoreError: the store failed.
+        UserError: two recipes share a name but are no family (:func:`.family.check_families`).
+        StoreError: the store failed.
         StoreDataInvalid: a stored record is malformed.
         RefMovesBack, RefNotExpected: a ref was not moved (see :func:`seal_all`).
     """
     start = time.monotonic()
-    check_distinct_names(plans)
+    check_families(plans)
     report = SealReport()
     keys = [u.key.digest for plan in plans for u in plan.units]
     records = store.get_units(keys)
@@ -179,18 +205,18 @@ def seal_plans(
             ]
         report.seconds = time.monotonic() - start
         return report
-    weights: dict[str, tuple[FileRecord, ...] | None] = {}
     sealing = [(p, records) for p in plans]
-    for plan, moved in zip(
-        plans, seal_all(sealing, store, tag, ask, on_sealed, weights.__setitem__), strict=True
+    for plan, sealed in zip(
+        plans, seal_all(sealing, store, tag, ask, on_sealed, index=index), strict=True
     ):
         report.sealed.append(
             {
                 "name": plan.recipe.name,
-                "manifest": moved.manifest,
-                "ref": moved.ref,
-                "previous": moved.previous,
-                "weights": weights_summary(weights[plan.recipe.name]),
+                "manifest": sealed.manifest,
+                "ref": sealed.moved.ref,
+                "previous": sealed.moved.previous,
+                "index": sealed.index,
+                "weights": weights_summary(sealed.weights),
             }
         )
     report.seconds = time.monotonic() - start

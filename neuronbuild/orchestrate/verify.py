@@ -86,3 +86,21 @@ def remove_corrupt(store: Store, report: VerifyReport) -> None:
             continue
         store.delete_blob(file)
         report.removed.append(file.digest)
+
+
+def merged_reports(index: str, reports: list[VerifyReport]) -> VerifyReport:
+    """One report for index ``index`` from its entries' ``reports``: their blobs, bytes,
+    problems, unit states and corrupt and removed blobs together (``verify --json`` of an
+    index)."""
+    merged = VerifyReport(
+        index,
+        sum(r.blobs for r in reports),
+        sum(r.bytes for r in reports),
+        reports[0].deep,
+    )
+    for report in reports:
+        merged.problems += report.problems
+        merged.unit_states.update(report.unit_states)
+        merged.corrupt += report.corrupt
+        merged.removed += report.removed
+    return merged

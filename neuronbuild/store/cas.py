@@ -27,10 +27,12 @@ from neuronbuild.digest import (
     hash_file,
     hex_of,
     sha256_digest,
+    short,
 )
 from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.folders import FolderInTheWay, check_writable_folder
 from neuronbuild.human import count
+from neuronbuild.store.index import Index
 from neuronbuild.store.layout import (
     LATEST,
     MAX_ADDITIONS,
@@ -673,6 +675,12 @@ class Store:
             StoreDataInvalid: it is malformed, hostile or does not match its name.
         """
         data = self.backend.read(self.layout.manifest(digest), MAX_RECORD_BYTES)
+        if data is None and self.is_index(digest):
+            listed = ", ".join(short(d) for d in self.get_index(digest).manifests())
+            raise UserError(
+                f"{self.url}: {digest} is an index of builds (one per target, release or "
+                f"instruction set), not one build; name one of its manifests: {listed}"
+            )
         if data is None:
             raise UserError(f"{self.url}: no manifest {digest}")
         return Manifest.from_bytes(data, f"{self.url}: manifest {digest}", digest)
@@ -686,6 +694,66 @@ class Store:
         paths = self.backend.find(self.layout.folder("manifests"))
         found = (self.layout.digest_of("manifests", p) for p in paths)
         return [d for d in found if d is not None]
+
+    # Indexes (neuronbuild.store.index).
+
+    def put_index(self, index: Index) -> str:
+        """Write ``index`` under its own digest (exclusive create) once every entry's manifest is
+        in this store; returns ``sha256:<hex>``.
+
+        Raises:
+            StoreError: an entry's manifest is missing (push or seal it first).
+        """
+        for digest in index.manifests():
+            if not self.has_manifest(digest):
+                raise StoreError(f"{self.url}: cannot write the index, {digest} is missing")
+        digest = index.digest
+        self.backend.create(self.layout.index(digest), index.to_bytes())
+        return digest
+
+    def is_index(self, digest: str) -> bool:
+        """Whether ``digest`` names an index stored here (not whether it is sound)."""
+        return self.backend.exists(self.layout.index(digest))
+
+    def get_index(self, digest: str) -> Index:
+        """The index named ``digest`` (bytes verified against it).
+
+        Raises:
+            UserError: no such index. StoreDataInvalid: malformed, hostile or misnamed.
+        """
+        data = self.backend.read(self.layout.index(digest), MAX_RECORD_BYTES)
+        if data is None:
+            raise UserError(f"{self.url}: no index {digest}")
+        return Index.from_bytes(data, f"{self.url}: index {digest}", digest)
+
+    def index_digests(self) -> list[str]:
+        """Every index digest the store holds (stray objects under ``indexes/`` skipped)."""
+        paths = self.backend.find(self.layout.folder("indexes"))
+        found = (self.layout.digest_of("indexes", p) for p in paths)
+        return [d for d in found if d is not None]
+
+    def manifests_of(self, digest: str) -> list[str]:
+        """The manifests a ref value names: ``digest`` itself for a manifest, every entry's for
+        an index (what gc keeps, push copies and verify checks for it).
+
+        Raises:
+            StoreDataInvalid: a malformed index.
+        """
+        return self.get_index(digest).manifests() if self.is_index(digest) else [digest]
+
+    def build_for(self, digest: str, labels: dict[str, Any]) -> str | None:
+        """The build a ref value holds for a recipe whose builds are labelled ``labels``
+        (:func:`~neuronbuild.engines.registry.machine_labels`): ``digest`` itself for a manifest;
+        for an index, its entry with exactly those labels, None when it has none (what
+        ``compile`` seeds from, ``doctor`` compares with and the kit checks).
+
+        Raises:
+            StoreDataInvalid: a malformed index.
+        """
+        if not self.is_index(digest):
+            return digest
+        found = [e.manifest for e in self.get_index(digest).entries if e.labels == labels]
+        return found[0] if found else None
 
     # Attestations.
 
@@ -855,7 +923,7 @@ class Store:
     # Refs.
 
     def get_ref(self, name: str, tag: str) -> str | None:
-        """The manifest digest ``<name>/<tag>`` points at, or None."""
+        """The manifest (or index) digest ``<name>/<tag>`` points at, or None."""
         data = self.backend.read(self.layout.ref(name, tag), MAX_SMALL_BYTES)
         if data is None:
             return None
@@ -908,8 +976,8 @@ class Store:
         refusal = None
         if self._condemned(digest, intent):
             refusal = f"gc is sweeping {digest}; retry"
-        elif not self.has_manifest(digest):
-            refusal = f"unknown manifest {digest}"
+        elif (entries := self._unmovable_entries(digest, intent)) is not None:
+            refusal = entries
         if refusal is not None:
             self._forget(intent)
             raise StoreError(f"{self.url}: {name}/{tag}: {refusal}")
@@ -964,6 +1032,20 @@ class Store:
             if since is not None or self.backend.exists(marker):
                 return True
         return False
+
+    def _unmovable_entries(self, digest: str, intent: str) -> str | None:
+        """Why a ref may not move to ``digest``: not a manifest or index here, or (an index)
+        an entry's manifest missing or condemned by gc (see :meth:`move_ref`); None if it may."""
+        if self.has_manifest(digest):
+            return None
+        if not self.is_index(digest):
+            return f"unknown manifest {digest}"
+        for entry in self.get_index(digest).manifests():
+            if self._condemned(entry, intent):
+                return f"gc is sweeping {entry}; retry"
+            if not self.has_manifest(entry):
+                return f"the index's manifest {entry} is missing"
+        return None
 
     def _forget(self, intent: str) -> None:
         """Best effort: remove the history entry of a move that did not happen (readers skip it
@@ -1082,7 +1164,12 @@ class Store:
 
     def listing(self) -> Listing:
         """How :mod:`~neuronbuild.store.names` reads this store's refs and manifests."""
-        return Listing(self.get_ref, lambda: sorted(self.refs()), self.manifest_digests, self.url)
+        return Listing(
+            self.get_ref,
+            lambda: sorted(self.refs()),
+            lambda: self.manifest_digests() + self.index_digests(),
+            self.url,
+        )
 
     def resolve_target(self, text: str, accept: Accept = "any") -> Target:
         """The manifest ``text`` names, and the ref it came through, read as ``accept`` says

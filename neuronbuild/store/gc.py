@@ -1,9 +1,10 @@
 """``neuronbuild gc``: mark and sweep every kind of object a store holds.
 
 Live: every manifest a ref points at or pointed at (its last ``keep_last`` moves; all when None),
-their unit records and blobs; every unit record, blob, manifest or temporary object younger than
-the grace period, so that shards still being published (blobs before their unit record, unit
-records before their manifest) survive; and the unit records and blobs of young unit records.
+or that an index such a ref names lists, their unit records and blobs; every unit record, blob,
+manifest, index or temporary object younger than the grace period, so that shards still being
+published (blobs before their unit record, unit records before their manifest) survive; and the
+unit records and blobs of young unit records.
 Ages are read off the store's clock (the modification time of a probe object gc writes), never
 this host's: a gc host whose clock runs days ahead sweeps nothing younger than the grace period.
 
@@ -61,6 +62,7 @@ KIND_NOUNS = {
     "blobs": ("blob",),
     "units": ("unit record",),
     "manifests": ("manifest",),
+    "indexes": ("index", "indexes"),
     "history": ("ref history entry", "ref history entries"),
     "attestations": ("attestation",),
     "additions": ("addition",),
@@ -188,7 +190,17 @@ def in_flight(store: Store, since: float) -> set[str]:
         data = store.backend.read(path, MAX_SMALL_BYTES)
         if data is not None:
             named.add(RefMove.from_bytes(data, f"{store.url}: ref history {path}").manifest)
-    return named | set(store.refs().values())
+    return with_entries(store, named | set(store.refs().values()))
+
+
+def with_entries(store: Store, digests: set[str]) -> set[str]:
+    """``digests`` and, for each that names an index, every entry's manifest (a ref on an index
+    keeps its builds: :mod:`neuronbuild.store.index`). A malformed index aborts the run."""
+    out = set(digests)
+    for digest in sorted(digests):
+        if store.is_index(digest):
+            out.update(store.get_index(digest).manifests())
+    return out
 
 
 def collect_garbage(
@@ -222,9 +234,13 @@ def collect_garbage(
         moves = store.ref_history(*parse_ref(ref))
         recent = moves if keep_last is None else moves[-keep_last:] if keep_last else []
         live.update(m.manifest for m in recent)
+    indexes = store.index_digests()
+    doomed_indexes = [d for d in indexes if d not in live and sweep.old(layout.index(d))]
+    live = with_entries(store, live)
     listed = store.manifest_digests()
     doomed = [d for d in listed if d not in live and sweep.old(layout.manifest(d))]
-    report.live_manifests = len(live)
+    report.live_manifests = len(live - set(indexes))
+    doomed += doomed_indexes  # condemned and spared as manifests are; deleted as indexes
     step("marked")
 
     # Condemn, spare what racing moves name, then delete (see the module's docstring).
@@ -247,7 +263,10 @@ def collect_garbage(
             if time.monotonic() - condemned_at > CONDEMNED_SECONDS / 2:
                 spared.add(digest)  # its marker may no longer hold: the next run deletes it
                 continue
-            sweep.delete("manifests", layout.manifest(digest))
+            if digest in doomed_indexes:
+                sweep.delete("indexes", layout.index(digest))
+            else:
+                sweep.delete("manifests", layout.manifest(digest))
     except BaseException:
         if not dry_run:  # a run that stops here frees the moves its markers hold off
             for digest in doomed:
@@ -261,7 +280,9 @@ def collect_garbage(
         marked = layout.condemned_of(path)
         # Another run's marker goes once its manifest is gone or the marker is stale, never
         # on this run's view of what is live (a run still going may be about to delete).
-        gone = marked is None or (marked not in kept and not store.has_manifest(marked))
+        gone = marked is None or (
+            marked not in kept and not store.has_manifest(marked) and not store.is_index(marked)
+        )
         stale = (store.backend.modified(path) or 0.0) < now - CONDEMNED_SECONDS
         if path.endswith("/" + run) or gone or stale:
             if not path.endswith("/" + run):

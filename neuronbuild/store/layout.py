@@ -4,7 +4,8 @@
 <root>/blobs/sha256/<2 hex>/<64 hex>            file bytes, named by their sha256
 <root>/units/<unit key hex>.json                UnitRecord (the first one written for a key wins)
 <root>/manifests/<sha256 hex>.json              Manifest, named by the hash of its canonical bytes
-<root>/refs/<name>/<tag>                        manifest digest (a mutable name)
+<root>/indexes/<sha256 hex>.json                Index: several manifests of one recipe family
+<root>/refs/<name>/<tag>                        manifest or index digest (a mutable name)
 <root>/history/<name>/<tag>/<ns>-<hex16>.json   one RefMove per move of that ref
 <root>/attestations/<manifest hex>/<keyid>.json a signed statement of that manifest (DSSE)
 <root>/additions/<manifest hex>/<hex>.json      what a node gave back to that manifest (DSSE),
@@ -58,6 +59,7 @@ KINDS = (
     "blobs",
     "units",
     "manifests",
+    "indexes",
     "refs",
     "history",
     "attestations",
@@ -120,6 +122,10 @@ class Layout:
     def manifest(self, digest: str) -> str:
         """The manifest named ``digest``."""
         return f"{self.root}/manifests/{hex_of(digest)}.json"
+
+    def index(self, digest: str) -> str:
+        """The index named ``digest`` (:mod:`neuronbuild.store.index`)."""
+        return f"{self.root}/indexes/{hex_of(digest)}.json"
 
     def ref(self, name: str, tag: str) -> str:
         """The ref ``<name>/<tag>`` (both checked by :func:`parse_ref`)."""

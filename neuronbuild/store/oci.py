@@ -13,13 +13,14 @@ Mapping (:class:`RegistryBackend`):
   (``dev.neuronbuild.path``) and the writer's time (``org.opencontainers.image.created``). A unit
   record's and a neuronbuild manifest's OCI manifest lists their blobs as its layers, so the
   registry's garbage collector keeps them while the record or manifest is tagged.
-- tags: ``unit-<hex>``, ``manifest-<hex>``, ``layout-<hex>`` and ``lease-<hex>`` for the kinds
-  named by a digest; ``<kind>-<16 hex>-<32 hex>`` (the sha256 of the parent folder's and of the
-  object's path) for refs, history, attestations, timings and tmp, whose paths are longer than a
-  tag may be (``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``). A listing reads the tag list (paginated)
-  and, for those hashed tags, each manifest's path annotation. Tags of other shapes are not ours
-  and are left alone; a tag of our shape whose manifest is not ours (another type, another path,
-  malformed or oversized) is hostile data (exit code 2).
+- tags: ``unit-<hex>``, ``manifest-<hex>``, ``index-<hex>``, ``layout-<hex>`` and
+  ``lease-<hex>`` for the kinds named by a digest; ``<kind>-<16 hex>-<32 hex>`` (the sha256
+  of the parent folder's and of the object's path) for refs, history, attestations, timings
+  and tmp, whose paths are longer than a tag may be (``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``).
+  A listing reads the tag list (paginated) and, for those hashed tags, each manifest's path
+  annotation. Tags of other shapes are not ours and are left alone; a tag of our shape whose
+  manifest is not ours (another type, another path, malformed or oversized) is hostile data
+  (exit code 2).
 
 Guarantees. The distribution API has no conditional write: a tag ``PUT`` replaces whatever the
 tag named. So on a registry:
@@ -91,6 +92,7 @@ request."""
 DIGEST_NAMED = {
     "units": "unit",
     "manifests": "manifest",
+    "indexes": "index",
     "layouts": "layout",
     "leases": "lease",
     "probes": "probe",
@@ -109,7 +111,7 @@ HASHED = {
 """Kinds whose tag is hashed: tag prefix and the depth of their objects' paths (0: any)."""
 
 OUR_TAG = re.compile(
-    r"^(unit|manifest|layout|lease|probe)-([0-9a-f]{64})$"
+    r"^(unit|manifest|index|layout|lease|probe)-([0-9a-f]{64})$"
     r"|^(ref|history|attestation|addition|receipt|timing|tmp)-([0-9a-f]{16})-([0-9a-f]{32})$"
 )
 

@@ -17,6 +17,7 @@ from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.folders import boot_id
 from neuronbuild.human import count
 from neuronbuild.store.cas import Store
+from neuronbuild.store.index import Index
 from neuronbuild.store.names import Accept, Listing, Target, resolve
 from neuronbuild.store.records import FileRecord, Manifest
 from neuronbuild.store.transfer import (
@@ -117,6 +118,14 @@ class TieredStore:
             except StoreDataInvalid as exc:
                 self.notes.append(f"{exc}; reading {self.remote.url}'s copy")
         return self.remote.get_manifest(digest)
+
+    def get_index(self, digest: str) -> Index | None:
+        """The index ``digest`` names, from the local tier, else the remote; None where it names
+        none (a manifest)."""
+        for store in (self.local, self.remote):
+            if store is not None and store.is_index(digest):
+                return store.get_index(digest)
+        return None
 
     def get_attestations(self, digest: str) -> list[tuple[str, bytes]]:
         """The attestations of manifest ``digest`` in every tier, ``(keyid, bytes)``: the local

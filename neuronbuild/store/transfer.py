@@ -162,9 +162,10 @@ def copy_manifest(
     role: str = "destination store",
     additions: bool = True,
 ) -> CopyReport:
-    """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst``, and
-    (``additions``) the additions nodes gave back to it (:func:`copy_additions`; serve's
-    read-through leaves them: it fetches only the one it lays out).
+    """Copy manifest ``digest`` with its unit records and blobs from ``src`` to ``dst`` (an
+    index: each entry's manifest so, then the index), and (``additions``) the additions nodes
+    gave back to it (:func:`copy_additions`; serve's read-through leaves them: it fetches only
+    the one it lays out).
 
     ``recheck``: re-hash the blobs ``dst`` already holds (:func:`unsound_held`) instead of
     trusting their size; a corrupt one is replaced from ``src`` (and noted). ``dst``'s copy of
@@ -184,6 +185,30 @@ def copy_manifest(
             written to ``dst``.
         StoreError: either store failed after retries.
     """
+    if src.is_index(digest):  # every entry's build, then the index that names them
+        done = [
+            copy_manifest(
+                src,
+                dst,
+                entry,
+                jobs=jobs,
+                recheck=recheck,
+                progress=progress,
+                what=what,
+                role=role,
+                additions=additions,
+            )
+            for entry in src.get_index(digest).manifests()
+        ]
+        if not dst.is_index(digest):
+            dst.put_index(src.get_index(digest))
+        return CopyReport(
+            digest,
+            sum(r.copied for r in done),
+            sum(r.skipped for r in done),
+            sum(r.bytes for r in done),
+            tuple(note for r in done for note in r.notes),
+        )
     try:
         return _copy(src, dst, digest, jobs, recheck, progress, what, role, additions)
     except (NoRoom, OSError) as exc:  # OSError: making the scratch folder, before any store call

@@ -111,6 +111,19 @@ def ref_move_options(f: F) -> F:
     return click.option("--rollback", is_flag=True, help=ROLLBACK_HELP)(f)
 
 
+INDEX_HELP = (
+    "Move <name>/<tag> to an index holding this build beside the builds the ref names now (for "
+    "other targets, releases or instruction sets; a rebuild for the same ones replaces its "
+    "entry), so each node picks its own; recipes of one name in one run are always indexed."
+)
+
+
+def index_option(f: F) -> F:
+    """``--index``: seal into the family's index
+    (:func:`neuronbuild.orchestrate.family.move_into_index`)."""
+    return click.option("--index", "index", is_flag=True, help=INDEX_HELP)(f)
+
+
 def check_ref_move_options(
     n_refs: int, rollback: bool, expect: str | None, *, sharded: bool = False
 ) -> None:

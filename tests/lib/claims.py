@@ -69,7 +69,8 @@ def distinct_manifests(store: Store, tmp_path: Path, count: int) -> list[str]:
 def audit(store: Store) -> list[str]:
     """Every inconsistency a reader could meet in ``store``: a blob whose bytes do not hash to its
     name, a unit record that does not parse or lacks an intact blob, a manifest that does not
-    parse, lacks a unit record or an intact blob, a ref to anything but a complete manifest, and a
+    parse, lacks a unit record or an intact blob, an index naming a missing manifest, a ref to
+    anything but a complete manifest or index, and a
     ref whose history chain does not end where it points. Empty when consistent."""
     problems: list[str] = []
     backend, layout = store.backend, store.layout
@@ -101,8 +102,19 @@ def audit(store: Store) -> list[str]:
         problems += [
             f"manifest {digest}: {p}" for p in verify_manifest(store, digest, deep=True).problems
         ]
+    for digest in store.index_digests():
+        try:
+            index = store.get_index(digest)
+        except Exception as exc:
+            problems.append(f"index {digest}: {exc}")
+            continue
+        problems += [
+            f"index {digest}: missing manifest {m}"
+            for m in index.manifests()
+            if not store.has_manifest(m)
+        ]
     for ref, digest in store.refs().items():
-        if not store.has_manifest(digest):
+        if not store.has_manifest(digest) and not store.is_index(digest):
             problems.append(f"ref {ref} -> missing manifest {digest}")
         name, tag = ref.split("/")
         chain = store.ref_history(name, tag)

@@ -66,6 +66,7 @@ OURS = {
     "neuronbuild.transports",  # the transports' face: it imports nothing
     "neuronbuild.transports.backends",
     "neuronbuild.store.cas",
+    "neuronbuild.store.index",  # a ref may name an index of builds; the node picks its own
     "neuronbuild.store.layout",
     "neuronbuild.store.moves",  # pull's line of a ref move (a mirror: never refused)
     "neuronbuild.store.names",  # refs, bare names and digest prefixes
@@ -99,6 +100,7 @@ OURS = {
     "neuronbuild_runtime",
     "neuronbuild_runtime.cli",
     "neuronbuild_runtime.node_checks",
+    "neuronbuild_runtime.pick",  # which build of an index this node serves, and why
     "neuronbuild_runtime.node_config",  # the node's own settings: folders it writes, the address
     "neuronbuild_runtime.serve",
     "neuronbuild_runtime.serve_checks",  # its checks before the first fetch, in order

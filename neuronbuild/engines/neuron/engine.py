@@ -489,6 +489,10 @@ class NeuronEngine(Engine):
     def image_architecture(self, factors: Mapping[str, Any]) -> str:
         return "amd64"  # Trainium and Inferentia instances (trn1, trn2, trn3, inf2) are x86-64
 
+    def release_of(self, toolchain: Mapping[str, str]) -> str | None:
+        release = identify(toolchain)
+        return None if release is None else f"Neuron {release.name}"
+
     def node_differences(self, factors: dict[str, Any]) -> list[tuple[str, str, str]]:
         found = target_differences(str(factors.get("target")))
         toolchain = factors.get("toolchain")

@@ -1,0 +1,321 @@
+"""One ref for a mixed fleet (issue 44): recipes of one name that differ only in what a node must
+have are sealed as one index; each node picks its own build and says which and why; a node no
+build fits gets one table, exit 2; two builds one node could serve both are refused at seal; and
+``ls``, ``verify``, ``gc``, ``push``, ``pull`` and ``tag`` treat an index as they treat a manifest.
+The CPU instruction set is the label these cases vary (a node's set is scripted); the Neuron
+releases are in ``tests/runtime/test_pick_releases.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from neuronbuild.digest import canonical_json
+from neuronbuild.engines.vllm_cpu import isa as cpu_isa
+from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.store.cas import Store
+from neuronbuild.store.gc import DAY, collect_garbage
+from neuronbuild.store.index import Index
+from tests.lib.builders import cpu_recipe, model_folder, publish_build
+from tests.lib.claims import age, audit
+from tests.lib.commands import neuronbuild as nb
+
+X86, ARM = "x86_64-v3", "aarch64"
+
+
+def write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def recipe(tmp_path: Path, isa: str, **args: Any) -> dict[str, Any]:
+    model = tmp_path / "model"
+    if not model.exists():
+        model_folder(tmp_path)
+    return cpu_recipe(cpu_isa=isa, model=str(model), **args)
+
+
+def built(store: Store, tmp_path: Path, isa: str, seed: str, **args: Any) -> tuple[str, str]:
+    """One build of the family's recipe for ``isa`` published (units and a manifest), and its
+    recipe file; returns the file and the manifest digest."""
+    data = recipe(tmp_path, isa, **args)
+    source = write(tmp_path, f"{isa}-{seed}.yaml", data)
+    return source, publish_build(store, data, tmp_path, seed, source)
+
+
+@pytest.fixture
+def family(tmp_path: Path) -> tuple[Store, dict[str, str], dict[str, Any]]:
+    """A folder store whose ``tiny/latest`` names an index of an x86_64-v3 build and an
+    aarch64 build, sealed by ``seal`` of both recipes; returns the store, each ISA's manifest
+    and ``seal --json``."""
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    done = nb("seal", x86, arm, "--cache", store.url, "--json")
+    assert done.returncode == 0, done.stderr
+    return store, {X86: one, ARM: two}, json.loads(done.stdout)
+
+
+def on_a_node(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
+    monkeypatch.setattr(cpu_isa, "host_isa", lambda: isa)
+
+
+def serve(store: Store, *args: str) -> Any:
+    return nb("serve", "--ref", "tiny/latest", "--cache", store.url, "--dry-run", *args)
+
+
+def test_recipes_of_one_name_seal_one_index_and_move_one_ref(
+    family: tuple[Store, dict[str, str], dict[str, Any]],
+) -> None:
+    store, builds, sealed = family
+    index = store.get_ref("tiny", "latest")
+    assert index is not None and store.is_index(index)
+    assert store.get_index(index).manifests() == sorted(builds.values())
+    assert [s["manifest"] for s in sealed["sealed"]] == [builds[X86], builds[ARM]]
+    assert {s["index"] for s in sealed["sealed"]} == {index}
+    labels = {e.manifest: e.labels for e in store.get_index(index).entries}
+    assert labels[builds[ARM]]["cpu_isa"] == ARM and labels[builds[X86]]["cpu_isa"] == X86
+    assert labels[builds[X86]]["toolchain"] == cpu_recipe()["toolchain"]
+    assert audit(store) == []
+
+
+@pytest.mark.parametrize("isa", [X86, ARM])
+def test_each_node_picks_its_own_build_and_says_which_and_why(
+    family: tuple[Store, dict[str, str], dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    isa: str,
+) -> None:
+    store, builds, _ = family
+    on_a_node(monkeypatch, isa)
+    done = serve(store)
+    assert done.returncode == 0, done.stderr
+    index = store.get_ref("tiny", "latest")
+    assert f"serving {builds[isa]}, built for cpu {isa}" in done.stderr
+    assert (
+        f"index {index[:19]} (2 builds)" in done.stderr
+        and "1 other build does not fit" in done.stderr
+    )
+    assert f"manifest {builds[isa]}" in done.stdout
+    as_json = json.loads(serve(store, "--json").stdout)
+    assert as_json["manifest"] == builds[isa] and as_json["index"]["picked"] == builds[isa]
+    assert as_json["index"]["index"] == index
+    [other] = as_json["index"]["not_fitting"]
+    assert other["manifest"] != builds[isa] and "cpu_isa" in other["why"]
+
+
+def test_a_node_no_build_fits_gets_one_table_of_every_build_and_exit_2(
+    family: tuple[Store, dict[str, str], dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, builds, _ = family
+    on_a_node(monkeypatch, "x86_64-v2")  # older than the x86 build, and not an arm64 host
+    done = serve(store)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert "none of which this node can serve" in lines[0] and "2 builds" in lines[0]
+    assert lines[1].split() == ["BUILD", "BUILT", "FOR", "THIS", "NODE", "WHY", "NOT"]
+    rows = {line.split()[0]: line for line in lines[2:4]}
+    assert set(rows) == {d[:19] for d in builds.values()}
+    for isa, digest in builds.items():
+        assert f"cpu {isa}" in rows[digest[:19]] and "incompatible" in rows[digest[:19]]
+        assert f"cpu_isa {isa} (this node: x86_64-v2)" in rows[digest[:19]]
+    assert "compile --index" in lines[-1]
+
+
+def test_builds_one_node_could_serve_both_are_refused_at_seal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    v3, _ = built(store, tmp_path, X86, "a")
+    v4, _ = built(store, tmp_path, "x86_64-v4", "b")
+    before = store.get_ref("tiny", "latest")
+    done = nb("seal", v3, v4, "--cache", store.url)
+    assert done.returncode == 2
+    assert "could both be served by one node" in done.stderr and "x86_64-v4" in done.stderr
+    assert store.get_ref("tiny", "latest") == before and store.index_digests() == []
+    # The same before any compile: a run that could not seal compiles nothing.
+    dry = nb("compile", v3, v4, "--cache", store.url, "--dry-run")
+    assert dry.returncode == 2 and "could both be served by one node" in dry.stderr
+
+
+def test_recipes_of_one_name_that_differ_in_more_than_labels_are_refused(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, _ = built(store, tmp_path, X86, "a")
+    arm, _ = built(store, tmp_path, ARM, "b", max_model_len=128)
+    done = nb("seal", x86, arm, "--cache", store.url)
+    assert done.returncode == 2
+    assert "differs in max_model_len" in done.stderr and "give it its own name" in done.stderr
+
+
+def test_index_adds_a_build_beside_the_refs_and_a_rebuild_replaces_its_own(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    _, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    store.set_ref("tiny", "latest", one)  # tiny/latest names the x86 build alone
+    done = nb("seal", arm, "--cache", store.url, "--index")
+    assert done.returncode == 0, done.stderr
+    first = store.get_ref("tiny", "latest")
+    assert first is not None and store.get_index(first).manifests() == sorted([one, two])
+    assert f"indexed {two} in {first}" in done.stdout
+    assert f"tiny/latest: {one} -> {first}" in done.stdout
+    # A rebuild for the same machine (the model's files changed) replaces its own entry.
+    model_folder(tmp_path, '{"hidden_size": 64}')
+    again, three = built(store, tmp_path, ARM, "c")
+    store.set_ref("tiny", "latest", first)
+    assert three != two
+    assert nb("seal", again, "--cache", store.url, "--index").returncode == 0
+    now = store.get_ref("tiny", "latest")
+    assert now is not None and store.get_index(now).manifests() == sorted([one, three])
+    # Without --index the ref names that build alone.
+    assert nb("seal", again, "--cache", store.url, "--rollback").returncode == 0
+    assert store.get_ref("tiny", "latest") == three
+
+
+def test_index_refuses_a_build_of_another_recipe_beside_the_refs(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    _, one = built(store, tmp_path, X86, "a")
+    arm, _ = built(store, tmp_path, ARM, "b", max_model_len=128)
+    store.set_ref("tiny", "latest", one)
+    done = nb("seal", arm, "--cache", store.url, "--index")
+    assert done.returncode == 2
+    assert f"the ref's build {one} (cpu x86_64-v3" in done.stderr
+    assert (
+        "differs from this one in max_model_len" in done.stderr and "without --index" in done.stderr
+    )
+    assert store.get_ref("tiny", "latest") == one
+
+
+def test_ls_verify_push_pull_and_tag_handle_an_index_as_a_manifest(
+    family: tuple[Store, dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    store, builds, _ = family
+    index = store.get_ref("tiny", "latest")
+    assert index is not None
+    listed = nb("ls", "--cache", store.url)
+    assert f"{index[:19]} (index of 2)" in listed.stdout
+    assert "  cpu aarch64, torch" in listed.stdout and "  cpu x86_64-v3, torch" in listed.stdout
+    as_json = json.loads(nb("ls", "--cache", store.url, "--json").stdout)
+    assert {e["manifest"] for e in as_json["indexes"][index]} == set(builds.values())
+    assert set(as_json["receipts"]) == set(builds.values())
+    checked = nb("verify", "tiny/latest", "--cache", store.url, "--deep")
+    assert checked.returncode == 0, checked.stderr
+    assert f"index {index}: 2 builds, each verified" in checked.stdout
+    assert all(f"{d}: " in checked.stdout for d in builds.values())
+    report = json.loads(nb("verify", "tiny/latest", "--cache", store.url, "--json").stdout)
+    assert report["manifest"] == index and report["ok"] is True
+    other = Store(str(tmp_path / "other"), create=True)
+    pushed = nb("push", "tiny/latest", "--from", store.url, "--cache", other.url)
+    assert pushed.returncode == 0, pushed.stderr
+    assert other.get_ref("tiny", "latest") == index and audit(other) == []
+    assert all(other.has_manifest(d) for d in builds.values())
+    pulled = nb("pull", "tiny/latest", "--cache", store.url, "--local-cache", str(tmp_path / "n"))
+    assert pulled.returncode == 0, pulled.stderr
+    assert Store(str(tmp_path / "n")).get_ref("tiny", "latest") == index
+    assert nb("tag", "tiny/latest", "tiny/prod", "--cache", store.url).returncode == 0
+    assert store.get_ref("tiny", "prod") == index
+
+
+def test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    old = store.get_ref("tiny", "latest") or ""
+    model_folder(tmp_path, '{"hidden_size": 64}')
+    again, three = built(store, tmp_path, ARM, "c")
+    store.set_ref("tiny", "latest", old)
+    assert nb("seal", again, "--cache", store.url, "--index").returncode == 0
+    now = store.get_ref("tiny", "latest")
+    age(Path(store.root), 2 * DAY)
+    kept = collect_garbage(store)  # every move kept: the old index and its builds live
+    assert "indexes" not in kept.deleted and {one, two, three} <= set(store.manifest_digests())
+    report = collect_garbage(store, keep_last=1)
+    assert set(store.manifest_digests()) == {one, three}  # the replaced build went
+    assert store.index_digests() == [now]
+    assert report.deleted["indexes"] == [store.layout.index(old)]
+    assert store.layout.manifest(two) in report.deleted["manifests"]
+    assert audit(store) == [] and nb("verify", "tiny/latest", "--cache", store.url).returncode == 0
+
+
+def test_a_ref_cannot_move_to_an_index_whose_build_is_missing(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, _ = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    index = store.get_ref("tiny", "latest") or ""
+    store.delete_manifest(one)
+    with pytest.raises(StoreError, match=f"the index's manifest {one} is missing"):
+        store.set_ref("tiny", "prod", index)
+    assert f"no manifest {one}" in nb("tag", index, "tiny/prod", "--cache", store.url).stderr
+    assert store.get_ref("tiny", "prod") is None
+
+
+def test_a_command_that_needs_one_build_names_the_index_entries(
+    family: tuple[Store, dict[str, str], dict[str, Any]],
+) -> None:
+    store, builds, _ = family
+    to = "oci+http://127.0.0.1:9/app"
+    done = nb("image", "tiny/latest", "--cache", store.url, "--to", to, "--dry-run")
+    assert done.returncode == 2 and "is an index of builds" in done.stderr
+    assert all(d[:19] in done.stderr for d in builds.values())
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+GOOD = {
+    "schema": "neuronbuild.index/1",
+    "name": "tiny",
+    "entries": [
+        {
+            "manifest": "sha256:" + "a" * 64,
+            "labels": {"engine": "cpu", "target": "cpu", "toolchain": {"torch": "2.13.0+cpu"}},
+        }
+    ],
+}
+
+
+def variant(**change: Any) -> bytes:
+    data = json.loads(json.dumps(GOOD))
+    entry = data["entries"][0]
+    for key, value in change.items():
+        where, _, name = key.partition("__")
+        target = data if where == "top" else entry if where == "entry" else entry["labels"]
+        if value is None:
+            del target[name]
+        else:
+            target[name] = value
+    return canonical_json(data)
+
+
+def test_an_index_parses_only_as_written_by_seal() -> None:
+    assert Index.from_bytes(canonical_json(GOOD), "i").manifests() == ["sha256:" + "a" * 64]
+    hostile = [
+        variant(top__schema="neuronbuild.index/2"),
+        variant(top__extra=1),
+        variant(top__name="../x"),
+        variant(top__entries=[]),
+        variant(top__entries=[GOOD["entries"][0]] * 2),
+        variant(top__entries=[GOOD["entries"][0]] * 300),
+        variant(entry__manifest="sha256:zz"),
+        variant(entry__more=1),
+        variant(labels__engine=None),
+        variant(labels__toolchain=["torch"]),
+        variant(labels__toolchain={"torch": "2.13 ; rm -rf"}),
+        variant(labels__cpu_isa=["x"]),
+        variant(labels__Bad="x"),
+        json.dumps(GOOD, indent=1).encode(),
+    ]
+    for data in hostile:
+        with pytest.raises(StoreDataInvalid):
+            Index.from_bytes(data, "i")
+    with pytest.raises(StoreDataInvalid, match="do not hash"):
+        Index.from_bytes(canonical_json(GOOD), "i", "sha256:" + "b" * 64)
