@@ -321,7 +321,7 @@ def recipe_blocks(text: str) -> list[str]:
 
 def test_every_recipe_in_the_readme_passes_validate(tmp_path: Path) -> None:
     blocks = recipe_blocks(README.read_text())
-    assert len(blocks) >= 2  # the walk-through's and the Neuron example
+    assert len(blocks) >= 4  # the walk-through's, the Neuron example, the upgrade's two
     paths = []
     for i, body in enumerate(blocks):
         paths.append(tmp_path / f"readme-{i}.yaml")
@@ -332,7 +332,8 @@ def test_every_recipe_in_the_readme_passes_validate(tmp_path: Path) -> None:
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(json.loads(result.stdout)) == len(blocks)
+    checked = json.loads(result.stdout)["recipes"]
+    assert len(checked) == len(blocks) and all(r["valid"] for r in checked)
 
 
 def test_the_walkthrough_recipe_is_the_demo_recipe_with_the_model_beside_it() -> None:
