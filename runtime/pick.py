@@ -85,33 +85,40 @@ def _why(found: list[tuple[str, str, str]]) -> str:
 
 def pick(index: Index, digest: str, ref: str, allow: tuple[str, ...] = ()) -> Picked:
     """The one entry of ``index`` (named ``digest``, reached through ``ref``) this node fits;
-    failing any, the one whose differences are all in ``allow`` (``--allow-mismatch``, which
-    the picked build's node check then reports loudly).
+    failing any, the one entry whose differences are all in ``allow`` (``--allow-mismatch``,
+    which the picked build's node check then reports loudly).
 
     Raises:
-        NodeMismatch: no entry fits; the message is the table of every entry (exit 2).
+        NodeMismatch: no entry fits (or several only as allowed); the message is the table of
+            every entry (exit 2).
         StoreDataInvalid: more than one fits (a store sealed around the seal-time check).
     """
     rows = [(e, differences(e.labels)) for e in index.entries]
-    fitting = [e for e, found in rows if not found] or [
-        e for e, found in rows if allow and all(name in allow for name, _, _ in found)
-    ]
-    others = tuple((e.manifest, _why(found)) for e, found in rows if e not in fitting)
-    if len(fitting) == 1:
-        return Picked(digest, fitting[0], len(index.entries), others)
-    if fitting:
+    exact = [e for e, found in rows if not found]
+    if len(exact) > 1:
         raise StoreDataInvalid(
-            f"{ref} names index {digest}, of which {count(len(fitting), 'build')} fit this "
-            f"node ({', '.join(short(e.manifest) for e in fitting)}); an index whose builds "
+            f"{ref} names index {digest}, of which {count(len(exact), 'build')} fit this "
+            f"node ({', '.join(short(e.manifest) for e in exact)}); an index whose builds "
             "one node could serve both is refused at seal: seal them again"
         )
+    allowed = [e for e, found in rows if found and all(name in allow for name, _, _ in found)]
+    fitting = exact or allowed
+    if len(fitting) == 1:
+        others = tuple((e.manifest, _why(found)) for e, found in rows if e is not fitting[0])
+        return Picked(digest, fitting[0], len(index.entries), others)
     table = [["BUILD", "BUILT FOR", "THIS NODE", "WHY NOT"]] + [
         [short(e.manifest), describe_labels(e.labels), "incompatible", _why(found)]
         for e, found in rows
     ]
     lines = "\n".join(format_table(table, indent="  "))
+    several = (
+        f"; --allow-mismatch lets {count(len(allowed), 'build')} fit, so none is picked: "
+        "allow fewer differences"
+        if allowed
+        else ""
+    )
     raise NodeMismatch(
         f"{ref} names index {short(digest)} of {count(len(rows), 'build')}, none of which this "
-        f"node can serve:\n{lines}\nserve on a node that matches one, or compile the recipe for "
-        "this one and seal it into the index (compile --index)"
+        f"node can serve{several}:\n{lines}\nserve on a node that matches one, or compile the "
+        "recipe for this one and seal it into the index (compile --index)"
     )

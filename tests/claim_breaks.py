@@ -95,6 +95,7 @@ GC = "neuronbuild/store/gc.py"
 NODE = "neuronbuild/node/materialize.py"
 TIERED = "neuronbuild/store/tiered.py"
 CAS = "neuronbuild/store/cas.py"
+INDEX = "tests/store/test_index.py"
 CLAIMS_GC = "tests/store/test_claims_gc.py"
 CLAIMS_NODE = "tests/store/test_claims_node.py"
 CLAIMS_TIERED = "tests/store/test_claims_tiered.py"
@@ -2736,6 +2737,180 @@ BREAKS += [
         ),
         (
             "tests/runtime/test_probe.py::test_a_receipt_says_whether_the_nodes_weights_are_the_builds",
+        ),
+    ),
+    Break(
+        "a node serves a build of an index whose labels it does not fit",
+        (
+            (
+                "runtime/pick.py",
+                "    exact = [e for e, found in rows if not found]",
+                "    exact = [e for e, found in rows if len(found) < 9][:1]",
+            ),
+        ),
+        (
+            f"{INDEX}::test_each_node_picks_its_own_build_and_says_which_and_why",
+            f"{INDEX}::test_a_node_no_build_fits_gets_one_table_of_every_build_and_exit_2",
+            "tests/runtime/test_pick_releases.py::test_a_node_of_each_release_picks_its_build_of_one_ref_and_another_gets_the_table",
+        ),
+    ),
+    Break(
+        "a node reads only the engine's machine check, not its installed versions",
+        (
+            (
+                "runtime/pick.py",
+                "        if not pin_matches(pin, installed := installed_version(dist))",
+                "        if False",
+            ),
+        ),
+        (
+            "tests/runtime/test_pick_releases.py::test_a_node_of_each_release_picks_its_build_of_one_ref_and_another_gets_the_table",
+        ),
+    ),
+    Break(
+        "allowed differences pick one of several builds they cover",
+        (("runtime/pick.py", "    if len(fitting) == 1:", "    if fitting:"),),
+        (f"{INDEX}::test_allowed_differences_pick_the_one_build_they_cover_and_never_choose",),
+    ),
+    Break(
+        "two builds one node could serve both are sealed under one ref",
+        (
+            (
+                "neuronbuild/orchestrate/family.py",
+                "    if _machine(a) != _machine(b):",
+                "    if True:",
+            ),
+        ),
+        (f"{INDEX}::test_builds_one_node_could_serve_both_are_refused_at_seal",),
+    ),
+    Break(
+        "recipes of one name that differ in more than their labels are one family",
+        (
+            (
+                "neuronbuild/orchestrate/family.py",
+                "        (k for k in sorted((set(mine) | set(theirs)) - free) if mine.get(k) != theirs.get(k)),",
+                "        (k for k in () if mine.get(k) != theirs.get(k)),",
+            ),
+        ),
+        (
+            f"{INDEX}::test_recipes_of_one_name_that_differ_in_more_than_labels_are_refused",
+            f"{INDEX}::test_index_refuses_a_build_of_another_recipe_beside_the_refs",
+        ),
+    ),
+    Break(
+        "--index drops the builds the ref named",
+        (
+            (
+                "neuronbuild/orchestrate/family.py",
+                "        for e in (current.entries if current is not None else ())",
+                "        for e in ()",
+            ),
+        ),
+        (f"{INDEX}::test_index_adds_a_build_beside_the_refs_and_a_rebuild_replaces_its_own",),
+    ),
+    Break(
+        "a rebuild under --index is added beside its old entry",
+        (
+            (
+                "neuronbuild/orchestrate/family.py",
+                "        if all(e.labels != n.labels for n in entries)",
+                "        if True",
+            ),
+        ),
+        (f"{INDEX}::test_index_adds_a_build_beside_the_refs_and_a_rebuild_replaces_its_own",),
+    ),
+    Break(
+        "a family's ref moves to each recipe's own manifest",
+        (
+            (
+                "neuronbuild/orchestrate/seal.py",
+                "if len(e) == 1 and not index}",
+                "if len(e) >= 1 and not index}",
+            ),
+        ),
+        (f"{INDEX}::test_recipes_of_one_name_seal_one_index_and_move_one_ref",),
+    ),
+    Break(
+        "gc sweeps the builds of an index a ref names",
+        (("neuronbuild/store/gc.py", "    live = with_entries(store, live)\n", ""),),
+        (f"{INDEX}::test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one",),
+    ),
+    Break(
+        "gc keeps an index no ref reaches",
+        (("neuronbuild/store/gc.py", "    doomed += doomed_indexes", "    doomed += []"),),
+        (f"{INDEX}::test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one",),
+    ),
+    Break(
+        "gc deletes the builds of an index a racing move is about to name",
+        (
+            (
+                "neuronbuild/store/gc.py",
+                "    return with_entries(store, named | set(store.refs().values()))",
+                "    return named | set(store.refs().values())",
+            ),
+        ),
+        (f"{INDEX}::test_gc_spares_the_builds_of_an_index_a_racing_move_is_about_to_name",),
+    ),
+    Break(
+        "a ref moves to an index whose build gc is sweeping",
+        ((CAS, "            if self._condemned(entry, intent):", "            if False:"),),
+        (f"{INDEX}::test_a_ref_does_not_move_to_an_index_whose_build_gc_is_sweeping",),
+    ),
+    Break(
+        "push copies an index without its builds",
+        (
+            (
+                "neuronbuild/store/transfer.py",
+                "            for entry in src.get_index(digest).manifests()\n",
+                "            for entry in src.get_index(digest).manifests()[:0]\n",
+            ),
+        ),
+        (f"{INDEX}::test_ls_verify_push_pull_and_tag_handle_an_index_as_a_manifest",),
+    ),
+    Break(
+        "verify of an index checks one of its builds",
+        (
+            (
+                "neuronbuild/cli/store.py",
+                "    builds = store.manifests_of(found.digest)  # an index: each entry's build",
+                "    builds = store.manifests_of(found.digest)[:1]",
+            ),
+        ),
+        (f"{INDEX}::test_ls_verify_push_pull_and_tag_handle_an_index_as_a_manifest",),
+    ),
+    Break(
+        "doctor reads an index as a manifest",
+        (
+            (
+                "neuronbuild/orchestrate/doctor.py",
+                "        latest = store.build_for(latest, machine_labels(plan.units[0].key.factors))\n",
+                "",
+            ),
+        ),
+        (f"{INDEX}::test_doctor_compares_a_recipe_with_its_own_build_of_the_index",),
+    ),
+    Break(
+        "an index accepts a manifest listed twice",
+        (
+            (
+                "neuronbuild/store/index.py",
+                "        if len({e.manifest for e in parsed}) != len(parsed):",
+                "        if False:",
+            ),
+        ),
+        (f"{INDEX}::test_an_index_parses_only_as_written_by_seal",),
+    ),
+    Break(
+        "an image index names one platform for every build",
+        (
+            (
+                "neuronbuild/image/build.py",
+                '"platform": {"os": "linux", "architecture": built.architecture},',
+                '"platform": {"os": "linux", "architecture": "amd64"},',
+            ),
+        ),
+        (
+            "tests/image/test_image_index.py::test_an_index_becomes_an_image_index_with_one_image_per_platform",
         ),
     ),
 ]

@@ -1,5 +1,6 @@
 """``neuronbuild image``: build a manifest's node image (its lay-out as one OCI layer), push it to
-a registry, and name it by digest.
+a registry, and name it by digest; for an index (:mod:`neuronbuild.store.index`), one image per
+build and an OCI image index of them under one tag, each with its platform.
 
 The image is an OCI image manifest (image-spec ``manifest.md``) with one uncompressed layer
 (:mod:`.layer`) and an OCI image config (``config.md``: ``os``, ``architecture``,
@@ -13,6 +14,7 @@ referrers of the image (:mod:`.referrers`), which leave its digest as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -71,6 +73,8 @@ class ImageBuilt:
     uploaded: int = 0
     attestations: int = 0
     signed_by: str | None = None
+    image_bytes: int | None = None
+    """The size of the image manifest (bytes), as an image index's descriptor of it needs."""
 
     @property
     def reference(self) -> str | None:
@@ -246,4 +250,103 @@ def build_image(
         uploaded,
         attested,
         signed_by,
+        len(data),
     )
+
+
+INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+INDEX_ANNOTATION = "dev.neuronbuild.index"
+"""The image index's key for the neuronbuild index whose builds it lists."""
+LABELS_ANNOTATION = "dev.neuronbuild.labels"
+"""Each entry's key for its build's labels (canonical JSON): what a node must have to serve it."""
+
+
+@dataclass(frozen=True)
+class IndexImageBuilt:
+    """The node images of an index's builds (``images``, one :class:`ImageBuilt` each) and the
+    OCI image index listing them (``image``, its digest; None on a dry run) pushed under
+    ``destination``'s tag."""
+
+    index: str
+    destination: RegistryURL
+    images: tuple[ImageBuilt, ...]
+    image: str | None = None
+
+    @property
+    def reference(self) -> str | None:
+        return self.destination.by_digest(self.image) if self.image else None
+
+    def to_json(self) -> dict[str, Any]:
+        """``image --json`` of an index: the image index's digest and reference, the builds'
+        files, bytes, uploads and attestations together, and ``images``: each build's image."""
+        return {
+            "manifest": self.index,
+            "to": self.destination.url,
+            "tag": self.destination.tag,
+            "architecture": ",".join(sorted({i.architecture for i in self.images})),
+            "n_files": sum(i.files for i in self.images),
+            "bytes": sum(i.bytes for i in self.images),
+            "image": self.image,
+            "reference": self.reference,
+            "layer": None,
+            "layer_bytes": None,
+            "uploaded": sum(i.uploaded for i in self.images),
+            "attestations": sum(i.attestations for i in self.images),
+            "signed_by": next((i.signed_by for i in self.images if i.signed_by), None),
+            "images": [i.to_json() for i in self.images],
+        }
+
+
+def image_index(index: str, entries: list[tuple[ImageBuilt, dict[str, Any]]]) -> bytes:
+    """The canonical bytes of the OCI image index (image-spec ``image-index.md``) of an index's
+    node images, each with its ``platform`` (``linux``, its architecture) so that a runtime picks
+    the image of its own architecture, and annotated with its build and that build's labels."""
+    return canonical_json(
+        {
+            "schemaVersion": 2,
+            "mediaType": INDEX_MEDIA_TYPE,
+            "manifests": [
+                {
+                    "mediaType": MANIFEST_MEDIA_TYPE,
+                    "digest": built.image,
+                    "size": built.image_bytes,
+                    "platform": {"os": "linux", "architecture": built.architecture},
+                    "annotations": {
+                        MANIFEST_ANNOTATION: built.manifest,
+                        LABELS_ANNOTATION: canonical_json(labels).decode(),
+                    },
+                }
+                for built, labels in entries
+            ],
+            "annotations": {INDEX_ANNOTATION: index},
+        }
+    )
+
+
+def build_index_image(
+    store: Store, digest: str, dest: RegistryURL, **options: Any
+) -> IndexImageBuilt:
+    """The node image of every build of index ``digest`` (:func:`build_image`, each pushed by
+    digest alone, with ``options``), then one OCI image index of them pushed under ``dest``'s
+    tag (else by its digest). Builds for different machines get different ``platform``s, so
+    containerd pulls the one of its node's architecture; builds for one machine (two Neuron
+    releases) share one, and a node tells them apart with ``serve --ref`` on the index, which
+    picks by its installed release.
+
+    Raises:
+        as :func:`build_image`.
+    """
+    entries = sorted(store.get_index(digest).entries, key=lambda e: e.manifest)
+    by_digest = dataclasses.replace(dest, tag=None)
+    built = [(build_image(store, e.manifest, by_digest, **options), e.labels) for e in entries]
+    images = tuple(b for b, _ in built)
+    if options.get("dry_run"):
+        return IndexImageBuilt(digest, dest, images)
+    data = image_index(digest, built)
+    image = sha256_digest(data)
+    named, _ = Registry(dest).put_manifest(dest.tag or image, data, INDEX_MEDIA_TYPE)
+    if named and named != image:
+        raise StoreError(
+            f"{dest.url}: the registry names the image index {named}, its bytes hash to {image}"
+        )
+    return IndexImageBuilt(digest, dest, images, image)

