@@ -7,8 +7,8 @@ the machine (:meth:`~neuronbuild.engines.base.Engine.node_differences`: the Neur
 and its system packages, the CPU instruction set), and serves the one entry with no difference.
 When none fits, one table lists every entry, compatible or not and why (as NVIDIA NIM lists a
 model's profiles), exit 2. Two entries that both fit are refused at seal
-(:func:`neuronbuild.orchestrate.family.check_told_apart`); a store written otherwise is refused
-here too, never guessed between.
+(:func:`neuronbuild.orchestrate.family.check_told_apart`); two that fit one node anyway are
+refused here too, never guessed between.
 
 After the pick the picked build goes through every check a plain manifest does
 (:mod:`.serve_checks`): installed builds, model files, weights, coverage, trust.
@@ -91,15 +91,17 @@ def pick(index: Index, digest: str, ref: str, allow: tuple[str, ...] = ()) -> Pi
     Raises:
         NodeMismatch: no entry fits (or several only as allowed); the message is the table of
             every entry (exit 2).
-        StoreDataInvalid: more than one fits (a store sealed around the seal-time check).
+        StoreDataInvalid: more than one fits exactly (seal refuses such an index where its
+            labels tell, :func:`~neuronbuild.orchestrate.family.told_apart`; a node with two
+            vLLM builds installed, or an index written by hand, still meets this).
     """
     rows = [(e, differences(e.labels)) for e in index.entries]
     exact = [e for e, found in rows if not found]
     if len(exact) > 1:
         raise StoreDataInvalid(
             f"{ref} names index {digest}, of which {count(len(exact), 'build')} fit this "
-            f"node ({', '.join(short(e.manifest) for e in exact)}); an index whose builds "
-            "one node could serve both is refused at seal: seal them again"
+            f"node ({', '.join(short(e.manifest) for e in exact)}), so it cannot pick; serve "
+            "one by its digest (--manifest), or seal the index again without the other"
         )
     allowed = [e for e, found in rows if found and all(name in allow for name, _, _ in found)]
     fitting = exact or allowed

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from neuronbuild import start_env
 from neuronbuild.engines.coverage import check_coverage
-from neuronbuild.engines.registry import engine_for
+from neuronbuild.engines.registry import describe_labels, engine_for, machine_labels
 from neuronbuild.engines.vllm_args import API_SERVER, vllm_cli_args
 from neuronbuild.errors import RecipeInvalid, StoreDataInvalid, UserError
 from neuronbuild.human import count
@@ -37,6 +37,7 @@ from neuronbuild.recipe import (
     parse_recipe,
 )
 from neuronbuild.store.cas import LATEST, parse_ref
+from neuronbuild.store.index import Index
 from neuronbuild.store.layout import node_layout_root
 from neuronbuild.store.records import Manifest
 from neuronbuild.store.tiered import TieredStore
@@ -371,17 +372,21 @@ def resolve(
 
     Raises:
         UserError: no such ref or manifest, a manifest of another key schema, a recipe that
-            does not match its manifest, or a manifest that does not cover the recipe's plan.
-        StoreDataInvalid: a malformed or hostile manifest, or one whose recipe does not plan
-            its units.
+            does not match its manifest, or a manifest that does not cover the recipe's plan;
+            a recipe file whose ref names an index without its build.
+        NodeMismatch: an index none of whose builds this node fits (the table, :func:`.pick.pick`).
+        StoreDataInvalid: a malformed or hostile manifest or index, one whose recipe does not
+            plan its units, or an index two of whose builds this node fits.
     """
     recipe_file = load_recipe(source.recipe) if source.recipe is not None else None
     digest = _digest(source, recipe_file, tiers)
     index = tiers.get_index(digest)
-    picked = None
-    if index is not None:
-        named = source.ref or (f"{recipe_file.name}/{LATEST}" if recipe_file else digest)
-        picked = pick(index, digest, named, allow)
+    picked, served = None, None
+    if index is not None and recipe_file is not None:  # a recipe file names its own build
+        served = build_plan(recipe_file)
+        digest = _recipes_build(index, digest, served)
+    elif index is not None:
+        picked = pick(index, digest, source.ref or digest, allow)
         digest = picked.entry.manifest
     manifest = tiers.get_manifest(digest)
     if policy is not None:
@@ -396,11 +401,30 @@ def resolve(
         _check_covered(sealed, manifest, digest)
         check_manifest_plans(manifest, digest, sealed)
         return Resolved(sealed.recipe, manifest, digest, picked)
-    served = build_plan(recipe_file)
+    served = served or build_plan(recipe_file)
     check_recipe_matches(served, manifest, digest)  # named as edited before any coverage gap
     _check_covered(served, manifest, digest)
     check_manifest_plans(manifest, digest, _sealed_plan(manifest, digest, served))
     return Resolved(recipe_file, manifest, digest, picked)
+
+
+def _recipes_build(index: Index, digest: str, plan: Plan) -> str:
+    """The build of ``index`` (named ``digest``) labelled as ``plan``'s recipe's builds are
+    (:func:`~neuronbuild.engines.registry.machine_labels`): ``serve RECIPE`` serves that
+    recipe's build, whatever else the index holds.
+
+    Raises:
+        UserError: the index holds no build of this recipe's target and toolchain.
+    """
+    labels = machine_labels(plan.units[0].key.factors) if plan.units else {}
+    for entry in index.entries:
+        if entry.labels == labels:
+            return entry.manifest
+    raise UserError(
+        f"{plan.recipe.name}/{LATEST} names index {digest}, which holds no build of "
+        f"{plan.recipe.source} ({describe_labels(labels)}); compile it with --index, or serve "
+        f"--ref {plan.recipe.name}/{LATEST} to let this node pick"
+    )
 
 
 def serve_argv(recipe: Recipe) -> list[str]:

@@ -391,15 +391,21 @@ def compile_(
     shard = parse_shard(shard_text) if shard_text is not None else None
     if shard is not None and local_cache:
         raise UserError("--local-cache: a shard seals nothing to keep there; drop the option")
-    check_ref_move_options(len(recipe_paths), rollback, expect, sharded=shard is not None)
+    check_ref_move_options(0, rollback, expect, sharded=shard is not None)
     if stage is not None and (shard is not None or local_cache):
         given = "--shard" if shard is not None else "--local-cache"
         raise UserError(f"--stage: not with {given}; drop one of them")
     if stage is not None and (expect is not None or rollback):
         given = "--expect" if expect is not None else "--rollback"
         raise UserError(f"{given}: --stage moves no shared ref; give it to push")
+    if stage is not None and index:  # the stage's ref is empty: an index of this build alone
+        raise UserError(
+            "--index: --stage reads no ref of the shared store to add to; push the stage, then "
+            "`neuronbuild seal RECIPE --cache URL --index` where the build's units now are"
+        )
     runner = executor_for(executor, address)
     recipes = [load_or_exit(path) for path in recipe_paths]
+    check_ref_move_options(len({r.name for r in recipes}), rollback, expect)  # a family: one
     for recipe in recipes:
         warn_removed_env(recipe)
     # A missing folder reads as empty and is created by the first write, after every check.
@@ -537,8 +543,8 @@ def seal(
     from neuronbuild.store import moves
     from neuronbuild.store.cas import Store, parse_ref
 
-    check_ref_move_options(len(recipe_paths), rollback, expect)
     recipes = [load_or_exit(path) for path in recipe_paths]
+    check_ref_move_options(len({r.name for r in recipes}), rollback, expect)  # a family: one
     for recipe in recipes:
         parse_ref(f"{recipe.name}/{tag}")
     store = Store(cache, last_writer_wins=last_writer_wins)

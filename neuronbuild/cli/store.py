@@ -321,11 +321,14 @@ def ls_(cache: str, history: bool, as_json: bool) -> None:
     data = overview(store)
     refs = data["refs"]
     data["attestations"], data["receipts"], notes = {}, {}, []
-    data["indexes"] = {
-        d: [e.to_json() for e in store.get_index(d).entries]
-        for d in sorted(set(refs.values()))
-        if store.is_index(d)
-    }
+    data["indexes"] = {}
+    for d in sorted(set(refs.values())):
+        try:
+            if store.is_index(d):
+                data["indexes"][d] = [e.to_json() for e in store.get_index(d).entries]
+        except StoreDataInvalid as exc:  # one bad index hides no other ref
+            data["indexes"][d] = []
+            notes.append(f"{exc}; its builds are not listed (verify {d} says more)")
     builds = {e["manifest"] for entries in data["indexes"].values() for e in entries}
     for d in sorted((set(refs.values()) - set(data["indexes"])) | builds):
         data["receipts"][d] = len(store.receipt_names(d))

@@ -29,7 +29,7 @@ from neuronbuild.attest.sign import sign_told
 from neuronbuild.attest.statement import image_statement
 from neuronbuild.digest import canonical_json, sha256_digest
 from neuronbuild.engines.registry import ENGINES, get_engine
-from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError
+from neuronbuild.errors import NoRoom, StoreDataInvalid, StoreError, UserError
 from neuronbuild.human import count
 from neuronbuild.image.layer import LAYER_MEDIA_TYPE, write_layer
 from neuronbuild.image.referrers import push_attestations
@@ -329,14 +329,25 @@ def build_index_image(
     """The node image of every build of index ``digest`` (:func:`build_image`, each pushed by
     digest alone, with ``options``), then one OCI image index of them pushed under ``dest``'s
     tag (else by its digest). Builds for different machines get different ``platform``s, so
-    containerd pulls the one of its node's architecture; builds for one machine (two Neuron
-    releases) share one, and a node tells them apart with ``serve --ref`` on the index, which
-    picks by its installed release.
+    containerd pulls the one of its node's architecture.
 
     Raises:
-        as :func:`build_image`.
+        UserError: two builds run on one machine (two Neuron releases, two x86-64 levels): an
+            image index cannot tell them apart, so nothing is built; as :func:`build_image`.
+        StoreError: the registry names the image index by another digest than its bytes'.
     """
     entries = sorted(store.get_index(digest).entries, key=lambda e: e.manifest)
+    seen: dict[str, str] = {}
+    for entry in entries:
+        arch = architecture(store.get_manifest(entry.manifest))
+        if arch in seen:
+            raise UserError(
+                f"index {digest}: builds {seen[arch]} and {entry.manifest} both run on "
+                f"linux/{arch} (two releases or instruction sets of one machine), which an image "
+                "index cannot tell apart (a runtime pulls the first); build each one's image "
+                f"under its own tag: neuronbuild image {entry.manifest} --to {dest.url}-..."
+            )
+        seen[arch] = entry.manifest
     by_digest = dataclasses.replace(dest, tag=None)
     built = [(build_image(store, e.manifest, by_digest, **options), e.labels) for e in entries]
     images = tuple(b for b, _ in built)

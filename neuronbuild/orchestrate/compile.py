@@ -537,7 +537,10 @@ def compile_recipes(
                     )
                 )
         report.seconds = time.monotonic() - start
-    sealing = [run for run in runs if shard is None and not run.report.failed]
+    # A family seals together or not at all: a failed build of one name seals none of it, so a
+    # ref never moves onto an index lacking a build it had (or onto one build of several).
+    failed = {run.recipe.name for run in runs if run.report.failed}
+    sealing = [run for run in runs if shard is None and run.recipe.name not in failed]
     try:
         sealed = seal_all(
             [(run.plan, run.records) for run in sealing],

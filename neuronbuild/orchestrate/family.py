@@ -10,8 +10,11 @@ pin at different public versions (no installation has both).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from packaging.version import InvalidVersion, Version
 
 from neuronbuild.engines.registry import (
     MACHINE_FACTORS,
@@ -34,32 +37,46 @@ def _machine(labels: Mapping[str, Any]) -> str | None:
         return None
 
 
+def _one_install(pin: str, other: str) -> bool:
+    """Whether one installed version satisfies both pins, as a node reads a pin
+    (:func:`~neuronbuild.engines.versions.pin_matches`: the same PEP 440 public version, and the
+    same local label where both name one)."""
+    try:
+        a, b = Version(pin), Version(other)
+    except InvalidVersion:
+        return pin == other
+    labels_differ = a.local is not None and b.local is not None and a.local != b.local
+    return Version(a.public) == Version(b.public) and not labels_differ
+
+
 def told_apart(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether no node could serve both entries labelled ``a`` and ``b`` (module docstring)."""
+    """Whether no node could serve both entries labelled ``a`` and ``b`` (module docstring):
+    another engine or target (a node has one device family, and one vLLM build), another
+    machine, or a distribution both pin that no one installation satisfies twice."""
     if a.get("engine") != b.get("engine") or a.get("target") != b.get("target"):
         return True
     if _machine(a) != _machine(b):
         return True
     pins_a, pins_b = dict(a.get("toolchain", {})), dict(b.get("toolchain", {}))
-    return any(
-        pins_a[d].split("+")[0] != pins_b[d].split("+")[0] for d in set(pins_a) & set(pins_b)
-    )
+    return any(not _one_install(pins_a[d], pins_b[d]) for d in set(pins_a) & set(pins_b))
 
 
-def check_told_apart(entries: Sequence[IndexEntry], name: str) -> None:
-    """Refuse two entries one node could serve both.
+def check_told_apart(builds: Sequence[tuple[str, Mapping[str, Any]]], name: str) -> None:
+    """Refuse two builds one node could serve both; ``builds``: what to call each (a manifest
+    digest, or a recipe file before it is sealed) and its labels.
 
     Raises:
         UserError: naming both builds and how to fix it.
     """
-    for i, a in enumerate(entries):
-        for b in entries[i + 1 :]:
-            if not told_apart(a.labels, b.labels):
+    for i, (one, mine) in enumerate(builds):
+        for other, theirs in builds[i + 1 :]:
+            if not told_apart(mine, theirs):
                 raise UserError(
-                    f"{name}: builds {a.manifest} ({describe_labels(a.labels)}) and "
-                    f"{b.manifest} ({describe_labels(b.labels)}) could both be served by one "
-                    "node, so a node could not pick between them; give them different "
-                    "targets, machines or pinned releases, or seal them under different names"
+                    f"{name}: builds {one} ({describe_labels(mine)}) and {other} "
+                    f"({describe_labels(theirs)}) could both be served by one node, so a node "
+                    "could not pick between them; give them different targets, machines or "
+                    "pinned releases, seal them under different names, or seal the new one "
+                    "without --index"
                 )
 
 
@@ -99,12 +116,12 @@ def check_families(plans: Sequence[Plan]) -> None:
                 f"family (they differ only in {FREE_TEXT}): give it its own name"
             )
     for name in first:
-        entries = [
-            IndexEntry(p.recipe.source, machine_labels(p.units[0].key.factors))
+        builds = [
+            (p.recipe.source, machine_labels(p.units[0].key.factors))
             for p in plans
             if p.recipe.name == name and p.units
         ]
-        check_told_apart(entries, name)
+        check_told_apart(builds, name)
 
 
 def merged(name: str, entries: Sequence[IndexEntry], current: Index | None) -> Index:
@@ -121,13 +138,17 @@ def merged(name: str, entries: Sequence[IndexEntry], current: Index | None) -> I
         and e.manifest not in {n.manifest for n in entries}
     ]
     together = [*kept, *entries]
-    check_told_apart(together, name)
+    check_told_apart([(e.manifest, e.labels) for e in together], name)
     return Index(name, tuple(together))
 
 
 def as_index(store: Store, digest: str, name: str) -> Index:
     """What ref value ``digest`` holds as an index: the index itself, or a plain manifest as an
-    index of one entry (how a ref on one build becomes a family's)."""
+    index of one entry (how a ref on one build becomes a family's).
+
+    Raises:
+        UserError: ``digest`` is neither. StoreDataInvalid: it is malformed or hostile.
+    """
     if store.is_index(digest):
         return store.get_index(digest)
     manifest = store.get_manifest(digest)
@@ -176,7 +197,7 @@ def move_into_index(
         RefConflict: still contended after the tries. StoreError: the store failed.
     """
     ref = f"{name}/{tag}"
-    for _ in range(TRIES):
+    for attempt in range(TRIES):
         current = store.get_ref(name, tag)
         check_move(ref, [], current, None, ask)  # --expect, before writing anything
         base = as_index(store, current, name) if keep and current is not None else None
@@ -191,6 +212,7 @@ def move_into_index(
         try:
             previous = store.move_ref(name, tag, digest, current, None if ask.rollback else check)
         except RefConflict:
+            time.sleep(0.05 * attempt)  # writers contend, nothing is down
             if ask.expects:
                 raise RefNotExpected(
                     f"--expect {ask.expect or 'none'}: {ref} moved while moving it; nothing "

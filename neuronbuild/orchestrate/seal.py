@@ -99,9 +99,9 @@ def seal_all(
     compare-and-swap, a move back refused): to the recipe's manifest, or, for a name several
     plans share (a family, :func:`.family.check_families`) or with ``index`` (``--index``), to
     one index of that name's manifests (with ``index``, beside the builds the ref names now:
-    :func:`~neuronbuild.store.moves.move_into_index`). Returns one :class:`Sealed` per plan, in
-    plan order. The one place a build is sealed: ``compile`` and ``seal`` both call it, once
-    every unit is in the store. Every move is checked
+    :func:`.family.move_into_index`). Returns one :class:`Sealed` per plan, in plan order. The
+    one place a build is sealed: ``compile`` and ``seal`` both call it, once every unit is in the
+    store. Every move is checked
     (:func:`~neuronbuild.store.moves.precheck`) before the first is made, so a refusal of one
     recipe's move leaves every ref where it was (barring a writer in between). ``on_sealed``
     is called with each manifest digest once every manifest is written and before any ref moves
@@ -113,6 +113,8 @@ def seal_all(
         KeyError: a unit of a plan has no record (the caller checks first).
         RefMovesBack, RefNotExpected: a ref was not moved (manifests are written: immutable,
             named by their content, reached by no ref).
+        RefConflict: an index's move still contended after its tries.
+        StoreDataInvalid: the index the ref names now is malformed (``index``).
         StoreError: the store failed.
     """
     manifests = []

@@ -702,13 +702,19 @@ class Store:
         in this store; returns ``sha256:<hex>``.
 
         Raises:
-            StoreError: an entry's manifest is missing (push or seal it first).
+            UserError: a reader would refuse it (a label no store record may hold; nothing is
+                written). StoreError: an entry's manifest is missing (push or seal it first).
         """
+        data = index.to_bytes()
+        try:  # what every reader will take, or nothing is written
+            Index.from_bytes(data, f"index of {index.name}")
+        except StoreDataInvalid as exc:
+            raise UserError(f"{exc}; nothing was written") from None
         for digest in index.manifests():
             if not self.has_manifest(digest):
                 raise StoreError(f"{self.url}: cannot write the index, {digest} is missing")
         digest = index.digest
-        self.backend.create(self.layout.index(digest), index.to_bytes())
+        self.backend.create(self.layout.index(digest), data)
         return digest
 
     def is_index(self, digest: str) -> bool:
@@ -937,7 +943,8 @@ class Store:
         expected: str | None,
         check: Callable[[str | None], None] | None = None,
     ) -> str | None:
-        """Point ``<name>/<tag>`` at ``digest`` if it still points at ``expected`` (None: absent),
+        """Point ``<name>/<tag>`` at ``digest`` (a manifest, or an index whose every build is
+        here and not condemned) if it still points at ``expected`` (None: absent),
         by compare-and-swap; returns the value it replaced (``expected``; equal to ``digest``
         when the ref was there already and nothing moved).
 
@@ -1040,7 +1047,11 @@ class Store:
             return None
         if not self.is_index(digest):
             return f"unknown manifest {digest}"
-        for entry in self.get_index(digest).manifests():
+        try:
+            entries = self.get_index(digest).manifests()
+        except StoreDataInvalid as exc:
+            return str(exc)
+        for entry in entries:
             if self._condemned(entry, intent):
                 return f"gc is sweeping {entry}; retry"
             if not self.has_manifest(entry):
@@ -1080,7 +1091,7 @@ class Store:
         )
 
     def refs(self) -> dict[str, str]:
-        """Every ref ``<name>/<tag>`` and the manifest it points at."""
+        """Every ref ``<name>/<tag>`` and the manifest (or index) it points at."""
         out = {}
         for path in self.backend.find(self.layout.folder("refs")):
             parsed = self.layout.ref_of(path)

@@ -11,7 +11,8 @@ derived from the build's unit factors at seal
 (:func:`neuronbuild.engines.registry.machine_labels`), never typed.
 
 Parsing treats an index as untrusted store data, as :mod:`.records` does: canonical bytes, exact
-fields and types, at least one entry, each manifest once, at most :data:`MAX_ENTRIES`.
+fields and types, at least one entry, each manifest once and in digest order (so one set of
+builds has one name), no two entries with the same labels, at most :data:`MAX_ENTRIES`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ MAX_ENTRIES = 256
 hostile."""
 
 LABEL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:-]{0,127}$")
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:!-]{0,127}$")
 """What a label's (and a toolchain pin's) name and value may be: what recipes may pin."""
 
 
@@ -140,4 +141,9 @@ class Index:
             )
         if len({e.manifest for e in parsed}) != len(parsed):
             raise StoreDataInvalid(f"{what}: a manifest is listed twice")
+        if [e.manifest for e in parsed] != sorted(e.manifest for e in parsed):
+            raise StoreDataInvalid(f"{what}: its entries are not in the order seal writes")
+        labels = [canonical_json(e.labels) for e in parsed]
+        if len(set(labels)) != len(labels):
+            raise StoreDataInvalid(f"{what}: two entries have the same labels")
         return cls(name, tuple(parsed))

@@ -102,7 +102,7 @@ class TieredStore:
         listing = Listing(
             self.get_ref,
             listed(lambda store: sorted(store.refs())),
-            listed(Store.manifest_digests),
+            listed(lambda store: store.manifest_digests() + store.index_digests()),
             self.url,
         )
         return resolve(listing, text, accept, hint)
@@ -121,7 +121,11 @@ class TieredStore:
 
     def get_index(self, digest: str) -> Index | None:
         """The index ``digest`` names, from the local tier, else the remote; None where it names
-        none (a manifest)."""
+        none (a manifest).
+
+        Raises:
+            StoreDataInvalid: a malformed or hostile index. StoreError: the store failed.
+        """
         for store in (self.local, self.remote):
             if store is not None and store.is_index(digest):
                 return store.get_index(digest)

@@ -186,6 +186,7 @@ def copy_manifest(
         StoreError: either store failed after retries.
     """
     if src.is_index(digest):  # every entry's build, then the index that names them
+        index = src.get_index(digest)
         done = [
             copy_manifest(
                 src,
@@ -198,10 +199,10 @@ def copy_manifest(
                 role=role,
                 additions=additions,
             )
-            for entry in src.get_index(digest).manifests()
+            for entry in index.manifests()
         ]
         if not dst.is_index(digest):
-            dst.put_index(src.get_index(digest))
+            dst.put_index(index)
         return CopyReport(
             digest,
             sum(r.copied for r in done),

@@ -128,7 +128,8 @@ def check_ref_move_options(
     n_refs: int, rollback: bool, expect: str | None, *, sharded: bool = False
 ) -> None:
     """Refuse :func:`ref_move_options` where they cannot mean one thing: ``--expect`` names
-    one ref's value, so not with ``n_refs`` refs moved at once (several recipes); a shard
+    one ref's value, so not with ``n_refs`` refs moved at once (recipes of several names; a
+    family of one name moves one); a shard
     (``sharded``) moves no ref at all.
 
     Raises:
@@ -141,7 +142,8 @@ def check_ref_move_options(
         raise click.UsageError(f"{given}: a shard moves no ref; give it to seal")
     if expect is not None and n_refs > 1:
         raise click.UsageError(
-            f"--expect: {count(n_refs, 'recipe')} move as many refs; give one recipe per command"
+            f"--expect: recipes of {count(n_refs, 'name')} move as many refs; give one recipe "
+            "(or one family of one name) per command"
         )
 
 

