@@ -64,6 +64,13 @@ def family(tmp_path: Path) -> tuple[Store, dict[str, str], dict[str, Any]]:
     return store, {X86: one, ARM: two}, json.loads(done.stdout)
 
 
+def forget_ref(store: Store) -> None:
+    """Remove ``tiny/latest`` and its history, as if it never existed."""
+    store.backend.delete(store.layout.ref("tiny", "latest"))
+    for path in store.backend.find(store.layout.history("tiny", "latest")):
+        store.backend.delete(path)
+
+
 def on_a_node(monkeypatch: pytest.MonkeyPatch, isa: str) -> None:
     monkeypatch.setattr(cpu_isa, "host_isa", lambda: isa)
 
@@ -347,9 +354,7 @@ def test_gc_spares_the_builds_of_an_index_a_racing_move_is_about_to_name(tmp_pat
     arm, two = built(store, tmp_path, ARM, "b")
     assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
     index = store.get_ref("tiny", "latest") or ""
-    store.backend.delete(store.layout.ref("tiny", "latest"))  # no ref reaches them
-    for path in store.backend.find(store.layout.history("tiny", "latest")):
-        store.backend.delete(path)
+    forget_ref(store)  # no ref reaches them
     age(Path(store.root), 2 * DAY)
     intent = store.layout.history_entry("tiny", "prod", 1, index)  # a mover, before its swap
     store.backend.create(intent, RefMove(1.0, index, None).to_bytes())
@@ -453,3 +458,41 @@ def test_stage_and_index_are_refused_together_and_a_family_takes_expect(tmp_path
     two = write(tmp_path, "c.yaml", recipe(tmp_path, ARM, name="other"))
     refused = nb("seal", x86, two, "--cache", store, "--expect", "none")
     assert refused.returncode == 2 and "recipes of 2 names move as many refs" in refused.stderr
+
+
+def test_a_family_sealed_again_names_only_its_builds_and_index_moves_are_checked(
+    tmp_path: Path,
+) -> None:
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    ppc, three = built(store, tmp_path, "ppc64le", "c")
+    forget_ref(store)  # the ref's story starts with the family
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    first = store.get_ref("tiny", "latest") or ""
+    # Sealed again without --index, a family names its own builds only: arm64's entry goes.
+    assert nb("seal", x86, ppc, "--cache", store.url).returncode == 0
+    second = store.get_ref("tiny", "latest") or ""
+    assert store.get_index(second).manifests() == sorted([one, three])
+    # --expect is the swap's own comparison: another value is refused, nothing moves.
+    wrong = nb("seal", arm, "--cache", store.url, "--index", "--expect", first)
+    assert wrong.returncode == 2 and f"tiny/latest holds {second}" in wrong.stderr
+    assert store.get_ref("tiny", "latest") == second
+    # An index equal to an older value of the ref is a move back: refused without --rollback.
+    assert nb("seal", x86, arm, "--cache", store.url, "--rollback").returncode == 0
+    assert store.get_ref("tiny", "latest") == first
+    assert nb("seal", x86, "--cache", store.url, "--rollback").returncode == 0  # x86 alone
+    back = nb("seal", arm, "--cache", store.url, "--index")  # {x86, arm}: the first index again
+    assert back.returncode == 2 and "older value" in back.stderr and "--rollback" in back.stderr
+    assert store.get_ref("tiny", "latest") == one
+    assert nb("seal", arm, "--cache", store.url, "--index", "--rollback").returncode == 0
+    assert store.get_ref("tiny", "latest") == first
+    assert store.get_index(first).manifests() == sorted([one, two])
+
+
+def test_targets_and_engines_tell_builds_apart() -> None:
+    pins = {"vllm-neuron": "0.24.0.1.1.0"}
+    trn1 = {"engine": "neuron", "target": "trn1", "toolchain": pins}
+    assert told_apart(trn1, {**trn1, "target": "trn2"})
+    assert told_apart(trn1, {**trn1, "engine": "other"})
+    assert not told_apart(trn1, dict(trn1))
