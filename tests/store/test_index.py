@@ -17,7 +17,7 @@ import yaml
 from neuronbuild.digest import canonical_json
 from neuronbuild.engines.vllm_cpu import isa as cpu_isa
 from neuronbuild.errors import StoreDataInvalid, StoreError, UserError
-from neuronbuild.orchestrate.family import told_apart
+from neuronbuild.orchestrate.family import family_difference, told_apart
 from neuronbuild.store.cas import Store
 from neuronbuild.store.gc import DAY, collect_garbage
 from neuronbuild.store.index import Index, IndexEntry
@@ -49,6 +49,16 @@ def built(store: Store, tmp_path: Path, isa: str, seed: str, **args: Any) -> tup
     data = recipe(tmp_path, isa, **args)
     source = write(tmp_path, f"{isa}-{seed}.yaml", data)
     return source, publish_build(store, data, tmp_path, seed, source)
+
+
+def sealed_family(tmp_path: Path) -> tuple[Store, str, str, tuple[str, str]]:
+    """A folder store with an x86_64-v3 and an aarch64 build sealed as one index under
+    ``tiny/latest``; returns the store, both recipe files and both manifests."""
+    store = Store(str(tmp_path / "store"), create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    return store, x86, arm, (one, two)
 
 
 @pytest.fixture
@@ -236,10 +246,7 @@ def test_ls_verify_push_pull_and_tag_handle_an_index_as_a_manifest(
 def test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one(
     tmp_path: Path,
 ) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    x86, one = built(store, tmp_path, X86, "a")
-    arm, two = built(store, tmp_path, ARM, "b")
-    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    store, _, _, (one, two) = sealed_family(tmp_path)
     old = store.get_ref("tiny", "latest") or ""
     model_folder(tmp_path, '{"hidden_size": 64}')
     again, three = built(store, tmp_path, ARM, "c")
@@ -259,10 +266,7 @@ def test_gc_keeps_every_build_of_a_live_index_and_sweeps_a_dead_one(
 
 
 def test_a_ref_cannot_move_to_an_index_whose_build_is_missing(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    x86, one = built(store, tmp_path, X86, "a")
-    arm, _ = built(store, tmp_path, ARM, "b")
-    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    store, _, _, (one, _) = sealed_family(tmp_path)
     index = store.get_ref("tiny", "latest") or ""
     store.delete_manifest(one)
     with pytest.raises(StoreError, match=f"the index's manifest {one} is missing"):
@@ -349,10 +353,7 @@ def test_an_index_parses_only_as_written_by_seal() -> None:
 def test_gc_spares_the_builds_of_an_index_a_racing_move_is_about_to_name(tmp_path: Path) -> None:
     """A move's intent written before gc condemns: gc reads the intent's index and spares the
     builds it lists (the mover then swaps the ref), never deletes them under it."""
-    store = Store(str(tmp_path / "store"), create=True)
-    x86, one = built(store, tmp_path, X86, "a")
-    arm, two = built(store, tmp_path, ARM, "b")
-    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    store, _, _, (one, two) = sealed_family(tmp_path)
     index = store.get_ref("tiny", "latest") or ""
     forget_ref(store)  # no ref reaches them
     age(Path(store.root), 2 * DAY)
@@ -364,10 +365,7 @@ def test_gc_spares_the_builds_of_an_index_a_racing_move_is_about_to_name(tmp_pat
 
 
 def test_a_ref_does_not_move_to_an_index_whose_build_gc_is_sweeping(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "store"), create=True)
-    x86, one = built(store, tmp_path, X86, "a")
-    arm, _ = built(store, tmp_path, ARM, "b")
-    assert nb("seal", x86, arm, "--cache", store.url).returncode == 0
+    store, _, _, (one, _) = sealed_family(tmp_path)
     index = store.get_ref("tiny", "latest") or ""
     store.backend.put(store.layout.condemned(one, "0" * 32), b"")  # a gc run's marker
     with pytest.raises(StoreError, match=f"gc is sweeping {one}"):
@@ -496,3 +494,39 @@ def test_targets_and_engines_tell_builds_apart() -> None:
     assert told_apart(trn1, {**trn1, "target": "trn2"})
     assert told_apart(trn1, {**trn1, "engine": "other"})
     assert not told_apart(trn1, dict(trn1))
+
+
+def test_told_apart_reads_pins_only_both_name_and_strings_pep_440_cannot_read() -> None:
+    def labels(**pins: str) -> dict[str, Any]:
+        return {"engine": "cpu", "target": "cpu", "cpu_isa": X86, "toolchain": pins}
+
+    assert not told_apart(labels(torch="2.13.0"), labels(torch="2.13.0", extra="1.0"))
+    assert not told_apart(labels(torch="build-a"), labels(torch="build-a"))
+    assert told_apart(labels(torch="build-a"), labels(torch="build-b"))
+    assert family_difference({"name": "a", "seed": 1}, {"name": "a"}) == "seed"
+    assert family_difference({"name": "a", "target": "trn1"}, {"name": "a"}) is None
+
+
+def test_an_index_holds_up_to_its_cap_of_entries() -> None:
+    def entries(n: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "manifest": f"sha256:{i:064x}",
+                "labels": {"engine": "cpu", "target": "cpu", "toolchain": {"torch": f"{i}.0"}},
+            }
+            for i in range(n)
+        ]
+
+    assert len(Index.from_bytes(variant(top__entries=entries(256)), "i").entries) == 256
+    with pytest.raises(StoreDataInvalid, match="256 at most"):
+        Index.from_bytes(variant(top__entries=entries(257)), "i")
+
+
+def test_index_with_the_expected_value_moves(tmp_path: Path) -> None:
+    store, _, arm, (one, two) = sealed_family(tmp_path)
+    forget_ref(store)
+    store.set_ref("tiny", "latest", one)
+    done = nb("seal", arm, "--cache", store.url, "--index", "--expect", one)
+    assert done.returncode == 0, done.stderr
+    now = store.get_ref("tiny", "latest") or ""
+    assert store.get_index(now).manifests() == sorted([one, two])
