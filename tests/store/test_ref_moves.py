@@ -285,7 +285,9 @@ def test_expect_with_several_recipes_or_a_shard_is_a_usage_error(tmp_path: Path)
     ):
         done = neuronbuild(*command, "--cache", cache, env=env)
         assert done.returncode == 2, command
-        assert "--expect: recipes of 2 names" in done.stderr or "a shard moves no ref" in done.stderr
+        assert (
+            "--expect: recipes of 2 names" in done.stderr or "a shard moves no ref" in done.stderr
+        )
     assert not (tmp_path / "shared").exists()
     # An --expect that does not hold is refused before anything compiles.
     wrong = "sha256:" + "0" * 64
