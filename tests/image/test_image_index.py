@@ -1,7 +1,7 @@
-"""Issue 44, item 4: ``neuronbuild image`` of a ref on an index pushes one node image per build and
-an OCI image index of them under one tag (Debian's docker-registry on loopback), each entry with
-its platform, so containerd pulls the image of its node's architecture; read back over HTTP as a
-runtime reads it."""
+"""Issue 44, item 4, against Debian's docker-registry on loopback: an index where the store is a
+registry, and ``neuronbuild image`` of a ref on an index, which pushes one node image per build
+and an OCI image index of them under one tag, each entry with its platform, so containerd pulls
+the image of its node's architecture; read back over HTTP as a runtime reads it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from neuronbuild.store.cas import Store
+from neuronbuild.store.gc import collect_garbage
 from tests.image.test_image import ACCEPT, INDEX, get, pulled
 from tests.lib.commands import neuronbuild as nb
 from tests.lib.registry import RegistryServer
@@ -70,3 +71,24 @@ def test_builds_of_one_machine_are_refused_as_an_image_index(
     assert len(done.stderr.strip().splitlines()) == 1
     with pytest.raises(urllib.error.HTTPError):
         get(reg, "fleet/same/manifests/prod", INDEX)
+
+
+def test_an_index_in_a_registry_store_is_sealed_listed_verified_and_kept(
+    reg: RegistryServer, tmp_path: Path
+) -> None:
+    """The store itself in the registry (``oci+http://``): an index is one more tag of ours
+    (``index-<hex>``), and seal, ls, verify and gc treat it as on a folder store."""
+    url = f"oci+http://{reg.host}/fleet/store"
+    store = Store(url, create=True)
+    x86, one = built(store, tmp_path, X86, "a")
+    arm, two = built(store, tmp_path, ARM, "b")
+    assert nb("seal", x86, arm, "--cache", url).returncode == 0
+    index = store.get_ref("tiny", "latest") or ""
+    assert store.index_digests() == [index] and store.get_index(index).manifests() == sorted(
+        [one, two]
+    )
+    assert store.backend.tag_of(store.layout.index(index)) == "index-" + index[7:]
+    assert f"{index[:19]} (index of 2)" in nb("ls", "--cache", url).stdout
+    assert nb("verify", "tiny/latest", "--cache", url).returncode == 0
+    assert "indexes" not in collect_garbage(store, older_than_days=0).deleted
+    assert sorted(store.manifest_digests()) == sorted([one, two])
