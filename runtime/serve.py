@@ -417,9 +417,9 @@ def _recipes_build(index: Index, digest: str, plan: Plan) -> str:
         UserError: the index holds no build of this recipe's target and toolchain.
     """
     labels = machine_labels(plan.units[0].key.factors) if plan.units else {}
-    for entry in index.entries:
-        if entry.labels == labels:
-            return entry.manifest
+    build = index.build_labelled(labels)
+    if build is not None:
+        return build
     raise UserError(
         f"{plan.recipe.name}/{LATEST} names index {digest}, which holds no build of "
         f"{plan.recipe.source} ({describe_labels(labels)}); compile it with --index, or serve "

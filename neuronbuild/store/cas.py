@@ -758,8 +758,7 @@ class Store:
         """
         if not self.is_index(digest):
             return digest
-        found = [e.manifest for e in self.get_index(digest).entries if e.labels == labels]
-        return found[0] if found else None
+        return self.get_index(digest).build_labelled(labels)
 
     # Attestations.
 

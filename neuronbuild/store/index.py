@@ -106,6 +106,12 @@ class Index:
     def digest(self) -> str:
         return sha256_digest(self.to_bytes())
 
+    def build_labelled(self, labels: dict[str, Any]) -> str | None:
+        """The manifest of the entry labelled exactly ``labels`` (a recipe's builds' labels:
+        :func:`~neuronbuild.engines.registry.machine_labels`), or None; labels are unique in an
+        index (:meth:`from_bytes`)."""
+        return next((e.manifest for e in self.entries if e.labels == labels), None)
+
     def manifests(self) -> list[str]:
         """Every entry's manifest digest, sorted."""
         return sorted(e.manifest for e in self.entries)
